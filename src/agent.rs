@@ -1,0 +1,178 @@
+//! Wires the running agent together and owns its lifecycle: opens the store, starts the
+//! writer thread, binds HTTP and UDP, starts the collectors, and on SIGINT/SIGTERM shuts
+//! down in order — sources stop first, the queue drains into the store, then the writer
+//! commits and exits — against a deadline, logging anything still running.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use warp::Filter;
+
+use crate::config::Config;
+use crate::stats::Stats;
+use crate::store::{Reader, StoreError, Writer};
+
+/// Why the agent could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The store could not be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A listener could not bind.
+    #[error("cannot listen on {what} {addr}: {source} (is another edgewatch or InfluxDB running? change [{what}] listen)")]
+    Bind {
+        /// `http` or `udp`.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Total time allowed for shutdown.
+pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(4);
+
+/// Runs the agent until `shutdown` is cancelled.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
+    let started = Instant::now();
+    let stats = Arc::new(Stats::default());
+    let dir = cfg.storage.data_dir.clone();
+    let max_series = cfg.storage.max_series.get();
+    let sync = cfg.storage.synchronous;
+    let store = tokio::task::spawn_blocking(move || Writer::open(&dir, max_series, sync))
+        .await
+        .map_err(|e| StoreError::Dir {
+            path: cfg.storage.data_dir.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })??;
+    let db_path = store.path().to_path_buf();
+    tracing::info!(db = %db_path.display(), series = store.series_count(), "store open");
+    let reader = Reader::open(&cfg.storage.data_dir)?;
+
+    let (handle, rx) = crate::queue::channel(cfg.ingest.queue_points.get());
+    let writer_stats = stats.clone();
+    let max_batch = cfg.ingest.max_batch_points.get();
+    let writer = std::thread::Builder::new()
+        .name("edgewatch-writer".into())
+        .spawn(move || crate::writer::run(store, rx, max_batch, writer_stats))
+        .map_err(|source| StoreError::Dir {
+            path: db_path.clone(),
+            source,
+        })?;
+
+    // Sources.
+    let sources = CancellationToken::new();
+    let write_ctx = crate::ingest::http::WriteCtx {
+        handle: handle.clone(),
+        stats: stats.clone(),
+        max_body: cfg.http.max_body_bytes,
+    };
+    let api_ctx = crate::api::ApiCtx {
+        reader: Arc::new(Mutex::new(reader)),
+        stats: stats.clone(),
+        handle: handle.clone(),
+        started,
+        max_series,
+        db_path: db_path.clone(),
+    };
+    let routes = crate::ingest::http::routes(write_ctx)
+        .or(crate::api::routes(api_ctx))
+        .unify()
+        .recover(crate::api::recover);
+    let http_stop = sources.clone();
+    let (http_addr, http_server) = warp::serve(routes)
+        .try_bind_with_graceful_shutdown(
+            cfg.http.listen,
+            async move { http_stop.cancelled().await },
+        )
+        .map_err(|e| AgentError::Bind {
+            what: "http",
+            addr: cfg.http.listen,
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    let http_task = tokio::spawn(http_server);
+    tracing::info!(addr = %http_addr, "http listening");
+
+    let mut tasks = Vec::new();
+    if cfg.udp.enabled {
+        let sock = tokio::net::UdpSocket::bind(cfg.udp.listen)
+            .await
+            .map_err(|source| AgentError::Bind {
+                what: "udp",
+                addr: cfg.udp.listen,
+                source,
+            })?;
+        tracing::info!(addr = %sock.local_addr().unwrap_or(cfg.udp.listen), "udp listening");
+        tasks.push((
+            "udp",
+            tokio::spawn(crate::ingest::udp::serve(
+                sock,
+                cfg.udp.precision.0,
+                handle.clone(),
+                stats.clone(),
+                sources.clone(),
+            )),
+        ));
+    }
+    if cfg.host.enabled {
+        tasks.push((
+            "host collector",
+            tokio::spawn(crate::collect::host::run(
+                cfg.host.interval.0,
+                handle.clone(),
+                stats.clone(),
+                sources.clone(),
+            )),
+        ));
+    }
+    drop(handle);
+
+    shutdown.cancelled().await;
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_DEADLINE;
+    tracing::info!("shutting down: stopping sources");
+    sources.cancel();
+    if tokio::time::timeout_at(deadline, http_task).await.is_err() {
+        tracing::warn!("http server still had requests in flight at the deadline");
+    }
+    for (name, t) in tasks {
+        if tokio::time::timeout_at(deadline, t).await.is_err() {
+            tracing::warn!(task = name, "still running at the shutdown deadline");
+        }
+    }
+    // Every producer handle is gone now: the writer drains the queue and returns.
+    let joined = tokio::task::spawn_blocking(move || writer.join());
+    match tokio::time::timeout_at(deadline + Duration::from_millis(800), joined).await {
+        Ok(_) => tracing::info!(
+            points = Stats::get(&stats.points_written),
+            "writer flushed; stopped cleanly"
+        ),
+        Err(_) => tracing::warn!("writer still committing at the shutdown deadline"),
+    }
+    Ok(())
+}
+
+/// Resolves when SIGINT or SIGTERM arrives.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,249 @@
+//! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series`,
+//! `/api/v1/query` (raw points) and `/api/v1/status`. It only reads — through its own
+//! read-only SQLite connection, on the blocking pool — and never writes: writes go through
+//! ingest like everything else.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::json;
+use warp::http::StatusCode;
+use warp::reply::Response;
+use warp::{Filter, Reply};
+
+use crate::queue::IngestHandle;
+use crate::stats::Stats;
+use crate::store::query::RawQuery;
+use crate::store::{Reader, StoreError};
+use crate::timeparse::parse_time;
+
+/// Default span of a query without `from`: the last hour.
+pub const DEFAULT_RANGE_NS: i64 = 3_600 * 1_000_000_000;
+/// Most points one raw query returns unless `limit` says otherwise.
+pub const DEFAULT_LIMIT: usize = 100_000;
+
+/// What the read API needs.
+#[derive(Clone)]
+pub struct ApiCtx {
+    /// Read-only connection to the store.
+    pub reader: Arc<Mutex<Reader>>,
+    /// Counters.
+    pub stats: Arc<Stats>,
+    /// Queue, for its depth.
+    pub handle: IngestHandle,
+    /// When the agent started.
+    pub started: Instant,
+    /// Series cap, for the status page.
+    pub max_series: usize,
+    /// Database file.
+    pub db_path: PathBuf,
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response {
+    warp::reply::with_status(warp::reply::json(&json!({ "error": message })), status)
+        .into_response()
+}
+
+fn store_error(e: &StoreError) -> Response {
+    json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+}
+
+/// Runs `f` with the reader on the blocking pool.
+async fn with_reader<T, F>(ctx: &ApiCtx, f: F) -> Result<T, Response>
+where
+    T: Send + 'static,
+    F: FnOnce(&Reader) -> Result<T, StoreError> + Send + 'static,
+{
+    let reader = ctx.reader.clone();
+    match tokio::task::spawn_blocking(move || {
+        let guard = reader.lock().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
+    })
+    .await
+    {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(store_error(&e)),
+        Err(e) => Err(json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("query task failed: {e}"),
+        )),
+    }
+}
+
+/// Parses the query-string form shared by the API and the CLI.
+pub fn raw_query_from_params(
+    params: &HashMap<String, String>,
+    now: i64,
+) -> Result<RawQuery, String> {
+    let measurement = params
+        .get("measurement")
+        .filter(|m| !m.is_empty())
+        .ok_or("missing `measurement` parameter")?
+        .clone();
+    let to = match params.get("to") {
+        Some(t) => parse_time(t, now).map_err(|e| e.to_string())?,
+        None => now,
+    };
+    let from = match params.get("from") {
+        Some(t) => parse_time(t, now).map_err(|e| e.to_string())?,
+        None => to.saturating_sub(DEFAULT_RANGE_NS),
+    };
+    if from > to {
+        return Err(format!("`from` ({from}) is after `to` ({to})"));
+    }
+    let limit = match params.get("limit") {
+        Some(l) => l
+            .parse()
+            .map_err(|_| format!("invalid limit {l:?}: expected a positive integer"))?,
+        None => DEFAULT_LIMIT,
+    };
+    let mut tags: Vec<(String, String)> = params
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("tag.").map(|t| (t.to_string(), v.clone())))
+        .collect();
+    tags.sort();
+    Ok(RawQuery {
+        measurement,
+        field: params.get("field").filter(|f| !f.is_empty()).cloned(),
+        tags,
+        from,
+        to,
+        limit,
+    })
+}
+
+/// Every read route.
+pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
+    let with = {
+        let ctx = ctx.clone();
+        warp::any().map(move || ctx.clone())
+    };
+    let health = warp::path("health")
+        .and(warp::path::end())
+        .and(warp::get())
+        .map(|| {
+            warp::reply::json(&json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+                .into_response()
+        });
+    // InfluxDB clients probe /ping before writing.
+    let ping = warp::path("ping")
+        .and(warp::path::end())
+        .and(warp::get().or(warp::head()).unify())
+        .map(|| {
+            let mut r = StatusCode::NO_CONTENT.into_response();
+            let h = r.headers_mut();
+            h.insert(
+                "X-Influxdb-Version",
+                warp::http::HeaderValue::from_static("1.8.10"),
+            );
+            h.insert(
+                "X-Influxdb-Build",
+                warp::http::HeaderValue::from_static("OSS"),
+            );
+            h.insert(
+                "X-Edgewatch-Version",
+                warp::http::HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+            );
+            r
+        });
+    let series = warp::path!("api" / "v1" / "series")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let m = q.get("measurement").cloned();
+            match with_reader(&ctx, move |r| r.series(m.as_deref())).await {
+                Ok(s) => warp::reply::json(&json!({ "series": s })).into_response(),
+                Err(resp) => resp,
+            }
+        });
+    let query = warp::path!("api" / "v1" / "query")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let rq = match raw_query_from_params(&q, crate::now_ns()) {
+                Ok(rq) => rq,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            let (m, from, to) = (rq.measurement.clone(), rq.from, rq.to);
+            match with_reader(&ctx, move |r| r.query_raw(&rq)).await {
+                Ok(res) => warp::reply::json(&json!({
+                    "measurement": m,
+                    "from": from,
+                    "to": to,
+                    "tier": "raw",
+                    "truncated": res.truncated,
+                    "series": res.series,
+                }))
+                .into_response(),
+                Err(resp) => resp,
+            }
+        });
+    let status = warp::path!("api" / "v1" / "status")
+        .and(warp::get())
+        .and(with)
+        .then(|ctx: ApiCtx| async move { status(ctx).await });
+    health
+        .or(ping)
+        .unify()
+        .or(series)
+        .unify()
+        .or(query)
+        .unify()
+        .or(status)
+        .unify()
+}
+
+async fn status(ctx: ApiCtx) -> Response {
+    let series = with_reader(&ctx, |r| r.series_count()).await.unwrap_or(-1);
+    let s = &ctx.stats;
+    let g = Stats::get;
+    warp::reply::json(&json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "uptime_s": ctx.started.elapsed().as_secs(),
+        "ingest": {
+            "points_written": g(&s.points_written),
+            "lines_written": g(&s.lines_written),
+            "lines_rejected": g(&s.lines_rejected),
+            "points_rejected": g(&s.points_rejected),
+            "points_dropped": g(&s.points_dropped),
+            "writes_throttled": g(&s.writes_throttled),
+            "writes_too_large": g(&s.writes_too_large),
+            "udp_datagrams": g(&s.udp_datagrams),
+            "queue_points": ctx.handle.queued(),
+            "queue_capacity": ctx.handle.capacity(),
+            "commits": g(&s.commits),
+            "commit_errors": g(&s.commit_errors),
+            "last_commit_ms": g(&s.last_commit_us) as f64 / 1000.0,
+        },
+        "store": {
+            "path": ctx.db_path,
+            "db_bytes": crate::store::disk_bytes(&ctx.db_path),
+            "series": series,
+            "max_series": ctx.max_series,
+        },
+        "collectors": {
+            "errors": g(&s.collector_errors),
+        },
+    }))
+    .into_response()
+}
+
+/// Turns warp's rejections (unknown path, wrong method, bad query string) into JSON errors.
+pub async fn recover(r: warp::Rejection) -> Result<Response, Infallible> {
+    Ok(if r.is_not_found() {
+        json_error(StatusCode::NOT_FOUND, "not found")
+    } else if r.find::<warp::reject::MethodNotAllowed>().is_some() {
+        json_error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed")
+    } else if let Some(e) = r.find::<warp::reject::InvalidQuery>() {
+        json_error(StatusCode::BAD_REQUEST, &e.to_string())
+    } else if let Some(e) = r.find::<warp::reject::InvalidHeader>() {
+        json_error(StatusCode::BAD_REQUEST, &e.to_string())
+    } else {
+        json_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("{r:?}"))
+    })
+}

@@ -1,0 +1,515 @@
+//! Typed configuration: the annotated default file `config/edgewatch.toml` is compiled in
+//! and is the single source of defaults; a user file, `EDGEWATCH_*` environment variables
+//! and command-line flags are layered over it in that order. Unknown keys are errors, and
+//! every error names the key and, for files, the line. This module only parses and
+//! validates; it never opens sockets or files other than the config file itself.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// The built-in default configuration, exactly as shipped in `config/edgewatch.toml`.
+pub const DEFAULT_CONFIG: &str = include_str!("../config/edgewatch.toml");
+
+/// Prefix of environment variables that override config keys.
+pub const ENV_PREFIX: &str = "EDGEWATCH_";
+
+/// Everything the agent can be configured with.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[http]`
+    pub http: HttpConfig,
+    /// `[udp]`
+    pub udp: UdpConfig,
+    /// `[storage]`
+    pub storage: StorageConfig,
+    /// `[ingest]`
+    pub ingest: IngestConfig,
+    /// `[host]`
+    pub host: HostConfig,
+    /// `[log]`
+    pub log: LogConfig,
+}
+
+/// `[http]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Body limit after decompression.
+    pub max_body_bytes: u64,
+}
+
+/// `[udp]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UdpConfig {
+    /// Whether the UDP listener runs.
+    pub enabled: bool,
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Timestamp precision of UDP lines.
+    pub precision: PrecisionName,
+}
+
+/// `[storage]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Store directory.
+    pub data_dir: PathBuf,
+    /// Series cap.
+    pub max_series: NonZeroUsize,
+    /// SQLite synchronous mode.
+    pub synchronous: Synchronous,
+}
+
+/// SQLite durability level.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Synchronous {
+    /// Durable across process crashes (WAL, synchronous=NORMAL).
+    Normal,
+    /// Durable across power loss (synchronous=FULL).
+    Full,
+}
+
+/// `[ingest]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestConfig {
+    /// Queue capacity in points.
+    pub queue_points: NonZeroUsize,
+    /// Group-commit size in points.
+    pub max_batch_points: NonZeroUsize,
+}
+
+/// `[host]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// Whether the host collector runs.
+    pub enabled: bool,
+    /// Sampling interval.
+    pub interval: Interval,
+}
+
+/// `[log]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// tracing EnvFilter directive.
+    pub level: String,
+}
+
+/// A non-zero duration written the humantime way ("10s", "1m 30s").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval(pub Duration);
+
+impl<'de> Deserialize<'de> for Interval {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let dur = humantime::parse_duration(&s).map_err(|e| {
+            serde::de::Error::custom(format!("invalid duration {s:?}: {e} (write e.g. \"10s\")"))
+        })?;
+        if dur.is_zero() {
+            return Err(serde::de::Error::custom(
+                "duration must be greater than zero",
+            ));
+        }
+        Ok(Interval(dur))
+    }
+}
+
+/// A validated timestamp precision name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrecisionName(pub crate::ingest::lineproto::Precision);
+
+impl<'de> Deserialize<'de> for PrecisionName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        crate::ingest::lineproto::Precision::parse(&s)
+            .map(PrecisionName)
+            .ok_or_else(|| {
+                serde::de::Error::custom(format!(
+                    "invalid precision {s:?}: expected one of ns, us, ms, s, m, h"
+                ))
+            })
+    }
+}
+
+/// Why a configuration could not be loaded. The message says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// Bad TOML, an unknown key or a bad value in a file; the message names line and key.
+    #[error("invalid config {origin}: {message}")]
+    File {
+        /// Which file.
+        origin: String,
+        /// toml's message, with line, column and key.
+        message: String,
+    },
+    /// A bad environment override.
+    #[error("invalid environment variable {var}: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl Config {
+    /// The built-in defaults.
+    pub fn builtin() -> Config {
+        // The embedded file is checked by a unit test; failing here is a build defect.
+        Self::from_toml_str(DEFAULT_CONFIG, "<built-in>")
+            .expect("embedded default config must be valid")
+    }
+
+    /// Parses a config text; keys it leaves out keep their built-in defaults.
+    pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        toml::from_str(text).map_err(|e| ConfigError::File {
+            origin: origin.to_string(),
+            message: e.to_string().trim_end().to_string(),
+        })
+    }
+
+    /// Loads the effective config: built-in defaults, then `path` if given, then the
+    /// environment variables in `env`.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let (text, origin) = match path {
+            Some(p) => (
+                std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    path: p.to_path_buf(),
+                    source,
+                })?,
+                p.display().to_string(),
+            ),
+            None => (DEFAULT_CONFIG.to_string(), "<built-in>".to_string()),
+        };
+        let cfg = Self::from_toml_str(&text, &origin)?;
+        cfg.with_env(env)
+    }
+
+    /// Applies `EDGEWATCH_SECTION__KEY=value` overrides.
+    pub fn with_env(
+        self,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut overrides: Vec<(String, String)> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(ENV_PREFIX))
+            .collect();
+        if overrides.is_empty() {
+            return Ok(self);
+        }
+        overrides.sort();
+        let mut table =
+            toml::Table::try_from(&SerializableConfig(&self)).map_err(|e| ConfigError::Env {
+                var: "(all)".into(),
+                message: e.to_string(),
+            })?;
+        for (var, raw) in &overrides {
+            let path = var[ENV_PREFIX.len()..].to_ascii_lowercase();
+            let parts: Vec<&str> = path.split("__").collect();
+            let value = parse_env_value(raw);
+            let env_err = |message: String| ConfigError::Env {
+                var: var.clone(),
+                message,
+            };
+            match parts.as_slice() {
+                [section, key] if !section.is_empty() && !key.is_empty() => {
+                    let sec = table
+                        .get_mut(*section)
+                        .and_then(|v| v.as_table_mut())
+                        .ok_or_else(|| env_err(format!("unknown config section [{section}]")))?;
+                    if !sec.contains_key(*key) {
+                        return Err(env_err(format!("unknown key `{key}` in [{section}]")));
+                    }
+                    sec.insert((*key).to_string(), value);
+                }
+                _ => {
+                    return Err(env_err(
+                        "expected EDGEWATCH_<SECTION>__<KEY>, e.g. EDGEWATCH_HTTP__LISTEN".into(),
+                    ))
+                }
+            }
+            // Check each override on its own so the error names the variable.
+            Config::deserialize(table.clone()).map_err(|e| env_err(e.to_string()))?;
+        }
+        Config::deserialize(table).map_err(|e| ConfigError::Env {
+            var: "(combined)".into(),
+            message: e.to_string(),
+        })
+    }
+}
+
+// Defaults for keys a user file leaves out. They must equal the embedded file's values:
+// `defaults_match_the_embedded_file` checks that.
+fn nz(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9400)),
+            max_body_bytes: 25 * 1024 * 1024,
+        }
+    }
+}
+
+impl Default for UdpConfig {
+    fn default() -> Self {
+        UdpConfig {
+            enabled: true,
+            listen: SocketAddr::from(([127, 0, 0, 1], 8089)),
+            precision: PrecisionName(crate::ingest::lineproto::Precision::Nanos),
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        StorageConfig {
+            data_dir: PathBuf::from("edgewatch-data"),
+            max_series: nz(100_000),
+            synchronous: Synchronous::Normal,
+        }
+    }
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            queue_points: nz(1_000_000),
+            max_batch_points: nz(100_000),
+        }
+    }
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            enabled: true,
+            interval: Interval(Duration::from_secs(10)),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".into(),
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            http: HttpConfig::default(),
+            udp: UdpConfig::default(),
+            storage: StorageConfig::default(),
+            ingest: IngestConfig::default(),
+            host: HostConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+fn parse_env_value(raw: &str) -> toml::Value {
+    // A bare TOML value (number, bool) if it parses as one; a string otherwise.
+    let doc = format!("v = {raw}");
+    match toml::from_str::<toml::Table>(&doc) {
+        Ok(mut t) => match t.remove("v") {
+            Some(
+                v @ (toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_)),
+            ) => v,
+            _ => toml::Value::String(raw.to_string()),
+        },
+        Err(_) => toml::Value::String(raw.to_string()),
+    }
+}
+
+/// Serializes a [`Config`] back into the TOML shape it was read from.
+struct SerializableConfig<'a>(&'a Config);
+
+impl serde::Serialize for SerializableConfig<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use toml::Value as V;
+        let c = self.0;
+        let mut root = toml::Table::new();
+        let mut sec = |name: &str, items: Vec<(&str, V)>| {
+            root.insert(
+                name.to_string(),
+                V::Table(items.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+            );
+        };
+        let dur = |d: Duration| V::String(humantime::format_duration(d).to_string());
+        let int = |n: u64| V::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+        sec(
+            "http",
+            vec![
+                ("listen", V::String(c.http.listen.to_string())),
+                ("max_body_bytes", int(c.http.max_body_bytes)),
+            ],
+        );
+        sec(
+            "udp",
+            vec![
+                ("enabled", V::Boolean(c.udp.enabled)),
+                ("listen", V::String(c.udp.listen.to_string())),
+                ("precision", V::String(c.udp.precision.0.name().to_string())),
+            ],
+        );
+        sec(
+            "storage",
+            vec![
+                (
+                    "data_dir",
+                    V::String(c.storage.data_dir.to_string_lossy().into_owned()),
+                ),
+                ("max_series", int(c.storage.max_series.get() as u64)),
+                (
+                    "synchronous",
+                    V::String(
+                        match c.storage.synchronous {
+                            Synchronous::Normal => "normal",
+                            Synchronous::Full => "full",
+                        }
+                        .into(),
+                    ),
+                ),
+            ],
+        );
+        sec(
+            "ingest",
+            vec![
+                ("queue_points", int(c.ingest.queue_points.get() as u64)),
+                (
+                    "max_batch_points",
+                    int(c.ingest.max_batch_points.get() as u64),
+                ),
+            ],
+        );
+        sec(
+            "host",
+            vec![
+                ("enabled", V::Boolean(c.host.enabled)),
+                ("interval", dur(c.host.interval.0)),
+            ],
+        );
+        sec("log", vec![("level", V::String(c.log.level.clone()))]);
+        root.serialize(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_match_the_embedded_file() {
+        assert_eq!(
+            Config::from_toml_str("", "empty").unwrap(),
+            Config::builtin()
+        );
+        assert_eq!(Config::default(), Config::builtin());
+    }
+
+    #[test]
+    fn builtin_defaults_are_the_documented_ones() {
+        let c = Config::builtin();
+        assert_eq!(c.http.listen.to_string(), "127.0.0.1:9400");
+        assert_eq!(c.udp.listen.to_string(), "127.0.0.1:8089");
+        assert_eq!(c.storage.data_dir, PathBuf::from("edgewatch-data"));
+        assert_eq!(c.host.interval.0, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn a_partial_file_keeps_the_other_defaults() {
+        let c = Config::from_toml_str("[http]\nlisten = \"127.0.0.1:1\"\n", "f").unwrap();
+        assert_eq!(c.http.listen.port(), 1);
+        assert_eq!(c.http.max_body_bytes, Config::builtin().http.max_body_bytes);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_line() {
+        let e = Config::from_toml_str("[http]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn bad_value_is_named_with_its_line() {
+        let e = Config::from_toml_str("\n[host]\ninterval = \"soon\"\n", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("interval") || e.contains("soon"), "{e}");
+        let e = Config::from_toml_str("[http]\nlisten = \"nowhere\"\n", "f.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn env_overrides_file_and_names_bad_vars() {
+        let c = Config::builtin()
+            .with_env(env(&[
+                ("EDGEWATCH_HTTP__LISTEN", "127.0.0.1:7"),
+                ("EDGEWATCH_STORAGE__MAX_SERIES", "5"),
+                ("PATH", "/bin"),
+            ]))
+            .unwrap();
+        assert_eq!(c.http.listen.port(), 7);
+        assert_eq!(c.storage.max_series.get(), 5);
+        let e = Config::builtin()
+            .with_env(env(&[("EDGEWATCH_HTTP__LISTN", "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("EDGEWATCH_HTTP__LISTN") && e.contains("listn"),
+            "{e}"
+        );
+        let e = Config::builtin()
+            .with_env(env(&[("EDGEWATCH_STORAGE__MAX_SERIES", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("EDGEWATCH_STORAGE__MAX_SERIES"), "{e}");
+    }
+
+    #[test]
+    fn env_round_trip_keeps_every_value() {
+        let c = Config::builtin();
+        let again = c.clone().with_env(env(&[("EDGEWATCH_LOG__LEVEL", "info")]));
+        assert_eq!(again.unwrap(), c);
+    }
+}

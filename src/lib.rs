@@ -1,0 +1,23 @@
+//! edgewatch: a telemetry agent for edge-AI devices. See `ARCHITECTURE.md` for the map;
+//! data flows one way: collectors/ingest -> [`queue`] -> [`writer`] -> [`store`] ->
+//! [`api`] (and, later, rollup, forward and the web UI).
+
+pub mod agent;
+pub mod api;
+pub mod collect;
+pub mod config;
+pub mod ingest;
+pub mod model;
+pub mod queue;
+pub mod stats;
+pub mod store;
+pub mod timeparse;
+pub mod writer;
+
+/// The current time in Unix epoch nanoseconds (0 if the clock is before 1970).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}

@@ -1,0 +1,162 @@
+//! The bounded queue between every producer (HTTP, UDP, collectors) and the single writer.
+//!
+//! Capacity is counted in points (field values), enforced by a semaphore whose permits
+//! travel with each batch and return only after the writer has committed it, so memory is
+//! bounded by what is in flight, not by what producers offer. Producers never wait: when the
+//! queue is full, `submit` fails at once and the caller decides (HTTP answers 503 with
+//! `Retry-After`, UDP and collectors drop and count).
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+use crate::model::{Batch, Rejection};
+
+/// The writer's answer to one submitted batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ack {
+    /// Committed; the listed lines were refused (type conflict, series cap).
+    Committed {
+        /// Refused lines.
+        rejected: Vec<Rejection>,
+    },
+    /// The transaction failed and nothing of the batch was stored.
+    Failed {
+        /// Why (e.g. disk full).
+        error: String,
+        /// Whether trying again later may succeed.
+        retryable: bool,
+    },
+}
+
+/// A batch on its way to the writer.
+pub struct Request {
+    /// The lines.
+    pub batch: Batch,
+    /// Where to send the outcome, if the producer waits for it.
+    pub ack: Option<oneshot::Sender<Ack>>,
+    /// Queue capacity held until the writer is done with the batch.
+    pub permit: OwnedSemaphorePermit,
+}
+
+/// Why a batch was not queued.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Not enough room right now; retry later.
+    #[error("ingest queue full ({queued} of {capacity} points waiting)")]
+    Full {
+        /// Points waiting.
+        queued: usize,
+        /// Capacity.
+        capacity: usize,
+    },
+    /// The writer has stopped (shutdown).
+    #[error("the agent is shutting down")]
+    Closed,
+}
+
+/// The producers' end of the queue; cheap to clone.
+#[derive(Clone)]
+pub struct IngestHandle {
+    tx: mpsc::UnboundedSender<Request>,
+    permits: Arc<Semaphore>,
+    capacity: usize,
+}
+
+/// Creates the queue: the producers' handle and the writer's receiver.
+pub fn channel(capacity_points: usize) -> (IngestHandle, mpsc::UnboundedReceiver<Request>) {
+    let capacity = capacity_points.min(Semaphore::MAX_PERMITS);
+    let (tx, rx) = mpsc::unbounded_channel();
+    (
+        IngestHandle {
+            tx,
+            permits: Arc::new(Semaphore::new(capacity)),
+            capacity,
+        },
+        rx,
+    )
+}
+
+impl IngestHandle {
+    /// Queues `batch` if there is room; with `want_ack`, returns the receiver of the
+    /// writer's answer.
+    pub fn submit(
+        &self,
+        batch: Batch,
+        want_ack: bool,
+    ) -> Result<Option<oneshot::Receiver<Ack>>, SubmitError> {
+        // A batch larger than the whole queue takes all of it rather than never fitting.
+        let need = batch.points().clamp(1, self.capacity);
+        let permit = match self.permits.clone().try_acquire_many_owned(need as u32) {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) => {
+                return Err(SubmitError::Full {
+                    queued: self.queued(),
+                    capacity: self.capacity,
+                })
+            }
+            Err(TryAcquireError::Closed) => return Err(SubmitError::Closed),
+        };
+        let (ack, rx) = if want_ack {
+            let (t, r) = oneshot::channel();
+            (Some(t), Some(r))
+        } else {
+            (None, None)
+        };
+        self.tx
+            .send(Request { batch, ack, permit })
+            .map_err(|_| SubmitError::Closed)?;
+        Ok(rx)
+    }
+
+    /// Points waiting in the queue or being committed.
+    pub fn queued(&self) -> usize {
+        self.capacity - self.permits.available_permits()
+    }
+
+    /// Capacity in points.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Line, Value};
+
+    fn batch(points: usize) -> Batch {
+        Batch {
+            lines: vec![Line {
+                key: "m".into(),
+                fields: (0..points)
+                    .map(|i| (format!("f{i}"), Value::F64(1.0)))
+                    .collect(),
+                ts: 0,
+                line_no: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn full_queue_refuses_until_the_writer_releases() {
+        let (h, mut rx) = channel(10);
+        h.submit(batch(6), false).unwrap();
+        assert_eq!(h.queued(), 6);
+        assert!(matches!(
+            h.submit(batch(5), false),
+            Err(SubmitError::Full { queued: 6, .. })
+        ));
+        let req = rx.try_recv().unwrap();
+        drop(req); // the writer is done: permits come back
+        assert_eq!(h.queued(), 0);
+        h.submit(batch(5), false).unwrap();
+    }
+
+    #[test]
+    fn a_batch_larger_than_the_queue_still_fits_an_empty_queue() {
+        let (h, _rx) = channel(4);
+        h.submit(batch(9), false).unwrap();
+        assert_eq!(h.queued(), 4);
+    }
+}
