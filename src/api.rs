@@ -207,8 +207,7 @@ async fn status(ctx: ApiCtx) -> Response {
         "uptime_s": ctx.started.elapsed().as_secs(),
         "ingest": {
             "points_written": g(&s.points_written),
-            "lines_written": g(&s.lines_written),
-            "lines_rejected": g(&s.lines_rejected),
+            "values_written": g(&s.values_written),
             "points_rejected": g(&s.points_rejected),
             "points_dropped": g(&s.points_dropped),
             "writes_throttled": g(&s.writes_throttled),

@@ -299,8 +299,8 @@ impl Default for StorageConfig {
 impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
-            queue_points: nz(1_000_000),
-            max_batch_points: nz(100_000),
+            queue_points: nz(50_000),
+            max_batch_points: nz(20_000),
         }
     }
 }

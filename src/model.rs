@@ -113,8 +113,18 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// Number of field values (points, in InfluxDB's counting) in the batch.
-    pub fn points(&self) -> usize {
+    /// Number of points (lines) in the batch.
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// True when the batch holds no line.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Number of field values in the batch.
+    pub fn values(&self) -> usize {
         self.lines.iter().map(|l| l.fields.len()).sum()
     }
 }

@@ -1,6 +1,6 @@
 //! The bounded queue between every producer (HTTP, UDP, collectors) and the single writer.
 //!
-//! Capacity is counted in points (field values), enforced by a semaphore whose permits
+//! Capacity is counted in points (lines), enforced by a semaphore whose permits
 //! travel with each batch and return only after the writer has committed it, so memory is
 //! bounded by what is in flight, not by what producers offer. Producers never wait: when the
 //! queue is full, `submit` fails at once and the caller decides (HTTP answers 503 with
@@ -86,7 +86,7 @@ impl IngestHandle {
         want_ack: bool,
     ) -> Result<Option<oneshot::Receiver<Ack>>, SubmitError> {
         // A batch larger than the whole queue takes all of it rather than never fitting.
-        let need = batch.points().clamp(1, self.capacity);
+        let need = batch.len().clamp(1, self.capacity);
         let permit = match self.permits.clone().try_acquire_many_owned(need as u32) {
             Ok(p) => p,
             Err(TryAcquireError::NoPermits) => {
@@ -129,12 +129,10 @@ mod tests {
         Batch {
             lines: vec![Line {
                 key: "m".into(),
-                fields: (0..points)
-                    .map(|i| (format!("f{i}"), Value::F64(1.0)))
-                    .collect(),
+                fields: vec![("f".into(), Value::F64(1.0))],
                 ts: 0,
                 line_no: 1,
-            }],
+            }; points],
         }
     }
 

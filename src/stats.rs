@@ -1,4 +1,5 @@
-//! The agent's own counters, shared by every stage as plain atomics. Stages only add to
+//! The agent's own counters (a *point* is one line of line protocol, as InfluxDB counts;
+//! a *value* is one field of it), shared by every stage as plain atomics. Stages only add to
 //! them; `/api/v1/status` (and later `/metrics`) read them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -6,15 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Counters of the ingest path.
 #[derive(Debug, Default)]
 pub struct Stats {
-    /// Field values committed to the store.
+    /// Points (lines) committed to the store.
     pub points_written: AtomicU64,
-    /// Lines committed to the store.
-    pub lines_written: AtomicU64,
-    /// Lines refused (parse errors, type conflicts, series cap).
-    pub lines_rejected: AtomicU64,
-    /// Field values refused by the writer (type conflicts, series cap).
+    /// Field values committed to the store.
+    pub values_written: AtomicU64,
+    /// Points refused (parse errors, type conflicts, series cap).
     pub points_rejected: AtomicU64,
-    /// Field values dropped because the queue was full (UDP, collectors).
+    /// Points dropped because the queue was full (UDP, collectors) or their commit failed
+    /// with nobody to tell.
     pub points_dropped: AtomicU64,
     /// HTTP writes answered 503 because the queue was full.
     pub writes_throttled: AtomicU64,

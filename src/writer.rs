@@ -22,12 +22,12 @@ pub fn run(
 ) {
     let mut pending: Vec<Request> = Vec::new();
     while let Some(first) = rx.blocking_recv() {
-        let mut points = first.batch.points();
+        let mut points = first.batch.len();
         pending.push(first);
         while points < max_batch_points {
             match rx.try_recv() {
                 Ok(req) => {
-                    points += req.batch.points();
+                    points += req.batch.len();
                     pending.push(req);
                 }
                 Err(_) => break,
@@ -52,9 +52,8 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
             Stats::add(&stats.commits, 1);
             for (req, sum) in pending.drain(..).zip(summaries) {
                 Stats::add(&stats.points_written, sum.points as u64);
-                Stats::add(&stats.lines_written, sum.lines as u64);
-                Stats::add(&stats.points_rejected, sum.rejected_points as u64);
-                Stats::add(&stats.lines_rejected, sum.rejected.len() as u64);
+                Stats::add(&stats.values_written, sum.values as u64);
+                Stats::add(&stats.points_rejected, sum.rejected.len() as u64);
                 if req.ack.is_none() && !sum.rejected.is_empty() {
                     // Collectors and UDP have nobody to answer: log (rate-limited by the
                     // fact that the same series keeps failing the same way) and count.
@@ -79,7 +78,7 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
             };
             for req in pending.drain(..) {
                 if req.ack.is_none() {
-                    Stats::add(&stats.points_dropped, req.batch.points() as u64);
+                    Stats::add(&stats.points_dropped, req.batch.len() as u64);
                 }
                 if let Some(ack) = req.ack {
                     let _ = ack.send(Ack::Failed {

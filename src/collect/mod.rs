@@ -3,6 +3,7 @@
 //! blocks ingest: when the queue is full its sample is dropped and counted.
 
 pub mod host;
+pub mod nvml;
 
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ pub fn submit(handle: &IngestHandle, stats: &Arc<Stats>, batch: Batch, source: &
     if batch.lines.is_empty() {
         return;
     }
-    let points = batch.points() as u64;
+    let points = batch.len() as u64;
     match handle.submit(batch, false) {
         Ok(_) => {}
         Err(SubmitError::Full { .. }) => {

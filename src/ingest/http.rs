@@ -201,7 +201,7 @@ where
         }
     };
     let mut errors = parsed.errors;
-    Stats::add(&ctx.stats.lines_rejected, errors.len() as u64);
+    Stats::add(&ctx.stats.points_rejected, errors.len() as u64);
     if !parsed.batch.lines.is_empty() {
         let rx = match ctx.handle.submit(parsed.batch, true) {
             Ok(rx) => rx,

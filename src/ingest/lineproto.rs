@@ -179,7 +179,8 @@ mod tests {
         );
         assert_eq!(p.batch.lines[1].line_no, 4);
         assert_eq!(p.batch.lines[1].ts, 42);
-        assert_eq!(p.batch.points(), 5);
+        assert_eq!(p.batch.values(), 5);
+        assert_eq!(p.batch.len(), 2);
     }
 
     #[test]

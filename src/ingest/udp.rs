@@ -38,13 +38,13 @@ pub async fn serve(
         let text = String::from_utf8_lossy(&buf[..n]);
         let parsed = parse_body(&text, precision, crate::now_ns());
         if !parsed.errors.is_empty() {
-            Stats::add(&stats.lines_rejected, parsed.errors.len() as u64);
+            Stats::add(&stats.points_rejected, parsed.errors.len() as u64);
             tracing::debug!(first = %parsed.errors[0].error, count = parsed.errors.len(), "udp lines rejected");
         }
         if parsed.batch.lines.is_empty() {
             continue;
         }
-        let points = parsed.batch.points() as u64;
+        let points = parsed.batch.len() as u64;
         match handle.submit(parsed.batch, false) {
             Ok(_) => warned_full = false,
             Err(SubmitError::Full { .. }) => {

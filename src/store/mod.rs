@@ -165,14 +165,12 @@ pub struct Writer {
 /// What one committed batch did.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct WriteSummary {
-    /// Lines stored.
-    pub lines: usize,
-    /// Field values stored.
+    /// Points (lines) stored.
     pub points: usize,
-    /// Lines refused, with reasons.
+    /// Field values stored.
+    pub values: usize,
+    /// Points refused, with reasons.
     pub rejected: Vec<Rejection>,
-    /// Field values in refused lines.
-    pub rejected_points: usize,
 }
 
 impl Writer {
@@ -311,7 +309,6 @@ impl Writer {
                             .and_then(|m| m.get(field.as_str()));
                         match known {
                             Some((_, kind)) if *kind != value.kind() => {
-                                sum.rejected_points += line.fields.len();
                                 sum.rejected.push(Rejection {
                                     line: line.line_no,
                                     error: format!(
@@ -328,7 +325,6 @@ impl Writer {
                         }
                     }
                     if new_series > 0 && dict.series_count + new_series > self.max_series {
-                        sum.rejected_points += line.fields.len();
                         sum.rejected.push(Rejection {
                             line: line.line_no,
                             error: format!(
@@ -378,8 +374,8 @@ impl Writer {
                     ins_point
                         .execute(params![tagset_id, line.ts, &buf[..]])
                         .map_err(&e)?;
-                    sum.lines += 1;
-                    sum.points += line.fields.len();
+                    sum.points += 1;
+                    sum.values += line.fields.len();
                 }
                 out.push(sum);
             }

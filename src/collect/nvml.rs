@@ -1,0 +1,1 @@
+//! NVIDIA GPU collector through NVML (placeholder; being written).

@@ -1,0 +1,332 @@
+//! Test support: free loopback ports, the real `edgewatch` binary started on them, and real
+//! peers (InfluxDB 1.x) started on them and stopped by PID when dropped.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free tcp port")
+}
+
+/// A free UDP port on 127.0.0.1.
+pub fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("free udp port")
+}
+
+/// Path of the edgewatch binary under test.
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_edgewatch"))
+}
+
+/// Polls `f` every 20 ms until it returns Some or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A running `edgewatch run`, killed when dropped.
+pub struct Agent {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub udp: SocketAddr,
+    pub dir: PathBuf,
+    pub log: PathBuf,
+}
+
+impl Agent {
+    /// Starts the agent with `extra_config` (TOML) appended to a config that sets the data
+    /// dir and free ports; waits until /health answers.
+    pub fn start(dir: &Path, extra_config: &str) -> Agent {
+        Self::start_with_env(dir, extra_config, &[])
+    }
+
+    pub fn start_with_env(dir: &Path, extra_config: &str, env: &[(&str, &str)]) -> Agent {
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let udp: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
+        let data = dir.join("data");
+        let cfg = dir.join("edgewatch.toml");
+        let mut text = format!(
+            "[http]\nlisten = \"{http}\"\n[udp]\nlisten = \"{udp}\"\n[storage]\ndata_dir = \"{}\"\n",
+            data.display()
+        );
+        text.push_str(extra_config);
+        std::fs::write(&cfg, merge_sections(&text)).unwrap();
+        let log = dir.join(format!("agent-{}.log", http.port()));
+        let logf = std::fs::File::create(&log).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&cfg)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(logf);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn edgewatch");
+        let mut agent = Agent {
+            child,
+            http,
+            udp,
+            dir: data,
+            log,
+        };
+        let ok = wait_for(Duration::from_secs(20), || {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                panic!("edgewatch exited early ({status}):\n{}", agent.log_text());
+            }
+            get(&agent.url("/health")).ok().filter(|r| r.0 == 200)
+        });
+        assert!(ok.is_some(), "edgewatch did not become ready:\n{}", agent.log_text());
+        agent
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns the exit code and how long it took.
+    pub fn terminate(mut self) -> (Option<i32>, Duration) {
+        let t = Instant::now();
+        signal(self.pid(), "TERM");
+        let status = self.child.wait().expect("wait");
+        (status.code(), t.elapsed())
+    }
+
+    /// SIGKILL, as a power cut would.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        let (code, body) = get(&self.url("/api/v1/status")).expect("status");
+        assert_eq!(code, 200);
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends a signal by name with kill(1).
+pub fn signal(pid: i32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+/// Merges repeated `[section]` headers so extra config can override the base.
+fn merge_sections(text: &str) -> String {
+    let mut order: Vec<String> = Vec::new();
+    let mut sections: std::collections::HashMap<String, Vec<String>> = Default::default();
+    let mut cur = String::new();
+    order.push(cur.clone());
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') && !t.starts_with("[[") {
+            cur = t.to_string();
+            if !order.contains(&cur) {
+                order.push(cur.clone());
+            }
+            continue;
+        }
+        if t.starts_with("[[") {
+            cur = format!("{t}#{}", order.len());
+            order.push(cur.clone());
+            sections.entry(cur.clone()).or_default().push(String::new());
+            continue;
+        }
+        let entry = sections.entry(cur.clone()).or_default();
+        if let Some((k, _)) = t.split_once('=') {
+            let k = k.trim().to_string();
+            entry.retain(|l| l.split_once('=').map(|(a, _)| a.trim() != k).unwrap_or(true));
+        }
+        entry.push(line.to_string());
+    }
+    let mut out = String::new();
+    for s in order {
+        if let Some(h) = s.split('#').next().filter(|h| !h.is_empty()) {
+            out.push_str(h);
+            out.push('\n');
+        }
+        for l in sections.get(&s).into_iter().flatten() {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// GET; returns (status, body). Network errors are Err.
+pub fn get(url: &str) -> Result<(u16, String), String> {
+    match ureq::get(url).timeout(Duration::from_secs(10)).call() {
+        Ok(r) => Ok((r.status(), r.into_string().unwrap_or_default())),
+        Err(ureq::Error::Status(code, r)) => Ok((code, r.into_string().unwrap_or_default())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// POST with optional headers; returns (status, headers of interest, body).
+pub fn post(url: &str, body: &[u8], headers: &[(&str, &str)]) -> Result<(u16, String), String> {
+    let mut req = ureq::post(url).timeout(Duration::from_secs(30));
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    match req.send_bytes(body) {
+        Ok(r) => Ok((r.status(), r.into_string().unwrap_or_default())),
+        Err(ureq::Error::Status(code, r)) => {
+            let retry = r.header("Retry-After").map(str::to_string);
+            let body = r.into_string().unwrap_or_default();
+            Ok((code, match retry {
+                Some(ra) => format!("Retry-After: {ra}\n{body}"),
+                None => body,
+            }))
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Gzips bytes.
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    enc.write_all(data).unwrap();
+    enc.finish().unwrap()
+}
+
+/// A real InfluxDB 1.x (`influxd` from Debian's `influxdb`), on free ports in a temp dir.
+pub struct Influxd {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub dir: PathBuf,
+}
+
+impl Influxd {
+    pub fn available() -> bool {
+        Command::new("influxd").arg("version").output().is_ok()
+    }
+
+    pub fn start(dir: &Path) -> Influxd {
+        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let rpc = free_port();
+        std::fs::create_dir_all(dir).unwrap();
+        let cfg = dir.join("influxdb.conf");
+        std::fs::write(
+            &cfg,
+            format!(
+                "reporting-disabled = true\nbind-address = \"127.0.0.1:{rpc}\"\n\
+                 [meta]\n  dir = \"{d}/meta\"\n\
+                 [data]\n  dir = \"{d}/data\"\n  wal-dir = \"{d}/wal\"\n  query-log-enabled = false\n  \
+                 cache-snapshot-write-cold-duration = \"2s\"\n  compact-full-write-cold-duration = \"4s\"\n\
+                 [http]\n  bind-address = \"{http}\"\n  log-enabled = false\n\
+                 [monitor]\n  store-enabled = false\n[continuous_queries]\n  enabled = false\n",
+                d = dir.display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("influxd.log")).unwrap();
+        let child = Command::new("influxd")
+            .arg("-config")
+            .arg(&cfg)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn influxd (apt-get install influxdb)");
+        let i = Influxd {
+            child,
+            http,
+            dir: dir.to_path_buf(),
+        };
+        let ok = wait_for(Duration::from_secs(30), || {
+            ureq::get(&format!("http://{http}/ping")).call().ok()
+        });
+        assert!(ok.is_some(), "influxd did not start");
+        i
+    }
+
+    pub fn query(&self, db: &str, q: &str) -> serde_json::Value {
+        let r = ureq::post(&format!("http://{}/query", self.http))
+            .query("db", db)
+            .query("q", q)
+            .call()
+            .expect("influx query");
+        serde_json::from_str(&r.into_string().unwrap()).unwrap()
+    }
+}
+
+impl Drop for Influxd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time (user+system) of a process in microseconds, from /proc/PID/stat.
+pub fn cpu_us(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<u64> = after
+        .split_ascii_whitespace()
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    // fields after ')' start at index 0 = state; utime = 11, stime = 12
+    let ticks = f.get(11).copied().unwrap_or(0) + f.get(12).copied().unwrap_or(0);
+    ticks * 1_000_000 / 100
+}
+
+/// A field of /proc/PID/status in kB (VmRSS, VmHWM).
+pub fn status_kb(pid: i32, key: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.trim_start_matches(':').split_ascii_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Bytes in every file under `dir`.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                total += dir_bytes(&p);
+            } else if let Ok(m) = e.metadata() {
+                total += m.len();
+            }
+        }
+    }
+    total
+}
