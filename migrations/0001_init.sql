@@ -2,9 +2,10 @@
 --
 -- A tag set is measurement + sorted tags, kept as its canonical line-protocol key
 -- (`cpu,host=a`). A series is a tag set plus one field key, with the field's type fixed at
--- its first write. Raw points are stored one row per input line: the row's `data` packs
--- every field value of that line (see src/store/codec.rs), which keeps one index entry per
--- line instead of one per value. `id` is insertion ordered: forwarders read by id cursor.
+-- its first write. Raw points are stored in chunks: one row holds up to a few thousand
+-- points of one tag set written in the same transaction, packed (see src/store/codec.rs),
+-- which keeps one index entry per chunk instead of one per value. `id` is insertion
+-- ordered: forwarders read by id cursor.
 
 CREATE TABLE tagsets (
     id          INTEGER PRIMARY KEY,
@@ -23,13 +24,15 @@ CREATE TABLE series (
     UNIQUE (tagset_id, field)
 );
 
-CREATE TABLE points (
+CREATE TABLE chunks (
     id        INTEGER PRIMARY KEY,       -- insertion order
     tagset_id INTEGER NOT NULL,
-    ts        INTEGER NOT NULL,          -- unix epoch nanoseconds
+    ts_min    INTEGER NOT NULL,          -- unix epoch nanoseconds
+    ts_max    INTEGER NOT NULL,
+    n         INTEGER NOT NULL,          -- points in the chunk
     data      BLOB NOT NULL
 );
-CREATE INDEX points_tagset_ts ON points (tagset_id, ts);
+CREATE INDEX chunks_tagset_ts_max ON chunks (tagset_id, ts_max);
 
 CREATE TABLE schema_migrations (
     version    INTEGER PRIMARY KEY,

@@ -127,12 +127,15 @@ mod tests {
 
     fn batch(points: usize) -> Batch {
         Batch {
-            lines: vec![Line {
-                key: "m".into(),
-                fields: vec![("f".into(), Value::F64(1.0))],
-                ts: 0,
-                line_no: 1,
-            }; points],
+            lines: vec![
+                Line {
+                    key: "m".into(),
+                    fields: vec![("f".into(), Value::F64(1.0))],
+                    ts: 0,
+                    line_no: 1,
+                };
+                points
+            ],
         }
     }
 

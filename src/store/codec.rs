@@ -1,6 +1,8 @@
-//! The packed encoding of one line's field values inside a `points.data` BLOB.
+//! The packed encoding of a chunk of points (`chunks.data`).
 //!
-//! Each value is `varint(series_id << 3 | tag)` followed by its payload: float = 8 bytes
+//! A chunk is a sequence of points of one tag set. Each point is `zigzag-varint(ts - prev)`
+//! (`prev` starts at the chunk's `ts_min`), `varint(number of values)`, then its values. Each
+//! value is `varint(series_id << 3 | tag)` followed by its payload: float = 8 bytes
 //! little-endian, int = zigzag varint, uint = varint, bool = none (tag 3 false, 4 true),
 //! string = varint length + UTF-8 bytes. Pure functions; decoding never panics on corrupt
 //! input, it returns an error.
@@ -57,7 +59,7 @@ pub fn encode_value(out: &mut Vec<u8>, series_id: i64, value: &Value) {
         }
         Value::I64(i) => {
             put_varint(out, sid | T_INT);
-            put_varint(out, ((i << 1) ^ (i >> 63)) as u64);
+            put_varint(out, zigzag(*i));
         }
         Value::U64(u) => {
             put_varint(out, sid | T_UINT);
@@ -72,41 +74,76 @@ pub fn encode_value(out: &mut Vec<u8>, series_id: i64, value: &Value) {
     }
 }
 
-/// Decodes every (series id, value) of a BLOB, calling `f` for each.
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(z: u64) -> i64 {
+    ((z >> 1) as i64) ^ -((z & 1) as i64)
+}
+
+/// Appends a point header: its timestamp as a delta from `prev` and its value count.
+pub fn encode_point_header(out: &mut Vec<u8>, prev: i64, ts: i64, values: usize) {
+    put_varint(out, zigzag(ts.wrapping_sub(prev)));
+    put_varint(out, values as u64);
+}
+
+/// Decodes a chunk, calling `f(ts, series_id, value)` for every value in order.
+pub fn decode_chunk(
+    buf: &[u8],
+    ts_min: i64,
+    mut f: impl FnMut(i64, i64, Value),
+) -> Result<(), CodecError> {
+    let mut pos = 0usize;
+    let mut ts = ts_min;
+    while pos < buf.len() {
+        ts = ts.wrapping_add(unzigzag(get_varint(buf, &mut pos)?));
+        let n = get_varint(buf, &mut pos)?;
+        for _ in 0..n {
+            let (sid, v) = decode_value(buf, &mut pos)?;
+            f(ts, sid, v);
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a sequence of values with no point headers, calling `f` for each.
 pub fn decode(buf: &[u8], mut f: impl FnMut(i64, Value)) -> Result<(), CodecError> {
     let mut pos = 0usize;
     while pos < buf.len() {
-        let head = get_varint(buf, &mut pos)?;
-        let sid = (head >> 3) as i64;
-        let value = match head & 7 {
-            T_FLOAT => {
-                let bytes: [u8; 8] = buf
-                    .get(pos..pos + 8)
-                    .and_then(|s| s.try_into().ok())
-                    .ok_or(CodecError { offset: pos })?;
-                pos += 8;
-                Value::F64(f64::from_le_bytes(bytes))
-            }
-            T_INT => {
-                let z = get_varint(buf, &mut pos)?;
-                Value::I64(((z >> 1) as i64) ^ -((z & 1) as i64))
-            }
-            T_UINT => Value::U64(get_varint(buf, &mut pos)?),
-            T_FALSE => Value::Bool(false),
-            T_TRUE => Value::Bool(true),
-            T_STR => {
-                let len = get_varint(buf, &mut pos)? as usize;
-                let end = pos.checked_add(len).ok_or(CodecError { offset: pos })?;
-                let bytes = buf.get(pos..end).ok_or(CodecError { offset: pos })?;
-                let s = std::str::from_utf8(bytes).map_err(|_| CodecError { offset: pos })?;
-                pos = end;
-                Value::Str(s.to_string())
-            }
-            _ => return Err(CodecError { offset: pos }),
-        };
-        f(sid, value);
+        let (sid, v) = decode_value(buf, &mut pos)?;
+        f(sid, v);
     }
     Ok(())
+}
+
+fn decode_value(buf: &[u8], pos: &mut usize) -> Result<(i64, Value), CodecError> {
+    let head = get_varint(buf, pos)?;
+    let sid = (head >> 3) as i64;
+    let value = match head & 7 {
+        T_FLOAT => {
+            let bytes: [u8; 8] = buf
+                .get(*pos..*pos + 8)
+                .and_then(|s| s.try_into().ok())
+                .ok_or(CodecError { offset: *pos })?;
+            *pos += 8;
+            Value::F64(f64::from_le_bytes(bytes))
+        }
+        T_INT => Value::I64(unzigzag(get_varint(buf, pos)?)),
+        T_UINT => Value::U64(get_varint(buf, pos)?),
+        T_FALSE => Value::Bool(false),
+        T_TRUE => Value::Bool(true),
+        T_STR => {
+            let len = get_varint(buf, pos)? as usize;
+            let end = pos.checked_add(len).ok_or(CodecError { offset: *pos })?;
+            let bytes = buf.get(*pos..end).ok_or(CodecError { offset: *pos })?;
+            let s = std::str::from_utf8(bytes).map_err(|_| CodecError { offset: *pos })?;
+            *pos = end;
+            Value::Str(s.to_string())
+        }
+        _ => return Err(CodecError { offset: *pos }),
+    };
+    Ok((sid, value))
 }
 
 #[cfg(test)]
@@ -131,6 +168,29 @@ mod tests {
         let mut got = Vec::new();
         decode(&buf, |id, v| got.push((id, v))).unwrap();
         assert_eq!(got, vals);
+    }
+
+    #[test]
+    fn chunks_round_trip_with_time_deltas() {
+        let mut buf = Vec::new();
+        let pts = [(100i64, 1.5f64), (90, 2.5), (i64::MAX, 3.5)];
+        let mut prev = 90;
+        for (ts, v) in pts {
+            encode_point_header(&mut buf, prev, ts, 1);
+            encode_value(&mut buf, 3, &Value::F64(v));
+            prev = ts;
+        }
+        let mut got = Vec::new();
+        decode_chunk(&buf, 90, |ts, sid, v| got.push((ts, sid, v))).unwrap();
+        assert_eq!(
+            got,
+            pts.iter()
+                .map(|(t, v)| (*t, 3, Value::F64(*v)))
+                .collect::<Vec<_>>()
+        );
+        for cut in 0..buf.len() {
+            let _ = decode_chunk(&buf[..cut], 0, |_, _, _| {});
+        }
     }
 
     #[test]

@@ -283,8 +283,10 @@ impl Writer {
         let tx = self.conn.transaction().map_err(&e)?;
         let mut out = Vec::with_capacity(batches.len());
         {
-            let mut ins_point = tx
-                .prepare_cached("INSERT INTO points (tagset_id, ts, data) VALUES (?1, ?2, ?3)")
+            let mut ins_chunk = tx
+                .prepare_cached(
+                    "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
                 .map_err(&e)?;
             let mut ins_tagset = tx
                 .prepare_cached("INSERT INTO tagsets (key, measurement, tags) VALUES (?1, ?2, ?3)")
@@ -295,7 +297,10 @@ impl Writer {
                 )
                 .map_err(&e)?;
             let dict = &mut self.dict;
-            let buf = &mut self.buf;
+            let values = &mut self.buf;
+            // Points of this transaction grouped by tag set, in arrival order per tag set.
+            let mut open: Vec<ChunkBuilder> = Vec::new();
+            let mut open_index: HashMap<i64, usize> = HashMap::new();
             for batch in batches {
                 let mut sum = WriteSummary::default();
                 'lines: for line in &batch.lines {
@@ -354,7 +359,7 @@ impl Writer {
                             id
                         }
                     };
-                    buf.clear();
+                    values.clear();
                     let fields = dict.series.entry(tagset_id).or_default();
                     for (field, value) in &line.fields {
                         let sid = match fields.get(field.as_str()) {
@@ -369,19 +374,84 @@ impl Writer {
                                 sid
                             }
                         };
-                        codec::encode_value(buf, sid, value);
+                        codec::encode_value(values, sid, value);
                     }
-                    ins_point
-                        .execute(params![tagset_id, line.ts, &buf[..]])
-                        .map_err(&e)?;
+                    let slot = *open_index.entry(tagset_id).or_insert_with(|| {
+                        open.push(ChunkBuilder::new(tagset_id));
+                        open.len() - 1
+                    });
+                    let chunk = &mut open[slot];
+                    chunk.push(line.ts, line.fields.len(), values);
+                    if chunk.points.len() >= MAX_CHUNK_POINTS {
+                        chunk.flush(&mut ins_chunk).map_err(&e)?;
+                    }
                     sum.points += 1;
                     sum.values += line.fields.len();
                 }
                 out.push(sum);
             }
+            for chunk in &mut open {
+                chunk.flush(&mut ins_chunk).map_err(&e)?;
+            }
         }
         tx.commit().map_err(&e)?;
         Ok(out)
+    }
+}
+
+/// Most points packed into one chunk row.
+pub const MAX_CHUNK_POINTS: usize = 2048;
+
+/// Accumulates the points of one tag set into chunk rows.
+struct ChunkBuilder {
+    tagset_id: i64,
+    data: Vec<u8>,
+    points: Vec<(i64, std::ops::Range<usize>, usize)>,
+    values: Vec<u8>,
+}
+
+impl ChunkBuilder {
+    fn new(tagset_id: i64) -> Self {
+        ChunkBuilder {
+            tagset_id,
+            data: Vec::new(),
+            points: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Adds one point whose encoded values are `encoded`.
+    fn push(&mut self, ts: i64, count: usize, encoded: &[u8]) {
+        let start = self.values.len();
+        self.values.extend_from_slice(encoded);
+        self.points.push((ts, start..self.values.len(), count));
+    }
+
+    /// Writes the pending points as one row (time deltas need `ts_min`, hence the two-step
+    /// build) and starts a new chunk.
+    fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<()> {
+        if self.points.is_empty() {
+            return Ok(());
+        }
+        let ts_min = self.points.iter().map(|p| p.0).min().unwrap_or(0);
+        let ts_max = self.points.iter().map(|p| p.0).max().unwrap_or(0);
+        self.data.clear();
+        let mut prev = ts_min;
+        for (ts, range, count) in &self.points {
+            codec::encode_point_header(&mut self.data, prev, *ts, *count);
+            self.data.extend_from_slice(&self.values[range.clone()]);
+            prev = *ts;
+        }
+        insert.execute(params![
+            self.tagset_id,
+            ts_min,
+            ts_max,
+            self.points.len() as i64,
+            &self.data[..]
+        ])?;
+        self.points.clear();
+        self.values.clear();
+        Ok(())
     }
 }
 
@@ -431,10 +501,10 @@ impl Reader {
             .map_err(sql_err(&self.path))
     }
 
-    /// Number of rows in the raw points table (one per stored line).
-    pub fn raw_rows(&self) -> Result<i64, StoreError> {
+    /// Number of raw points stored.
+    pub fn raw_points(&self) -> Result<i64, StoreError> {
         self.conn
-            .query_row("SELECT COALESCE(MAX(id), 0) FROM points", [], |r| r.get(0))
+            .query_row("SELECT COALESCE(SUM(n), 0) FROM chunks", [], |r| r.get(0))
             .optional()
             .map(|v| v.unwrap_or(0))
             .map_err(sql_err(&self.path))
@@ -452,4 +522,91 @@ pub fn disk_bytes(db: &Path) -> u64 {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::query::RawQuery;
+    use super::*;
+    use crate::ingest::lineproto::{parse_body, Precision};
+
+    fn write(w: &mut Writer, body: &str) -> WriteSummary {
+        let p = parse_body(body, Precision::Nanos, 0);
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        w.write(&[&p.batch]).unwrap().remove(0)
+    }
+
+    fn q(measurement: &str) -> RawQuery {
+        RawQuery {
+            measurement: measurement.into(),
+            from: i64::MIN,
+            to: i64::MAX,
+            limit: usize::MAX,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn points_round_trip_in_time_order_across_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        write(
+            &mut w,
+            "m,t=a v=1,s=\"x\" 100\nm,t=a v=2 50\nm,t=b v=3i 75\n",
+        );
+        write(&mut w, "m,t=a v=4 60\n");
+        let r = Reader::open(dir.path()).unwrap();
+        let res = r.query_raw(&q("m")).unwrap();
+        let got: Vec<(String, String, Vec<(i64, crate::model::Value)>)> = res
+            .series
+            .into_iter()
+            .map(|s| (s.tags["t"].clone(), s.field, s.points))
+            .collect();
+        use crate::model::Value::*;
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), "s".into(), vec![(100, Str("x".into()))]),
+                (
+                    "a".into(),
+                    "v".into(),
+                    vec![(50, F64(2.0)), (60, F64(4.0)), (100, F64(1.0))]
+                ),
+                ("b".into(), "v".into(), vec![(75, I64(3))]),
+            ]
+        );
+        assert_eq!(r.raw_points().unwrap(), 4);
+    }
+
+    #[test]
+    fn series_cap_and_type_conflicts_refuse_lines_not_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 2, Synchronous::Normal).unwrap();
+        let p = parse_body(
+            "m a=1,b=2 1\nm c=3 2\nm a=1i 3\nm a=5 4\n",
+            Precision::Nanos,
+            0,
+        );
+        let sum = w.write(&[&p.batch]).unwrap().remove(0);
+        assert_eq!(sum.points, 2);
+        let lines: Vec<u32> = sum.rejected.iter().map(|r| r.line).collect();
+        assert_eq!(lines, vec![2, 3]);
+        assert!(sum.rejected[0].error.contains("series limit"));
+        assert!(sum.rejected[1].error.contains("type conflict"));
+    }
+
+    #[test]
+    fn a_newer_database_is_refused_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Writer::open(dir.path(), 10, Synchronous::Normal).unwrap());
+        let conn = Connection::open(db_path(dir.path())).unwrap();
+        conn.pragma_update(None, "user_version", 999).unwrap();
+        drop(conn);
+        let e = Writer::open(dir.path(), 10, Synchronous::Normal)
+            .err()
+            .unwrap();
+        assert!(matches!(e, StoreError::TooNew { found: 999, .. }), "{e}");
+        assert!(e.to_string().contains("upgrade edgewatch"));
+        assert!(Reader::open(dir.path()).is_err());
+    }
 }

@@ -167,7 +167,7 @@ impl Reader {
             let mut st = self
                 .conn
                 .prepare_cached(
-                    "SELECT ts, data FROM points WHERE tagset_id = ?1 AND ts >= ?2 AND ts <= ?3 ORDER BY ts, id",
+                    "SELECT ts_min, data FROM chunks WHERE tagset_id = ?1 AND ts_max >= ?2 AND ts_min <= ?3 ORDER BY id",
                 )
                 .map_err(&e)?;
             let mut rows = st.query(params![ts.id, q.from, q.to]).map_err(&e)?;
@@ -176,7 +176,7 @@ impl Reader {
                     truncated = true;
                     break;
                 }
-                let t: i64 = row.get(0).map_err(&e)?;
+                let ts_min: i64 = row.get(0).map_err(&e)?;
                 let data =
                     row.get_ref(1)
                         .map_err(&e)?
@@ -185,7 +185,11 @@ impl Reader {
                             path: self.path.clone(),
                             source: err.into(),
                         })?;
-                codec::decode(data, |sid, v| {
+                let (from, to) = (q.from, q.to);
+                codec::decode_chunk(data, ts_min, |t, sid, v| {
+                    if t < from || t > to {
+                        return;
+                    }
                     if let Some(&i) = index.get(&sid) {
                         points[i].push((t, v));
                         total += 1;
@@ -196,7 +200,9 @@ impl Reader {
                     source,
                 })?;
             }
-            for ((_, field, kind), pts) in fields.into_iter().zip(points) {
+            for ((_, field, kind), mut pts) in fields.into_iter().zip(points) {
+                // Chunks of different commits may overlap in time (late points).
+                pts.sort_by_key(|p| p.0);
                 if pts.is_empty() {
                     continue;
                 }

@@ -96,7 +96,11 @@ impl Agent {
             }
             get(&agent.url("/health")).ok().filter(|r| r.0 == 200)
         });
-        assert!(ok.is_some(), "edgewatch did not become ready:\n{}", agent.log_text());
+        assert!(
+            ok.is_some(),
+            "edgewatch did not become ready:\n{}",
+            agent.log_text()
+        );
         agent
     }
 
@@ -172,7 +176,11 @@ fn merge_sections(text: &str) -> String {
         let entry = sections.entry(cur.clone()).or_default();
         if let Some((k, _)) = t.split_once('=') {
             let k = k.trim().to_string();
-            entry.retain(|l| l.split_once('=').map(|(a, _)| a.trim() != k).unwrap_or(true));
+            entry.retain(|l| {
+                l.split_once('=')
+                    .map(|(a, _)| a.trim() != k)
+                    .unwrap_or(true)
+            });
         }
         entry.push(line.to_string());
     }
@@ -210,10 +218,13 @@ pub fn post(url: &str, body: &[u8], headers: &[(&str, &str)]) -> Result<(u16, St
         Err(ureq::Error::Status(code, r)) => {
             let retry = r.header("Retry-After").map(str::to_string);
             let body = r.into_string().unwrap_or_default();
-            Ok((code, match retry {
-                Some(ra) => format!("Retry-After: {ra}\n{body}"),
-                None => body,
-            }))
+            Ok((
+                code,
+                match retry {
+                    Some(ra) => format!("Retry-After: {ra}\n{body}"),
+                    None => body,
+                },
+            ))
         }
         Err(e) => Err(e.to_string()),
     }
@@ -311,7 +322,14 @@ pub fn status_kb(pid: i32, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix(key)?.trim_start_matches(':').split_ascii_whitespace().next()?.parse().ok())
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .trim_start_matches(':')
+                .split_ascii_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
         .unwrap_or(0)
 }
 

@@ -106,8 +106,8 @@
 //!   {`load_pct`, `freq_mhz`: number or per-GPC array}, `mts` {`fg_pct`,
 //!   `bg_pct`}, `edp_limit_mhz`, `engines` {NAME: {`load_pct`, `freq_mhz`,
 //!   `unit_loads_pct`, `off`}}, `temps_c` {NAME: number}, `temps_peak_c`
-//!   {NAME: number}, `invalid_temps` [NAME], `power_mw` {RAIL: {`current`,
-//!   `average`, `peak`}} and `unknown` [token]. Absent values and empty
+//!   {NAME: number}, `invalid_temps` (array of names), `power_mw` {RAIL: {`current`,
+//!   `average`, `peak`}} and `unknown` (array of tokens). Absent values and empty
 //!   collections are omitted (except `timestamp`); `off` is written only
 //!   when `true`.
 //!
@@ -143,3 +143,8 @@ pub use error::{ParseError, ReadError};
 pub use parse::{is_placeholder_temperature, parse_line};
 pub use reader::{Reader, DEFAULT_MAX_LINE_LEN};
 pub use types::{Cpu, Emc, Engine, GpuFreq, Gr3d, Iram, Mts, Rail, Ram, Sample, Swap};
+
+/// Compiles and runs the examples in README.md as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

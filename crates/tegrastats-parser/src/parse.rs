@@ -779,18 +779,21 @@ fn parse_cpu_list(s: &str) -> Option<Vec<Option<Cpu>>> {
         "" => None,
         _ => Some(parse_u32(after.strip_prefix('@')?)?),
     };
-    items
-        .map(|item| match item {
-            "" | "off" => Some(None),
+    // Sized up front: Thor has 14 cores, and `collect` cannot know that.
+    let mut cpus = Vec::with_capacity(s.bytes().filter(|&b| b == b',').count() + 1);
+    for item in items {
+        cpus.push(match item {
+            "" | "off" => None,
             _ => {
                 let (load_pct, freq_mhz) = parse_load_freq(item, false)?;
-                Some(Some(Cpu {
+                Some(Cpu {
                     load_pct,
                     freq_mhz: freq_mhz.or(shared),
-                }))
+                })
             }
-        })
-        .collect()
+        });
+    }
+    Some(cpus)
 }
 
 fn parse_gr3d(s: &str) -> Option<Gr3d> {
