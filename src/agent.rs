@@ -128,6 +128,17 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             )),
         ));
     }
+    if cfg.tegrastats.enabled {
+        tasks.push((
+            "tegrastats collector",
+            tokio::spawn(crate::collect::tegrastats::run(
+                cfg.tegrastats.clone(),
+                handle.clone(),
+                stats.clone(),
+                sources.clone(),
+            )),
+        ));
+    }
     drop(handle);
 
     shutdown.cancelled().await;

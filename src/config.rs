@@ -31,6 +31,8 @@ pub struct Config {
     pub ingest: IngestConfig,
     /// `[host]`
     pub host: HostConfig,
+    /// `[tegrastats]`
+    pub tegrastats: crate::collect::tegrastats::TegrastatsConfig,
     /// `[log]`
     pub log: LogConfig,
 }
@@ -330,6 +332,7 @@ impl Default for Config {
             storage: StorageConfig::default(),
             ingest: IngestConfig::default(),
             host: HostConfig::default(),
+            tegrastats: Default::default(),
             log: LogConfig::default(),
         }
     }
@@ -417,6 +420,18 @@ impl serde::Serialize for SerializableConfig<'_> {
                 ("interval", dur(c.host.interval.0)),
             ],
         );
+        let mut teg = vec![
+            ("enabled", V::Boolean(c.tegrastats.enabled)),
+            (
+                "path",
+                V::String(c.tegrastats.path.to_string_lossy().into_owned()),
+            ),
+            ("interval", dur(c.tegrastats.interval.0)),
+        ];
+        if let Some(r) = &c.tegrastats.replay {
+            teg.push(("replay", V::String(r.to_string_lossy().into_owned())));
+        }
+        sec("tegrastats", teg);
         sec("log", vec![("level", V::String(c.log.level.clone()))]);
         root.serialize(s)
     }

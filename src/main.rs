@@ -48,6 +48,11 @@ enum Command {
         /// The file to check.
         file: PathBuf,
     },
+    /// Jetson tegrastats tools.
+    Tegrastats {
+        #[command(subcommand)]
+        command: TegrastatsCommand,
+    },
     /// Print stored points (reads the store directly; safe while the agent runs).
     Query {
         /// Store directory (default: the config's data_dir).
@@ -77,6 +82,15 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Csv)]
         format: Format,
+    },
+}
+
+#[derive(Subcommand)]
+enum TegrastatsCommand {
+    /// Parse tegrastats lines (a file, or - / nothing for stdin) into one JSON object per line.
+    Parse {
+        /// Input file; `-` or absent reads stdin.
+        file: Option<PathBuf>,
     },
 }
 
@@ -147,6 +161,17 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 edgewatch::agent::run(cfg, token).await
             })?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Tegrastats {
+            command: TegrastatsCommand::Parse { file },
+        } => {
+            let input = file.filter(|f| f.as_os_str() != "-");
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let mut err = std::io::stderr().lock();
+            let ok = edgewatch::collect::tegrastats::parse_command(input.as_deref(), &mut out, &mut err)
+                .context("reading tegrastats input")?;
+            out.flush()?;
+            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::CheckConfig { file } => {
             let cfg = load_config(Some(&file))?;

@@ -1,0 +1,15 @@
+//! The integration suite: one test binary (one link), one module per area. Every test
+//! starts the real `edgewatch` binary on free 127.0.0.1 ports with its own temp dir, and
+//! real peers where it needs them; nothing targets an address outside 127.0.0.0/8.
+
+mod support;
+
+/// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
+mod cli;
+/// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
+/// and real Influx client libraries.
+mod ingest;
+/// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
+mod lifecycle;
+/// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
+mod tegrastats;
