@@ -1,1 +1,205 @@
-//! (being written)
+//! Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
+
+use std::process::Command;
+
+use crate::support::*;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run edgewatch");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn version_and_help_on_every_command() {
+    let (code, out, _) = run(&["--version"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("edgewatch "), "{out}");
+    for cmd in [
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["check-config", "--help"],
+        vec!["query", "--help"],
+        vec!["tegrastats", "parse", "--help"],
+    ] {
+        let (code, out, _) = run(&cmd);
+        assert_eq!(code, 0, "{cmd:?}");
+        assert!(out.contains("Usage:"), "{cmd:?}: {out}");
+    }
+}
+
+#[test]
+fn check_config_accepts_the_shipped_default_file() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/edgewatch.toml");
+    let (code, out, err) = run(&["check-config", path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ok"), "{out}");
+}
+
+#[test]
+fn check_config_names_unknown_keys_and_bad_values_with_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bad.toml");
+    std::fs::write(
+        &f,
+        "[http]\nlisten = \"127.0.0.1:1\"\n\n[storage]\nmax_seris = 5\n",
+    )
+    .unwrap();
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("line 5") && err.contains("max_seris"), "{err}");
+
+    std::fs::write(&f, "[udp]\nprecision = \"fortnights\"\n").unwrap();
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("line 2") && err.contains("fortnights"),
+        "{err}"
+    );
+
+    std::fs::write(&f, "[http\nlisten = 1\n").unwrap();
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("line 1"), "{err}");
+
+    let (code, _, err) = run(&["check-config", "/nonexistent/edgewatch.toml"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot read config file"), "{err}");
+}
+
+#[test]
+fn environment_overrides_are_checked_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("ok.toml");
+    std::fs::write(&f, "").unwrap();
+    let out = Command::new(bin())
+        .args(["check-config", f.to_str().unwrap()])
+        .env("EDGEWATCH_STORAGE__MAX_SERIES", "77")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("max_series: 77"));
+    let out = Command::new(bin())
+        .args(["check-config", f.to_str().unwrap()])
+        .env("EDGEWATCH_HTTP__LISTEN", "not-an-address")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("EDGEWATCH_HTTP__LISTEN"), "{err}");
+}
+
+#[test]
+fn a_broken_config_stops_run_with_a_clear_error_and_keeps_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    // First a good run that stores a point.
+    let agent = Agent::start(dir.path(), "[host]\nenabled = false\n");
+    let (code, _) = post(&agent.url("/write"), b"m v=1 1000", &[]).unwrap();
+    assert_eq!(code, 204);
+    let data = agent.dir.clone();
+    assert_eq!(agent.terminate().0, Some(0));
+    // Then a broken config: run refuses to start, naming the problem.
+    let f = dir.path().join("broken.toml");
+    std::fs::write(
+        &f,
+        format!("[storage]\ndata_dir = \"{}\"\nbogus = 1\n", data.display()),
+    )
+    .unwrap();
+    let (code, _, err) = run(&["run", "--config", f.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("bogus") && err.contains("line 3"), "{err}");
+    // The stored point is intact.
+    let (code, out, err) = run(&[
+        "query",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--measurement",
+        "m",
+        "--from",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(",m,,v,1"), "{out}");
+}
+
+#[test]
+fn query_reads_a_running_agents_store_as_csv_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), "[host]\nenabled = false\n");
+    let body = "inference,model=yolo,app=cam wall_ms=12.5,ok=true 1764000000000000000\n\
+                inference,model=resnet,app=cam wall_ms=30 1764000001000000000\n\
+                inference,model=yolo,app=cam wall_ms=14.5,note=\"a, \\\"b\\\"\" 1764000002000000000\n";
+    assert_eq!(
+        post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
+        204
+    );
+    let d = agent.dir.to_str().unwrap().to_string();
+    let (code, out, err) = run(&[
+        "query",
+        "--data-dir",
+        &d,
+        "--measurement",
+        "inference",
+        "--tag",
+        "model=yolo",
+        "--field",
+        "wall_ms",
+        "--from",
+        "2025-11-24T16:00:00Z",
+        "--to",
+        "1764000003000000000",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "time,time_ns,measurement,tags,field,value");
+    assert_eq!(
+        &lines[1..],
+        [
+            "2025-11-24T16:00:00Z,1764000000000000000,inference,app=cam;model=yolo,wall_ms,12.5",
+            "2025-11-24T16:00:02Z,1764000002000000000,inference,app=cam;model=yolo,wall_ms,14.5",
+        ]
+    );
+    let (code, out, _) = run(&[
+        "query",
+        "--data-dir",
+        &d,
+        "--measurement",
+        "inference",
+        "--format",
+        "json",
+        "--from",
+        "1764000000000000000",
+        "--to",
+        "1764000003000000000",
+    ]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let series = v["series"].as_array().unwrap();
+    let note = series.iter().find(|s| s["field"] == "note").unwrap();
+    assert_eq!(note["points"][0][1], "a, \"b\"");
+    assert_eq!(series.len(), 4); // resnet wall_ms; yolo note, ok, wall_ms
+                                 // Default range is the last hour: these 2025 points are outside it.
+    let (_, out, _) = run(&["query", "--data-dir", &d, "--measurement", "inference"]);
+    assert_eq!(out.lines().count(), 1);
+    // Bad arguments are explained.
+    let (code, _, err) = run(&[
+        "query",
+        "--data-dir",
+        &d,
+        "--measurement",
+        "x",
+        "--from",
+        "soon",
+    ]);
+    assert_ne!(code, 0);
+    assert!(err.contains("RFC 3339"), "{err}");
+    let (code, _, err) = run(&["query", "--data-dir", "/nonexistent", "--measurement", "x"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no edgewatch database"), "{err}");
+}

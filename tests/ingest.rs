@@ -1,1 +1,379 @@
-//! (being written)
+//! HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
+//! and real Influx client libraries pointed at the agent.
+
+use std::time::Duration;
+
+use serde_json::Value as J;
+
+use crate::support::*;
+
+const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n";
+
+/// All points of `measurement` (raw query over all time) as (tags, field, ts, value).
+fn points(agent: &Agent, query: &str) -> Vec<(String, String, i64, J)> {
+    let (code, body) = get(&agent.url(&format!(
+        "/api/v1/query?from=0&to=4000000000000000000&{query}"
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: J = serde_json::from_str(&body).unwrap();
+    let mut out = Vec::new();
+    for s in v["series"].as_array().unwrap() {
+        let tags: Vec<String> = s["tags"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+            .collect();
+        for p in s["points"].as_array().unwrap() {
+            out.push((
+                tags.join(","),
+                s["field"].as_str().unwrap().to_string(),
+                p[0].as_i64().unwrap(),
+                p[1].clone(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
+    out
+}
+
+#[test]
+fn v1_write_with_precision_db_and_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let (code, body) = post(
+        &agent.url("/write?db=telemetry&rp=autogen&precision=ms&u=edge&p=secret"),
+        b"inference,model=yolo wall_ms=12.5,gpu_ms=8,batch_size=4i,ok=true 1764000000123\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(code, 204, "{body}");
+    let got = points(&agent, "measurement=inference");
+    let ts = 1_764_000_000_123_000_000;
+    assert_eq!(
+        got,
+        vec![
+            ("model=yolo".into(), "batch_size".into(), ts, J::from(4)),
+            ("model=yolo".into(), "gpu_ms".into(), ts, J::from(8.0)),
+            ("model=yolo".into(), "ok".into(), ts, J::from(true)),
+            ("model=yolo".into(), "wall_ms".into(), ts, J::from(12.5)),
+        ]
+    );
+    // InfluxDB clients probe /ping first.
+    let r = ureq::get(&agent.url("/ping")).call().unwrap();
+    assert_eq!(r.status(), 204);
+    assert!(r.header("X-Influxdb-Version").is_some());
+}
+
+#[test]
+fn v2_write_with_token_and_gzip() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let body =
+        gzip(b"inference,model=a wall_ms=1 1764000000\ninference,model=b wall_ms=2 1764000001\n");
+    let (code, resp) = post(
+        &agent.url("/api/v2/write?org=fleet&bucket=edge&precision=s"),
+        &body,
+        &[("Authorization", "Token abc"), ("Content-Encoding", "gzip")],
+    )
+    .unwrap();
+    assert_eq!(code, 204, "{resp}");
+    let got = points(&agent, "measurement=inference&field=wall_ms");
+    assert_eq!(got.len(), 2);
+    assert_eq!(
+        got[1],
+        (
+            "model=b".into(),
+            "wall_ms".into(),
+            1_764_000_001_000_000_000,
+            J::from(2.0)
+        )
+    );
+    // gzip on the 1.x API too, and a corrupt gzip body is a clear 400.
+    let (code, _) = post(
+        &agent.url("/write"),
+        &gzip(b"g v=1 5"),
+        &[("Content-Encoding", "gzip")],
+    )
+    .unwrap();
+    assert_eq!(code, 204);
+    let (code, resp) = post(
+        &agent.url("/write"),
+        b"not gzip",
+        &[("Content-Encoding", "gzip")],
+    )
+    .unwrap();
+    assert_eq!(code, 400);
+    assert!(resp.contains("gzip"), "{resp}");
+    let (code, _) = post(&agent.url("/write?precision=weeks"), b"g v=1", &[]).unwrap();
+    assert_eq!(code, 400);
+}
+
+#[test]
+fn udp_lines_are_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(
+        b"udp_m,app=x v=1 1000\nudp_m,app=x v=2 2000\nbad line\n",
+        agent.udp,
+    )
+    .unwrap();
+    let got = wait_for(Duration::from_secs(10), || {
+        let p = points(&agent, "measurement=udp_m");
+        (p.len() == 2).then_some(p)
+    })
+    .expect("udp points stored");
+    assert_eq!(got[0].3, J::from(1.0));
+    let st = agent.status();
+    assert_eq!(st["ingest"]["udp_datagrams"], 1);
+    assert_eq!(st["ingest"]["points_rejected"], 1);
+}
+
+#[test]
+fn partial_write_stores_good_lines_and_names_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    assert_eq!(post(&agent.url("/write"), b"m v=0 1", &[]).unwrap().0, 204);
+    let body = "m v=1 10\nm v=oops 11\n\nm,t= v=2 12\nm v=3i 13\nm v=4 14\n";
+    let (code, resp) = post(&agent.url("/write"), body.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 400);
+    let v: J = serde_json::from_str(&resp).unwrap();
+    assert!(
+        v["error"].as_str().unwrap().starts_with("partial write"),
+        "{resp}"
+    );
+    let lines: Vec<i64> = v["line_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["line"].as_i64().unwrap())
+        .collect();
+    assert_eq!(lines, vec![2, 4, 5]);
+    let errs = v["line_errors"].to_string();
+    assert!(
+        errs.contains("oops") && errs.contains("type conflict"),
+        "{errs}"
+    );
+    let got: Vec<i64> = points(&agent, "measurement=m")
+        .iter()
+        .map(|p| p.2)
+        .collect();
+    assert_eq!(got, vec![1, 10, 14]);
+    // The 2.x API reports the same in its own error shape.
+    let (code, resp) = post(&agent.url("/api/v2/write?bucket=b&org=o"), b"m v=", &[]).unwrap();
+    assert_eq!(code, 400);
+    let v: J = serde_json::from_str(&resp).unwrap();
+    assert_eq!(v["code"], "invalid");
+    assert!(v["message"].as_str().unwrap().contains("line 1"));
+}
+
+#[test]
+fn oversized_bodies_get_413_and_lose_nothing_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        &format!("{QUIET}[http]\nmax_body_bytes = 4096\n"),
+    );
+    assert_eq!(
+        post(&agent.url("/write"), b"keep v=1 1", &[]).unwrap().0,
+        204
+    );
+    let big = "m v=1 1\n".repeat(1000);
+    let (code, resp) = post(&agent.url("/write"), big.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 413, "{resp}");
+    assert!(resp.contains("max_body_bytes"), "{resp}");
+    // A small gzip body that inflates past the limit is refused too.
+    let bomb = gzip(&vec![b'#'; 1_000_000]);
+    assert!(bomb.len() < 4096);
+    let (code, _) = post(&agent.url("/write"), &bomb, &[("Content-Encoding", "gzip")]).unwrap();
+    assert_eq!(code, 413);
+    assert_eq!(points(&agent, "measurement=keep").len(), 1);
+    assert!(points(&agent, "measurement=m").is_empty());
+    assert_eq!(agent.status()["ingest"]["writes_too_large"], 2);
+}
+
+#[test]
+fn unknown_paths_are_404_and_wrong_methods_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let (code, body) = post(&agent.url("/nope"), b"m v=1", &[]).unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(get(&agent.url("/api/v1/nothing")).unwrap().0, 404);
+    assert_ne!(get(&agent.url("/write")).unwrap().0, 204);
+    let (code, body) = get(&agent.url("/api/v1/query?from=0")).unwrap();
+    assert_eq!(code, 400);
+    assert!(body.contains("measurement"), "{body}");
+}
+
+#[test]
+fn series_cap_rejects_new_series_with_a_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), &format!("{QUIET}[storage]\nmax_series = 3\n"));
+    let (code, _) = post(
+        &agent.url("/write"),
+        b"m,req=1 a=1,b=2 1\nm,req=2 a=1 2",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(code, 204);
+    let (code, resp) = post(&agent.url("/write"), b"m,req=3 a=1 3\nm,req=1 a=5 4", &[]).unwrap();
+    assert_eq!(code, 400);
+    assert!(
+        resp.contains("series limit") && resp.contains("max_series"),
+        "{resp}"
+    );
+    assert_eq!(points(&agent, "measurement=m").len(), 4);
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after_and_loses_no_acknowledged_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        &format!("{QUIET}[ingest]\nqueue_points = 2000\nmax_batch_points = 2000\n[storage]\nsynchronous = \"full\"\n"),
+    );
+    let url = agent.url("/write");
+    let results: Vec<(usize, u16, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let url = url.clone();
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    for i in 0..15 {
+                        let id = t * 100 + i;
+                        let body: String = (0..1500)
+                            .map(|j| format!("flood,req={id} v={j} {}\n", j + 1))
+                            .collect();
+                        let (code, resp) = post(&url, body.as_bytes(), &[]).unwrap();
+                        out.push((id, code, resp));
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let ok: Vec<usize> = results.iter().filter(|r| r.1 == 204).map(|r| r.0).collect();
+    let busy: Vec<&(usize, u16, String)> = results.iter().filter(|r| r.1 == 503).collect();
+    assert_eq!(
+        ok.len() + busy.len(),
+        results.len(),
+        "only 204 or 503 expected"
+    );
+    assert!(
+        !busy.is_empty(),
+        "8 concurrent writers of 1500 points against a 2000-point queue never saw 503"
+    );
+    assert!(busy[0].2.starts_with("Retry-After: "), "{}", busy[0].2);
+    assert!(busy[0].2.contains("queue full"), "{}", busy[0].2);
+    // Every acknowledged request is stored entirely; refused ones not at all.
+    for (id, code, _) in &results {
+        let n = points(
+            &agent,
+            &format!("measurement=flood&tag.req={id}&limit=10000"),
+        )
+        .len();
+        assert_eq!(
+            n,
+            if *code == 204 { 1500 } else { 0 },
+            "req {id} answered {code}"
+        );
+    }
+    assert_eq!(agent.status()["ingest"]["writes_throttled"], busy.len());
+}
+
+#[test]
+fn a_udp_flood_is_counted_not_buffered_without_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), &format!("{QUIET}[ingest]\nqueue_points = 5\n"));
+    assert_eq!(
+        post(&agent.url("/write"), b"before v=1 1", &[]).unwrap().0,
+        204
+    );
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let dgram: String = (0..5)
+        .map(|j| format!("udpflood v={j} {}\n", j + 1))
+        .collect();
+    let sent = 3000u64;
+    for _ in 0..sent {
+        let _ = sock.send_to(dgram.as_bytes(), agent.udp);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let st = agent.status();
+    let written = st["ingest"]["points_written"].as_u64().unwrap() - 1;
+    let dropped = st["ingest"]["points_dropped"].as_u64().unwrap();
+    let received = st["ingest"]["udp_datagrams"].as_u64().unwrap();
+    assert!(received > 0);
+    assert_eq!(
+        written + dropped,
+        received * 5,
+        "every received point is stored or counted as dropped"
+    );
+    assert!(st["ingest"]["queue_points"].as_u64().unwrap() <= 5);
+    // The agent still answers and earlier data is intact.
+    assert_eq!(points(&agent, "measurement=before").len(), 1);
+}
+
+/// Runs a Python snippet; the test command installs the client libraries.
+fn python(script: &str) -> (bool, String) {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .expect("python3");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn real_influx_client_libraries_work_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let port = agent.http.port();
+    // InfluxDB 1.x client (`pip install influxdb`).
+    let (ok, out) = python(&format!(
+        r#"
+from influxdb import InfluxDBClient
+c = InfluxDBClient(host="127.0.0.1", port={port}, username="u", password="p", database="edge")
+print("ping", c.ping())
+ok = c.write_points([{{"measurement": "inference", "tags": {{"model": "yolo", "app": "py1"}},
+    "time": 1764000000000000000, "fields": {{"wall_ms": 11.5, "batch_size": 2}}}}], time_precision="n")
+assert ok
+"#
+    ));
+    assert!(ok, "influxdb (1.x) client failed — is it installed? (the README test command installs it)\n{out}");
+    // InfluxDB 2.x client (`pip install influxdb-client`), synchronous and gzip.
+    let (ok, out) = python(&format!(
+        r#"
+from influxdb_client import InfluxDBClient, Point, WritePrecision
+from influxdb_client.client.write_api import SYNCHRONOUS
+with InfluxDBClient(url="http://127.0.0.1:{port}", token="t", org="o", enable_gzip=True) as c:
+    w = c.write_api(write_options=SYNCHRONOUS)
+    w.write(bucket="edge", record=Point("inference").tag("model", "yolo").tag("app", "py2")
+        .field("wall_ms", 13.25).time(1764000001000, WritePrecision.MS))
+    w.write(bucket="edge", record="inference,model=yolo,app=py2 wall_ms=14.0 1764000002000000000")
+"#
+    ));
+    assert!(ok, "influxdb-client (2.x) failed — is it installed?\n{out}");
+    let got = points(&agent, "measurement=inference&field=wall_ms");
+    let vals: Vec<(String, J)> = got.into_iter().map(|p| (p.0, p.3)).collect();
+    assert_eq!(
+        vals,
+        vec![
+            ("app=py1,model=yolo".into(), J::from(11.5)),
+            ("app=py2,model=yolo".into(), J::from(13.25)),
+            ("app=py2,model=yolo".into(), J::from(14.0)),
+        ]
+    );
+}

@@ -1,1 +1,191 @@
-//! (being written)
+//! SIGTERM flush, restart persistence, kill -9 recovery during heavy ingest, and the
+//! refusal of a database written by a newer edgewatch.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::support::*;
+
+const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n";
+
+fn count(agent: &Agent, q: &str) -> usize {
+    let (code, body) = get(&agent.url(&format!(
+        "/api/v1/query?from=0&to=4000000000000000000&limit=100000000&{q}"
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["points"].as_array().unwrap().len())
+        .sum()
+}
+
+#[test]
+fn sigterm_flushes_and_exits_0_quickly_and_data_survives_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let body: String = (0..5000)
+        .map(|i| format!("persist,k=a v={i} {}\n", i + 1))
+        .collect();
+    assert_eq!(
+        post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
+        204
+    );
+    let (code, took) = agent.terminate();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    let agent = Agent::start(dir.path(), QUIET);
+    assert_eq!(count(&agent, "measurement=persist"), 5000);
+    assert!(agent.log_text().contains("store open"));
+}
+
+#[test]
+fn sigterm_during_ingest_still_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let url = agent.url("/write");
+    let stop = AtomicBool::new(false);
+    let acked = Mutex::new(0usize);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let body: String = (0..1000)
+                    .map(|j| format!("busy,b={i} v={j} {}\n", j + 1))
+                    .collect();
+                match post(&url, body.as_bytes(), &[]) {
+                    Ok((204, _)) => *acked.lock().unwrap() += 1000,
+                    _ => break,
+                }
+                i += 1;
+            }
+        });
+        std::thread::sleep(Duration::from_millis(700));
+        let pid = agent.pid();
+        signal(pid, "TERM");
+        stop.store(true, Ordering::Relaxed);
+    });
+    let mut agent = agent;
+    let status = agent.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", agent.log_text());
+    drop(agent);
+    let acked = *acked.lock().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    assert!(
+        count(&agent, "measurement=busy") >= acked,
+        "an acknowledged write was lost"
+    );
+}
+
+#[test]
+fn kill_9_during_heavy_ingest_keeps_every_acknowledged_point_and_an_intact_db() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let url = agent.url("/write");
+    let acked: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (url, acked, stop) = (&url, &acked, &stop);
+            s.spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = t * 100_000 + i;
+                    let body: String = (0..2000)
+                        .map(|j| format!("k9,req={id} v={j},w={j}i {}\n", j + 1))
+                        .collect();
+                    match post(url, body.as_bytes(), &[]) {
+                        Ok((204, _)) => acked.lock().unwrap().push(id),
+                        Ok((503, _)) => {}
+                        _ => break, // the server died mid-request: unacknowledged
+                    }
+                    i += 1;
+                }
+            });
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        let pid = agent.pid();
+        signal(pid, "KILL");
+        stop.store(true, Ordering::Relaxed);
+    });
+    drop(agent);
+    let acked = acked.into_inner().unwrap();
+    assert!(
+        acked.len() > 3,
+        "too few writes acknowledged before the kill: {}",
+        acked.len()
+    );
+    // The database is intact.
+    let db = dir.path().join("data/edgewatch.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    // Every acknowledged request is there in full after a restart.
+    let agent = Agent::start(dir.path(), QUIET);
+    for id in acked {
+        assert_eq!(
+            count(&agent, &format!("measurement=k9&field=v&tag.req={id}")),
+            2000,
+            "req {id}"
+        );
+    }
+}
+
+#[test]
+fn a_database_from_a_newer_edgewatch_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let data = agent.dir.clone();
+    assert_eq!(agent.terminate().0, Some(0));
+    let db = data.join("edgewatch.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.pragma_update(None, "user_version", 9999).unwrap();
+    drop(conn);
+    let out = std::process::Command::new(bin())
+        .args(["run", "--data-dir", data.to_str().unwrap(), "--http-listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--udp-listen")
+        .arg(format!("127.0.0.1:{}", free_udp_port()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("newer than this edgewatch") && err.contains("9999"),
+        "{err}"
+    );
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 9999);
+}
+
+#[test]
+fn a_busy_port_is_a_clear_startup_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let out = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--data-dir",
+            dir.path().to_str().unwrap(),
+            "--http-listen",
+        ])
+        .arg(addr.to_string())
+        .arg("--udp-listen")
+        .arg(format!("127.0.0.1:{}", free_udp_port()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot listen on http"), "{err}");
+}

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::sync::Arc;
 
-use bytes::{Buf, Bytes};
+use bytes::Buf;
 use futures_util::StreamExt;
 use serde_json::json;
 use warp::http::{HeaderValue, StatusCode};
@@ -141,7 +141,7 @@ where
     if content_length.is_some_and(|n| n > ctx.max_body) {
         return too_large(&ctx, flavour);
     }
-    let raw = match read_limited(body, ctx.max_body).await {
+    let raw = match read_limited(body, ctx.max_body, content_length).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => return too_large(&ctx, flavour),
         Err(BodyError::Io(e)) => {
@@ -253,12 +253,17 @@ enum BodyError {
     Io(String),
 }
 
-async fn read_limited<S, B>(mut body: S, max: u64) -> Result<Bytes, BodyError>
+async fn read_limited<S, B>(
+    mut body: S,
+    max: u64,
+    content_length: Option<u64>,
+) -> Result<Vec<u8>, BodyError>
 where
     S: futures_util::Stream<Item = Result<B, warp::Error>> + Unpin,
     B: Buf,
 {
-    let mut out = Vec::new();
+    // Sized once from Content-Length (already checked against `max`): no doubling copies.
+    let mut out = Vec::with_capacity(content_length.unwrap_or(0).min(max) as usize);
     while let Some(chunk) = body.next().await {
         let mut chunk = chunk.map_err(|e| BodyError::Io(e.to_string()))?;
         if out.len() as u64 + chunk.remaining() as u64 > max {
@@ -271,7 +276,7 @@ where
             chunk.advance(n);
         }
     }
-    Ok(Bytes::from(out))
+    Ok(out)
 }
 
 fn gunzip(raw: &[u8], max: u64) -> Result<Vec<u8>, BodyError> {

@@ -198,7 +198,7 @@ impl Writer {
         .map_err(&e)?;
         conn.pragma_update(None, "foreign_keys", "ON").map_err(&e)?;
         // Small cache: the writer appends; steady RSS matters more than read speed here.
-        conn.pragma_update(None, "cache_size", -4096).map_err(&e)?;
+        conn.pragma_update(None, "cache_size", -2048).map_err(&e)?;
         migrate(&mut conn, &path)?;
         let mut w = Writer {
             conn,
@@ -476,6 +476,7 @@ impl Reader {
         )
         .map_err(&e)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
+        conn.pragma_update(None, "cache_size", -1024).map_err(&e)?;
         let version: u32 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(&e)?;

@@ -232,7 +232,7 @@ pub fn post(url: &str, body: &[u8], headers: &[(&str, &str)]) -> Result<(u16, St
 
 /// Gzips bytes.
 pub fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     enc.write_all(data).unwrap();
     enc.finish().unwrap()
 }
