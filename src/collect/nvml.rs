@@ -2010,6 +2010,57 @@ mod tests {
         assert_eq!(status.gpus()[0].unsupported.len(), 4);
     }
 
+    /// Runs `f` with log lines (debug and up) captured; returns them.
+    fn capture_logs(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Buf(Arc<Mutex<Vec<u8>>>);
+        impl Write for Buf {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let buf = Buf::default();
+        let w = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .finish();
+        tracing::subscriber::with_default(sub, f);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text
+    }
+
+    #[test]
+    fn not_supported_and_errors_are_logged_once() {
+        let mut fake = FakeGpu::typical(2);
+        for m in [Metric::Bar1, Metric::Fan] {
+            fake.devices[0].readings.remove(&m);
+        }
+        fake.devices[0]
+            .readings
+            .insert(Metric::Power, Err(ReadError::Other("boom".into())));
+        fake.devices[1]
+            .readings
+            .insert(Metric::Memory, Err(ReadError::GpuLost("gone".into())));
+        let logs = capture_logs(|| {
+            let (mut s, _) = sampler(fake, false);
+            for k in 0..5 {
+                s.sample(k * FIRST_BACKOFF_NS * 100);
+            }
+        });
+        let count = |needle: &str| logs.lines().filter(|l| l.contains(needle)).count();
+        assert_eq!(count("does not support bar1, fan"), 1, "{logs}");
+        assert_eq!(count("INFO"), 1, "{logs}");
+        assert_eq!(count("WARN"), 1 + 5, "{logs}"); // "boom" once, "GPU lost" on each loss
+        assert_eq!(count("logged once per GPU and metric"), 1, "{logs}");
+        assert_eq!(count("boom"), 5, "{logs}"); // later ones at debug
+    }
+
     #[test]
     fn a_gpu_supporting_nothing_gives_no_line_and_no_error() {
         // Jetson Orin: NVML lists the GPU but answers NotSupported to nearly everything.

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: installs what the tests need (Debian packages
+# for the real peers, the Python Influx client libraries), then runs formatting, lint and
+# every test of the workspace. Usage: ./scripts/test.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v influxd >/dev/null 2>&1 || need_apt+=(influxdb)
+command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
+command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "==> installing Debian packages: ${need_apt[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# Debian starts packaged daemons where it can; the tests start their own on free ports.
+for svc in influxdb mosquitto prometheus; do
+    (command -v service >/dev/null 2>&1 && service "$svc" stop >/dev/null 2>&1) || true
+done
+
+if ! python3 -c 'import influxdb, influxdb_client' >/dev/null 2>&1; then
+    echo "==> installing Python Influx client libraries"
+    python3 -m pip install --quiet --disable-pip-version-check influxdb influxdb-client 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "==> cargo test"
+cargo test --workspace --locked
+echo "==> all tests passed"
