@@ -13,3 +13,5 @@ mod ingest;
 mod lifecycle;
 /// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
 mod tegrastats;
+/// Rollup tiers, sketches, retention, disk budget and the query engine.
+mod rollup;
