@@ -43,7 +43,7 @@ fn main() {
         for l in influxdb_line_protocol::parse_lines(black_box(&b)) {
             let l = l.expect("valid");
             // Same work as ours: the canonical key and owned field keys/values.
-            let key = l.series.generate_base().map(|k| k.into_owned());
+            let key = l.series.generate_base().map(|k| k.into_owned()).ok();
             let fields: Vec<(String, String)> = l
                 .field_set
                 .iter()

@@ -20,6 +20,9 @@ pub enum AgentError {
     /// The store could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The rollup configuration is invalid.
+    #[error(transparent)]
+    Rollup(#[from] crate::rollup::RollupError),
     /// A listener could not bind.
     #[error("cannot listen on {what} {addr}: {source} (is another edgewatch or InfluxDB running? change [{what}] listen)")]
     Bind {
@@ -39,6 +42,7 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(4);
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
     let started = Instant::now();
     let stats = Arc::new(Stats::default());
+    let plan = Arc::new(crate::rollup::Plan::from_config(&cfg)?);
     let dir = cfg.storage.data_dir.clone();
     let max_series = cfg.storage.max_series.get();
     let sync = cfg.storage.synchronous;
@@ -70,8 +74,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         stats: stats.clone(),
         max_body: cfg.http.max_body_bytes,
     };
+    let nvml_status = Arc::new(crate::collect::nvml::NvmlStatus::default());
     let api_ctx = crate::api::ApiCtx {
+        nvml: nvml_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
+        plan: plan.clone(),
+        inference: Arc::new(cfg.inference.clone()),
         stats: stats.clone(),
         handle: handle.clone(),
         started,
@@ -139,7 +147,28 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             )),
         ));
     }
+    if cfg.nvml.enabled {
+        tasks.push((
+            "nvml collector",
+            tokio::spawn(crate::collect::nvml::run(
+                cfg.nvml.clone(),
+                handle.clone(),
+                stats.clone(),
+                nvml_status,
+                sources.clone(),
+            )),
+        ));
+    }
     drop(handle);
+    // The rollup job: a second writer connection in small transactions, on its own token
+    // so it stops with the sources (it holds no producer handle).
+    let rollup_task = plan.enabled.then(|| {
+        tokio::spawn(crate::rollup::run(
+            cfg.storage.data_dir.clone(),
+            (*plan).clone(),
+            sources.clone(),
+        ))
+    });
 
     shutdown.cancelled().await;
     let deadline = tokio::time::Instant::now() + SHUTDOWN_DEADLINE;
@@ -147,6 +176,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     sources.cancel();
     if tokio::time::timeout_at(deadline, http_task).await.is_err() {
         tracing::warn!("http server still had requests in flight at the deadline");
+    }
+    if let Some(t) = rollup_task {
+        if tokio::time::timeout_at(deadline, t).await.is_err() {
+            tracing::warn!(task = "rollup", "still running at the shutdown deadline");
+        }
     }
     for (name, t) in tasks {
         if tokio::time::timeout_at(deadline, t).await.is_err() {

@@ -1,5 +1,6 @@
 //! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series`,
-//! `/api/v1/query` (raw points) and `/api/v1/status`. It only reads — through its own
+//! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
+//! `/api/v1/inference` (derived latency signals) and `/api/v1/status`. It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
 //! ingest like everything else.
 
@@ -40,6 +41,12 @@ pub struct ApiCtx {
     pub max_series: usize,
     /// Database file.
     pub db_path: PathBuf,
+    /// Tiers, retention and budget (query engine and status).
+    pub plan: Arc<crate::rollup::Plan>,
+    /// `[inference]` (batch efficiency).
+    pub inference: Arc<crate::engine::InferenceConfig>,
+    /// NVML collector state (GPUs, lost GPUs, unsupported metrics).
+    pub nvml: Arc<crate::collect::nvml::NvmlStatus>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -115,6 +122,41 @@ pub fn raw_query_from_params(
     })
 }
 
+/// Answers an engine result: 400 for a bad query, 500 for a store failure.
+fn engine_reply(
+    res: Result<Result<serde_json::Value, crate::engine::EngineError>, Response>,
+) -> Response {
+    match res {
+        Ok(Ok(v)) => warp::reply::json(&v).into_response(),
+        Ok(Err(crate::engine::EngineError::BadQuery(e))) => {
+            json_error(StatusCode::BAD_REQUEST, &e)
+        }
+        Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(resp) => resp,
+    }
+}
+
+/// `model`, `from`, `to` (as for `/api/v1/query`) and `step` (default: one step over the
+/// whole range).
+pub fn inference_query_from_params(
+    params: &HashMap<String, String>,
+    now: i64,
+) -> Result<crate::engine::InferenceQuery, String> {
+    let mut p = params.clone();
+    p.insert("measurement".into(), "inference".into());
+    let raw = raw_query_from_params(&p, now)?;
+    let step_ns = match params.get("step").filter(|s| !s.is_empty()) {
+        Some(s) => crate::engine::parse_step(s)?,
+        None => raw.to.saturating_sub(raw.from).saturating_add(1).max(1),
+    };
+    Ok(crate::engine::InferenceQuery {
+        model: params.get("model").filter(|m| !m.is_empty()).cloned(),
+        from: raw.from,
+        to: raw.to,
+        step_ns,
+    })
+}
+
 /// Every read route.
 pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
     let with = {
@@ -165,6 +207,19 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .and(warp::query::<HashMap<String, String>>())
         .and(with.clone())
         .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            // `step` and/or `agg`: the query engine (rollup tiers); otherwise raw points.
+            match crate::engine::agg_query_from_params(&q, crate::now_ns()) {
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+                Ok(Some(aq)) => {
+                    let plan = ctx.plan.clone();
+                    let res = with_reader(&ctx, move |r| {
+                        Ok(crate::engine::query(r, &plan, &aq, crate::now_ns()))
+                    })
+                    .await;
+                    return engine_reply(res.map(|r| r.map(|v| json!(v))));
+                }
+                Ok(None) => {}
+            }
             let rq = match raw_query_from_params(&q, crate::now_ns()) {
                 Ok(rq) => rq,
                 Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
@@ -183,6 +238,23 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
                 Err(resp) => resp,
             }
         });
+    let inference = warp::path!("api" / "v1" / "inference")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let now = crate::now_ns();
+            let iq = match inference_query_from_params(&q, now) {
+                Ok(iq) => iq,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            let (plan, inf) = (ctx.plan.clone(), ctx.inference.clone());
+            let res = with_reader(&ctx, move |r| {
+                Ok(crate::engine::inference(r, &plan, &inf.optimal_batch, &iq, now))
+            })
+            .await;
+            engine_reply(res)
+        });
     let status = warp::path!("api" / "v1" / "status")
         .and(warp::get())
         .and(with)
@@ -194,12 +266,20 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .unify()
         .or(query)
         .unify()
+        .or(inference)
+        .unify()
         .or(status)
         .unify()
 }
 
 async fn status(ctx: ApiCtx) -> Response {
     let series = with_reader(&ctx, |r| r.series_count()).await.unwrap_or(-1);
+    let plan = ctx.plan.clone();
+    let rollup = with_reader(&ctx, move |r| {
+        crate::rollup::status(r, &plan, crate::now_ns())
+    })
+    .await
+    .unwrap_or_else(|_| json!(null));
     let s = &ctx.stats;
     let g = Stats::get;
     warp::reply::json(&json!({
@@ -225,8 +305,10 @@ async fn status(ctx: ApiCtx) -> Response {
             "series": series,
             "max_series": ctx.max_series,
         },
+        "rollup": rollup,
         "collectors": {
             "errors": g(&s.collector_errors),
+            "nvml": ctx.nvml.snapshot(),
         },
     }))
     .into_response()

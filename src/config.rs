@@ -33,6 +33,14 @@ pub struct Config {
     pub host: HostConfig,
     /// `[tegrastats]`
     pub tegrastats: crate::collect::tegrastats::TegrastatsConfig,
+    /// `[nvml]`
+    pub nvml: crate::collect::nvml::NvmlConfig,
+    /// `[rollup]`
+    pub rollup: crate::rollup::RollupConfig,
+    /// `[retention]`
+    pub retention: crate::rollup::RetentionConfig,
+    /// `[inference]`
+    pub inference: crate::engine::InferenceConfig,
     /// `[log]`
     pub log: LogConfig,
 }
@@ -333,6 +341,10 @@ impl Default for Config {
             ingest: IngestConfig::default(),
             host: HostConfig::default(),
             tegrastats: Default::default(),
+            nvml: Default::default(),
+            rollup: Default::default(),
+            retention: Default::default(),
+            inference: Default::default(),
             log: LogConfig::default(),
         }
     }
@@ -432,6 +444,48 @@ impl serde::Serialize for SerializableConfig<'_> {
             teg.push(("replay", V::String(r.to_string_lossy().into_owned())));
         }
         sec("tegrastats", teg);
+        sec(
+            "nvml",
+            vec![
+                ("enabled", V::Boolean(c.nvml.enabled)),
+                ("interval", dur(c.nvml.interval.0)),
+                ("processes", V::Boolean(c.nvml.processes)),
+            ],
+        );
+        sec(
+            "rollup",
+            vec![
+                ("enabled", V::Boolean(c.rollup.enabled)),
+                ("interval", dur(c.rollup.interval.0)),
+                ("lateness", dur(c.rollup.lateness.0)),
+                (
+                    "tiers",
+                    V::Array(c.rollup.tiers.iter().cloned().map(V::String).collect()),
+                ),
+                ("batch_points", int(c.rollup.batch_points as u64)),
+            ],
+        );
+        let mut ret = vec![
+            ("raw", dur(c.retention.raw.0)),
+            ("max_bytes", int(c.retention.max_bytes)),
+        ];
+        for (tier, keep) in &c.retention.tiers {
+            ret.push((tier.as_str(), dur(keep.0)));
+        }
+        sec("retention", ret);
+        sec(
+            "inference",
+            vec![(
+                "optimal_batch",
+                V::Table(
+                    c.inference
+                        .optimal_batch
+                        .iter()
+                        .map(|(k, v)| (k.clone(), V::Float(*v)))
+                        .collect(),
+                ),
+            )],
+        );
         sec("log", vec![("level", V::String(c.log.level.clone()))]);
         root.serialize(s)
     }

@@ -48,6 +48,8 @@ enum Command {
         /// The file to check.
         file: PathBuf,
     },
+    /// List NVIDIA GPUs seen through NVML, their tags, and which metrics each supports.
+    Gpus,
     /// Jetson tegrastats tools.
     Tegrastats {
         #[command(subcommand)]
@@ -79,9 +81,31 @@ enum Command {
         /// Most points printed.
         #[arg(long)]
         limit: Option<usize>,
+        /// Aggregate over steps of this length (1m, 1h, ...), from the coarsest rollup tier
+        /// that fits; with --agg (default mean).
+        #[arg(long)]
+        step: Option<String>,
+        /// Aggregate: mean, min, max, sum, count, rate, last, p50, p90, p95, p99, p999, ...
+        #[arg(long)]
+        agg: Option<String>,
+        /// Merge series across every tag but these (comma-separated; empty: all into one).
+        #[arg(long)]
+        group_by: Option<String>,
         /// Output format.
         #[arg(long, value_enum, default_value_t = Format::Csv)]
         format: Format,
+    },
+    /// Run rollup, retention and the disk budget once, then exit (safe while the agent runs).
+    Maintain {
+        /// Store directory (default: the config's data_dir).
+        #[arg(long, value_name = "DIR")]
+        data_dir: Option<PathBuf>,
+        /// Config file (tiers, retention, budget).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        /// Test aid for crash tests only: sleep this many ms after each committed rollup step.
+        #[arg(long, hide = true, default_value_t = 0)]
+        debug_pause_ms: u64,
     },
 }
 
@@ -194,6 +218,48 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Gpus => {
+            let mut out = std::io::stdout().lock();
+            match edgewatch::collect::nvml::gpus_report(&mut out) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                Err(e) => {
+                    out.flush()?;
+                    eprintln!("error: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+        Command::Maintain {
+            data_dir,
+            config,
+            debug_pause_ms,
+        } => {
+            let cfg = load_config(config.as_deref())?;
+            init_logging(&cfg.log.level);
+            let dir = data_dir.unwrap_or_else(|| cfg.storage.data_dir.clone());
+            if !edgewatch::store::db_path(&dir).exists() {
+                bail!("no edgewatch database in {} (is --data-dir right?)", dir.display());
+            }
+            let plan = edgewatch::rollup::Plan::from_config(&cfg)?;
+            // Migrates an older store as the agent would; a no-op on a current one.
+            drop(edgewatch::store::Writer::open(
+                &dir,
+                cfg.storage.max_series.get(),
+                cfg.storage.synchronous,
+            )?);
+            let mut job = edgewatch::rollup::Job::open(&dir, plan)?;
+            job.pause_between_steps = std::time::Duration::from_millis(debug_pause_ms);
+            let r = job.run_once(edgewatch::now_ns(), &|| false)?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "rolled_up_points": r.points, "rolled_up_chunks": r.chunks, "steps": r.steps,
+                    "evicted_chunks": r.evicted_chunks, "evicted_points": r.evicted_points,
+                    "evicted_rows": r.evicted_rows, "db_bytes": r.db_bytes,
+                })
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::CheckConfig { file } => {
             let cfg = load_config(Some(&file))?;
             println!("{}: ok", file.display());
@@ -209,6 +275,9 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             from,
             to,
             limit,
+            step,
+            agg,
+            group_by,
             format,
         } => {
             let dir = match data_dir {
@@ -233,6 +302,45 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if let Some(l) = limit {
                 params.insert("limit".into(), l.to_string());
+            }
+            for (k, v) in [("step", step), ("agg", agg), ("group_by", group_by)] {
+                if let Some(v) = v {
+                    params.insert(k.into(), v);
+                }
+            }
+            let now = edgewatch::now_ns();
+            if let Some(aq) = edgewatch::engine::agg_query_from_params(&params, now)
+                .map_err(anyhow::Error::msg)?
+            {
+                let plan = edgewatch::rollup::Plan::from_config(&load_config(config.as_deref())?)?;
+                let reader = Reader::open(&dir)?;
+                let res = edgewatch::engine::query(&reader, &plan, &aq, now)?;
+                let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+                match format {
+                    Format::Json => {
+                        serde_json::to_writer_pretty(&mut out, &res)?;
+                        writeln!(out)?;
+                    }
+                    Format::Csv => {
+                        writeln!(out, "time,time_ns,tags,tier,agg,value")?;
+                        for s in &res.series {
+                            let tags: Vec<String> =
+                                s.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                            let tags = csv_field(&tags.join(";"));
+                            for (ts, v) in &s.points {
+                                writeln!(
+                                    out,
+                                    "{},{ts},{tags},{},{},{v}",
+                                    rfc3339(*ts),
+                                    res.tier,
+                                    csv_field(&res.agg)
+                                )?;
+                            }
+                        }
+                    }
+                }
+                out.flush()?;
+                return Ok(ExitCode::SUCCESS);
             }
             let q = edgewatch::api::raw_query_from_params(&params, edgewatch::now_ns())
                 .map_err(anyhow::Error::msg)?;

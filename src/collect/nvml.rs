@@ -178,8 +178,9 @@ impl NvmlInitError {
     /// Classifies an error from `Nvml::init` or the first device queries.
     pub fn from_nvml(e: NvmlError) -> NvmlInitError {
         match e {
-            NvmlError::LibloadingError(_)
-            | NvmlError::LibraryNotFound
+            // libloading's own text names the file and the dlopen reason.
+            NvmlError::LibloadingError(inner) => NvmlInitError::LibraryMissing(inner.to_string()),
+            NvmlError::LibraryNotFound
             | NvmlError::FailedToLoadSymbol(_)
             | NvmlError::FunctionNotFound => NvmlInitError::LibraryMissing(e.to_string()),
             NvmlError::DriverNotLoaded => NvmlInitError::DriverNotLoaded(e.to_string()),
@@ -613,11 +614,9 @@ pub fn gpu_fields(metric: Metric, reading: &Reading, out: &mut Vec<(String, Valu
                 out.push(i(name, i64::from(*n)));
             }
         }
-        (Metric::Fan, Reading::Fans(speeds)) => {
-            if !speeds.is_empty() {
-                let sum: f64 = speeds.iter().map(|s| f64::from(*s)).sum();
-                out.push(f("fan_pct", sum / speeds.len() as f64));
-            }
+        (Metric::Fan, Reading::Fans(speeds)) if !speeds.is_empty() => {
+            let sum: f64 = speeds.iter().map(|s| f64::from(*s)).sum();
+            out.push(f("fan_pct", sum / speeds.len() as f64));
         }
         (
             Metric::Ecc,
@@ -763,7 +762,8 @@ pub struct GpuStatus {
     pub arch: String,
     /// Compute capability.
     pub cc: String,
-    /// Fell off the bus / unreachable; retried with backoff.
+    /// Unreachable: fell off the bus, needs a reset, or NVML will not hand out its handle
+    /// (the reason is in `last_error`); retried with backoff (10 s doubling to 5 min).
     pub lost: bool,
     /// The last error seen on this GPU, if any.
     pub last_error: Option<String>,
@@ -891,6 +891,9 @@ struct GpuState {
     warned: BTreeSet<Metric>,
     statics: HashMap<Metric, Reading>,
     lost: bool,
+    /// A loss was logged at warn and no clean sample has followed: a GPU that flaps
+    /// (its handle answers, its reads say lost) logs once, and its backoff keeps growing.
+    lost_logged: bool,
     retry_at: i64,
     backoff: i64,
     reprobe_at: Option<i64>,
@@ -906,6 +909,7 @@ impl GpuState {
             warned: BTreeSet::new(),
             statics: HashMap::new(),
             lost: false,
+            lost_logged: false,
             retry_at: 0,
             backoff: FIRST_BACKOFF_NS,
             reprobe_at: None,
@@ -926,11 +930,19 @@ impl GpuState {
         }
     }
 
-    fn mark_lost(&mut self, ts: i64, why: String) {
+    /// Marks the GPU lost; returns whether this loss should be logged at warn.
+    fn mark_lost(&mut self, ts: i64, why: String) -> bool {
+        let first = !self.lost_logged;
+        self.backoff = if first {
+            FIRST_BACKOFF_NS
+        } else {
+            self.backoff.saturating_mul(2).min(MAX_BACKOFF_NS)
+        };
         self.lost = true;
-        self.backoff = FIRST_BACKOFF_NS;
+        self.lost_logged = true;
         self.retry_at = ts.saturating_add(self.backoff);
         self.last_error = Some(why);
+        first
     }
 }
 
@@ -977,6 +989,7 @@ impl<S: GpuSource> Sampler<S> {
                     });
                     // Retry at the first sample.
                     g.lost = true;
+                    g.lost_logged = true;
                     g.last_error = Some(e.to_string());
                     gpus.push(g);
                 }
@@ -1026,16 +1039,20 @@ impl<S: GpuSource> Sampler<S> {
                 }
                 match self.source.identity(idx) {
                     Ok(ident) => {
-                        tracing::info!(gpu = idx, uuid = %ident.uuid, name = %ident.name, "GPU reachable again; sampling it");
-                        let announced = std::mem::take(&mut g.announced);
-                        *g = GpuState::new(ident);
-                        g.announced = announced;
+                        // It may be another board in that slot now: forget what was cached.
+                        g.ident = ident;
+                        g.lost = false;
+                        g.statics.clear();
+                        g.unsupported.clear();
+                        g.warned.clear();
+                        g.reprobe_at = None;
+                        g.last_error = None;
                     }
                     Err(e) => {
                         g.backoff = g.backoff.saturating_mul(2).min(MAX_BACKOFF_NS);
                         g.retry_at = ts.saturating_add(g.backoff);
                         g.last_error = Some(e.to_string());
-                        tracing::debug!(gpu = idx, error = %e, retry_in_s = g.backoff / 1_000_000_000, "GPU still unreachable");
+                        tracing::debug!(gpu = idx, uuid = %g.ident.uuid, error = %e, retry_in_s = g.backoff / 1_000_000_000, "GPU still unreachable");
                         continue;
                     }
                 }
@@ -1080,27 +1097,35 @@ impl<S: GpuSource> Sampler<S> {
                     }
                     Err(ReadError::GpuLost(why)) => {
                         out.errors += 1;
-                        tracing::warn!(
-                            gpu = idx, uuid = %g.ident.uuid, name = %g.ident.name, error = %why,
-                            "GPU lost (fallen off the bus or needs a reset); still polling the other GPUs, retrying this one with backoff"
-                        );
-                        g.mark_lost(ts, format!("{}: {why}", metric.name()));
+                        if g.mark_lost(ts, format!("{}: {why}", metric.name())) {
+                            tracing::warn!(
+                                gpu = idx, uuid = %g.ident.uuid, name = %g.ident.name, error = %why,
+                                "GPU lost (fallen off the bus or needs a reset); still polling the other GPUs, retrying this one with backoff"
+                            );
+                        } else {
+                            tracing::debug!(gpu = idx, uuid = %g.ident.uuid, error = %why, retry_in_s = g.backoff / 1_000_000_000, "GPU lost again");
+                        }
                         break;
                     }
                     Err(ReadError::Other(why)) => {
                         out.errors += 1;
                         if g.warned.insert(metric) {
-                            tracing::warn!(gpu = idx, metric = metric.name(), error = %why, "NVML read failed (logged once per GPU and metric)");
+                            tracing::warn!(gpu = idx, uuid = %g.ident.uuid, metric = metric.name(), error = %why, "NVML read failed (logged once per GPU and metric)");
                         } else {
-                            tracing::debug!(gpu = idx, metric = metric.name(), error = %why, "NVML read failed");
+                            tracing::debug!(gpu = idx, uuid = %g.ident.uuid, metric = metric.name(), error = %why, "NVML read failed");
                         }
                         g.last_error = Some(format!("{}: {why}", metric.name()));
                     }
                 }
             }
+            if !g.lost && g.lost_logged {
+                g.lost_logged = false;
+                g.backoff = FIRST_BACKOFF_NS;
+                tracing::info!(gpu = idx, uuid = %g.ident.uuid, name = %g.ident.name, "GPU reachable again; sampling it");
+            }
             if !newly_unsupported.is_empty() {
                 tracing::info!(
-                    gpu = idx, name = %g.ident.name,
+                    gpu = idx, uuid = %g.ident.uuid, name = %g.ident.name,
                     "NVML does not support {} on this GPU; skipping (on Jetson, tegrastats is the source)",
                     newly_unsupported.join(", ")
                 );
@@ -1203,8 +1228,8 @@ pub struct NvmlSource {
     nvml: Nvml,
     /// Last per-process utilization timestamp seen, per GPU (µs, NVML's clock).
     util_seen: HashMap<u32, u64>,
-    /// Process names by pid, pruned to the processes of the last read.
-    names: HashMap<u32, String>,
+    /// Process names by (GPU, pid), pruned to each GPU's processes of its last read.
+    names: HashMap<(u32, u32), String>,
 }
 
 impl std::fmt::Debug for NvmlSource {
@@ -1228,8 +1253,8 @@ impl NvmlSource {
         })
     }
 
-    fn process_name(&mut self, pid: u32) -> String {
-        if let Some(n) = self.names.get(&pid) {
+    fn process_name(&mut self, gpu: u32, pid: u32) -> String {
+        if let Some(n) = self.names.get(&(gpu, pid)) {
             return n.clone();
         }
         let name = self
@@ -1244,7 +1269,7 @@ impl NvmlSource {
                     .map(|s| s.trim().to_string())
             })
             .unwrap_or_default();
-        self.names.insert(pid, name.clone());
+        self.names.insert((gpu, pid), name.clone());
         name
     }
 }
@@ -1425,13 +1450,13 @@ impl GpuSource for NvmlSource {
                     let e = by_pid.entry(p.pid).or_insert(None);
                     *e = (*e).max(used);
                 }
-                drop(dev);
-                self.names.retain(|pid, _| by_pid.contains_key(pid));
+                self.names
+                    .retain(|(g, pid), _| *g != gpu || by_pid.contains_key(pid));
                 let procs = by_pid
                     .into_iter()
                     .map(|(pid, used_bytes)| GpuProcess {
                         pid,
-                        name: self.process_name(pid),
+                        name: self.process_name(gpu, pid),
                         used_bytes,
                     })
                     .collect();
@@ -1755,6 +1780,8 @@ pub async fn run_with<S, F>(
         }
         super::submit(&handle, &stats, out.batch, "nvml");
     }
+    // Dropping NVML calls nvmlShutdown: a blocking call too.
+    let _ = tokio::task::spawn_blocking(move || drop(sampler)).await;
     status.set_state("stopped");
 }
 
@@ -2010,55 +2037,100 @@ mod tests {
         assert_eq!(status.gpus()[0].unsupported.len(), 4);
     }
 
-    /// Runs `f` with log lines (debug and up) captured; returns them.
-    fn capture_logs(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Buf(Arc<Mutex<Vec<u8>>>);
-        impl Write for Buf {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
+    /// Log lines (debug and up) of the whole test binary, captured from the first call on.
+    /// A global subscriber, because a scoped one (`with_default`) misses events whose
+    /// callsite another test thread registered first; callers filter on their own markers.
+    fn captured_logs() -> Option<Arc<Mutex<Vec<u8>>>> {
+        static BUF: std::sync::OnceLock<Option<Arc<Mutex<Vec<u8>>>>> = std::sync::OnceLock::new();
+        BUF.get_or_init(|| {
+            #[derive(Clone)]
+            struct Buf(Arc<Mutex<Vec<u8>>>);
+            impl Write for Buf {
+                fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                    self.0
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .extend_from_slice(b);
+                    Ok(b.len())
+                }
+                fn flush(&mut self) -> std::io::Result<()> {
+                    Ok(())
+                }
             }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let buf = Buf::default();
-        let w = buf.clone();
-        let sub = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::DEBUG)
-            .with_ansi(false)
-            .with_writer(move || w.clone())
-            .finish();
-        tracing::subscriber::with_default(sub, f);
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        text
+            let buf = Arc::new(Mutex::new(Vec::new()));
+            let w = Buf(buf.clone());
+            let sub = tracing_subscriber::fmt()
+                .with_max_level(tracing::Level::DEBUG)
+                .with_ansi(false)
+                .with_writer(move || w.clone())
+                .finish();
+            tracing::subscriber::set_global_default(sub)
+                .ok()
+                .map(|_| buf)
+        })
+        .clone()
     }
 
     #[test]
-    fn not_supported_and_errors_are_logged_once() {
-        let mut fake = FakeGpu::typical(2);
+    fn not_supported_errors_and_losses_are_logged_once() {
+        let Some(buf) = captured_logs() else {
+            return; // another global subscriber is installed: nothing to observe
+        };
+        let mut fake = FakeGpu::typical(3);
+        for (i, d) in fake.devices.iter_mut().enumerate() {
+            d.identity.uuid = format!("GPU-logtest-{i}");
+        }
         for m in [Metric::Bar1, Metric::Fan] {
             fake.devices[0].readings.remove(&m);
         }
         fake.devices[0]
             .readings
             .insert(Metric::Power, Err(ReadError::Other("boom".into())));
+        // GPU 1 flaps: its handle answers, its memory read says lost, every time.
         fake.devices[1]
             .readings
             .insert(Metric::Memory, Err(ReadError::GpuLost("gone".into())));
-        let logs = capture_logs(|| {
-            let (mut s, _) = sampler(fake, false);
-            for k in 0..5 {
-                s.sample(k * FIRST_BACKOFF_NS * 100);
-            }
-        });
-        let count = |needle: &str| logs.lines().filter(|l| l.contains(needle)).count();
-        assert_eq!(count("does not support bar1, fan"), 1, "{logs}");
-        assert_eq!(count("INFO"), 1, "{logs}");
-        assert_eq!(count("WARN"), 1 + 5, "{logs}"); // "boom" once, "GPU lost" on each loss
-        assert_eq!(count("logged once per GPU and metric"), 1, "{logs}");
-        assert_eq!(count("boom"), 5, "{logs}"); // later ones at debug
+        let (mut s, status) = sampler(fake, false);
+        let mut errors = 0;
+        for k in 0..6 {
+            errors += s.sample(k * MAX_BACKOFF_NS * 2).errors;
+        }
+        // GPU 2 falls off the bus, then comes back.
+        s.source_mut().devices[2].lost = true;
+        s.source_mut().devices[2]
+            .readings
+            .insert(Metric::Temperature, Err(ReadError::GpuLost("gone".into())));
+        s.sample(6 * MAX_BACKOFF_NS * 2);
+        s.source_mut().devices[2].lost = false;
+        s.source_mut().devices[2].readings = FakeDevice::typical(2).readings;
+        s.sample(7 * MAX_BACKOFF_NS * 2);
+        s.sample(8 * MAX_BACKOFF_NS * 2);
+        assert_eq!(errors, 6 + 6); // each failed read counts, logged or not
+        assert!(!status.gpus()[2].lost);
+
+        let logs = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
+        let count = |gpu: &str, needle: &str| {
+            logs.lines()
+                .filter(|l| l.contains(&format!("uuid={gpu} ")) && l.contains(needle))
+                .count()
+        };
+        let g0 = "GPU-logtest-0";
+        assert_eq!(
+            count(g0, "does not support bar1, fan on this GPU"),
+            1,
+            "{logs}"
+        );
+        assert_eq!(count(g0, "INFO"), 1, "{logs}");
+        assert_eq!(count(g0, "WARN"), 1, "{logs}");
+        assert_eq!(count(g0, "boom"), 9, "{logs}"); // the rest at debug
+        let g1 = "GPU-logtest-1";
+        assert_eq!(count(g1, "WARN"), 1, "{logs}");
+        assert_eq!(count(g1, "GPU lost ("), 1, "{logs}");
+        assert_eq!(count(g1, "GPU lost again"), 8, "{logs}");
+        assert_eq!(count(g1, "INFO"), 0, "{logs}");
+        let g2 = "GPU-logtest-2";
+        assert_eq!(count(g2, "WARN"), 1, "{logs}");
+        assert_eq!(count(g2, "GPU reachable again"), 1, "{logs}");
     }
 
     #[test]
@@ -2393,7 +2465,8 @@ mod tests {
 
     #[test]
     fn bench_fake_sample_measures_something() {
-        let d = bench_fake_sample(50);
+        let d = bench_fake_sample(200);
+        eprintln!("fake sample (1 GPU, processes on): {d:?} per sample");
         assert!(d > Duration::ZERO);
         assert!(d < Duration::from_millis(50), "{d:?}");
     }

@@ -7,6 +7,8 @@
 
 pub mod codec;
 pub mod query;
+pub mod rollup;
+pub mod sketch;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -144,6 +146,33 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<u32, StoreError> {
     Ok(latest)
 }
 
+/// Puts the database in `auto_vacuum = INCREMENTAL` mode, so the rollup job's
+/// `PRAGMA incremental_vacuum` can give evicted pages back to the file system. On a new
+/// database the pragma alone is enough (it must precede the first table); a database created
+/// before this mode existed needs one `VACUUM` outside WAL mode, done here once, at open,
+/// before ingest starts (it rewrites the file: seconds per GB). Runs before WAL is turned on.
+fn ensure_incremental_vacuum(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let e = sql_err(path);
+    let mode: i64 = conn
+        .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+        .map_err(&e)?;
+    if mode == 2 {
+        return Ok(());
+    }
+    conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+        .map_err(&e)?;
+    let tables: i64 = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| r.get(0))
+        .map_err(&e)?;
+    if tables > 0 {
+        tracing::info!(db = %path.display(), "switching the store to incremental auto-vacuum (one-time VACUUM)");
+        // VACUUM cannot change auto_vacuum in WAL mode; WAL is turned back on by the caller.
+        conn.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
+            .map_err(&e)?;
+    }
+    Ok(())
+}
+
 /// Everything the writer caches about the series dictionary.
 #[derive(Default)]
 struct Dictionary {
@@ -185,6 +214,7 @@ impl Writer {
         let e = sql_err(&err_path);
         let mut conn = Connection::open(&path).map_err(&e)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
+        ensure_incremental_vacuum(&conn, &path)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(&e)?;
         conn.pragma_update(

@@ -185,14 +185,18 @@ impl Reader {
                             path: self.path.clone(),
                             source: err.into(),
                         })?;
-                let (from, to) = (q.from, q.to);
+                let (from, to, limit) = (q.from, q.to, q.limit);
                 codec::decode_chunk(data, ts_min, |t, sid, v| {
                     if t < from || t > to {
                         return;
                     }
                     if let Some(&i) = index.get(&sid) {
-                        points[i].push((t, v));
-                        total += 1;
+                        if total < limit {
+                            points[i].push((t, v));
+                            total += 1;
+                        } else {
+                            truncated = true;
+                        }
                     }
                 })
                 .map_err(|source| StoreError::Corrupt {
