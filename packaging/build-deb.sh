@@ -7,6 +7,7 @@
 #            target/aarch64-unknown-linux-gnu/release/edgewatch (arm64); the Debian
 #            architecture is read from the ELF header.
 #   OUT_DIR  where the .deb goes (default: target/debian)
+#   DEB_REVISION=N overrides the Debian revision ([package.metadata.deb] revision).
 #
 # The package holds:
 #   /usr/bin/edgewatch
@@ -40,7 +41,7 @@ else:
 ' "$1" <<<"$meta"
 }
 version=$(field version)
-revision=$(field revision)
+revision=${DEB_REVISION:-$(field revision)}
 debversion="$version${revision:+-$revision}"
 maintainer=$(field maintainer)
 section=$(field section)

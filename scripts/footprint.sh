@@ -174,9 +174,9 @@ series = json.load(open(seriesf))["series"]
 g = json.load(open(gen))
 tv = {}
 for line in open(timef):
-    if ":" in line:
-        k, v = line.strip().rsplit(":", 1)
-        tv[k.strip()] = v.strip()
+    if ": " in line:
+        k, v = line.strip().split(": ", 1)
+        tv[k] = v
 mb = lambda kb: kb / 1024
 print(f"edgewatch footprint on {platform.machine()}, {os.cpu_count()} CPUs; binary {binary} ({os.path.getsize(binary) / 1e6:.2f} MB)")
 print(f"  idle  {idle_s} s (host collector every 10 s + tegrastats replay at 1 Hz): CPU {idle_cpu:.3f} % of a core; RSS {mb(min(idle)):.1f}-{mb(max(idle)):.1f} MB")

@@ -128,9 +128,7 @@ fn engine_reply(
 ) -> Response {
     match res {
         Ok(Ok(v)) => warp::reply::json(&v).into_response(),
-        Ok(Err(crate::engine::EngineError::BadQuery(e))) => {
-            json_error(StatusCode::BAD_REQUEST, &e)
-        }
+        Ok(Err(crate::engine::EngineError::BadQuery(e))) => json_error(StatusCode::BAD_REQUEST, &e),
         Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         Err(resp) => resp,
     }
@@ -250,7 +248,13 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             };
             let (plan, inf) = (ctx.plan.clone(), ctx.inference.clone());
             let res = with_reader(&ctx, move |r| {
-                Ok(crate::engine::inference(r, &plan, &inf.optimal_batch, &iq, now))
+                Ok(crate::engine::inference(
+                    r,
+                    &plan,
+                    &inf.optimal_batch,
+                    &iq,
+                    now,
+                ))
             })
             .await;
             engine_reply(res)
@@ -279,7 +283,7 @@ async fn status(ctx: ApiCtx) -> Response {
         crate::rollup::status(r, &plan, crate::now_ns())
     })
     .await
-    .unwrap_or_else(|_| json!(null));
+    .unwrap_or(serde_json::Value::Null);
     let s = &ctx.stats;
     let g = Stats::get;
     warp::reply::json(&json!({

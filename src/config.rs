@@ -18,7 +18,7 @@ pub const DEFAULT_CONFIG: &str = include_str!("../config/edgewatch.toml");
 pub const ENV_PREFIX: &str = "EDGEWATCH_";
 
 /// Everything the agent can be configured with.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `[http]`
@@ -232,7 +232,7 @@ impl Config {
         }
         overrides.sort();
         let mut table =
-            toml::Table::try_from(&SerializableConfig(&self)).map_err(|e| ConfigError::Env {
+            toml::Table::try_from(SerializableConfig(&self)).map_err(|e| ConfigError::Env {
                 var: "(all)".into(),
                 message: e.to_string(),
             })?;
@@ -328,24 +328,6 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             level: "info".into(),
-        }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            http: HttpConfig::default(),
-            udp: UdpConfig::default(),
-            storage: StorageConfig::default(),
-            ingest: IngestConfig::default(),
-            host: HostConfig::default(),
-            tegrastats: Default::default(),
-            nvml: Default::default(),
-            rollup: Default::default(),
-            retention: Default::default(),
-            inference: Default::default(),
-            log: LogConfig::default(),
         }
     }
 }

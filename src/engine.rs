@@ -158,7 +158,10 @@ pub fn choose_source(plan: &Plan, step_ns: i64, from: i64, now: i64) -> Source {
         .filter(|(_, t)| t.res_ns <= step_ns && step_ns % t.res_ns == 0)
         .map(|(i, _)| i)
         .collect();
-    let covers = |t: &Tier| t.retention_ns.is_none_or(|r| from >= now.saturating_sub(r));
+    let covers = |t: &Tier| {
+        t.retention_ns
+            .map_or(true, |r| from >= now.saturating_sub(r))
+    };
     if let Some(&i) = fits.iter().rev().find(|&&i| covers(&plan.tiers[i])) {
         return Source::Tier(i);
     }
@@ -583,7 +586,7 @@ pub fn knee(points: &[(f64, f64)]) -> Option<usize> {
             continue;
         };
         let jump = r - l;
-        if jump > 1e-9 * (1.0 + l.abs() + r.abs()) && best.is_none_or(|(_, b)| jump > b) {
+        if jump > 1e-9 * (1.0 + l.abs() + r.abs()) && best.map_or(true, |(_, b)| jump > b) {
             best = Some((i, jump));
         }
     }

@@ -238,7 +238,10 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging(&cfg.log.level);
             let dir = data_dir.unwrap_or_else(|| cfg.storage.data_dir.clone());
             if !edgewatch::store::db_path(&dir).exists() {
-                bail!("no edgewatch database in {} (is --data-dir right?)", dir.display());
+                bail!(
+                    "no edgewatch database in {} (is --data-dir right?)",
+                    dir.display()
+                );
             }
             let plan = edgewatch::rollup::Plan::from_config(&cfg)?;
             // Migrates an older store as the agent would; a no-op on a current one.

@@ -94,7 +94,7 @@ impl Default for RetentionConfig {
                 ("1m".to_string(), Interval(Duration::from_secs(30 * day))),
                 ("1h".to_string(), Interval(Duration::from_secs(365 * day))),
             ]),
-            max_bytes: 0,
+            max_bytes: 1 << 30,
         }
     }
 }
@@ -1233,6 +1233,7 @@ mod tests {
         }
     }
 
+    #[allow(clippy::type_complexity)]
     fn dump(
         dir: &Path,
     ) -> Vec<(

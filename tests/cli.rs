@@ -99,7 +99,10 @@ fn environment_overrides_are_checked_and_named() {
 fn a_broken_config_stops_run_with_a_clear_error_and_keeps_the_store() {
     let dir = tempfile::tempdir().unwrap();
     // First a good run that stores a point.
-    let agent = Agent::start(dir.path(), "[host]\nenabled = false\n");
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[rollup]\nenabled = false\n",
+    );
     let (code, _) = post(&agent.url("/write"), b"m v=1 1000", &[]).unwrap();
     assert_eq!(code, 204);
     let data = agent.dir.clone();
@@ -131,7 +134,10 @@ fn a_broken_config_stops_run_with_a_clear_error_and_keeps_the_store() {
 #[test]
 fn query_reads_a_running_agents_store_as_csv_and_json() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(dir.path(), "[host]\nenabled = false\n");
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[rollup]\nenabled = false\n",
+    );
     let body = "inference,model=yolo,app=cam wall_ms=12.5,ok=true 1764000000000000000\n\
                 inference,model=resnet,app=cam wall_ms=30 1764000001000000000\n\
                 inference,model=yolo,app=cam wall_ms=14.5,note=\"a, \\\"b\\\"\" 1764000002000000000\n";

@@ -59,3 +59,48 @@ async fn collector_switches_itself_off_without_a_driver() {
     let snap = status.snapshot();
     assert_eq!(snap["state"], serde_json::Value::String(state));
 }
+
+/// The real binary on a machine without an NVIDIA driver: `gpus` fails plainly and
+/// non-zero; `run` logs one line, reports the collector off in its status, and runs on.
+#[test]
+fn without_a_driver_gpus_fails_plainly_and_run_goes_on() {
+    if nvml::gpus_report(&mut Vec::new()).is_ok() {
+        eprintln!("an NVIDIA driver is present: the no-driver path cannot be checked here");
+        return;
+    }
+    let out = std::process::Command::new(crate::support::bin())
+        .arg("gpus")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no NVIDIA driver found"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let agent = crate::support::Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[tegrastats]\nenabled = false\n",
+    );
+    let st = crate::support::wait_for(Duration::from_secs(10), || {
+        let st = agent.status();
+        let off = st["collectors"]["nvml"]["state"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("off"));
+        off.then_some(st)
+    })
+    .expect("nvml reported off");
+    assert!(
+        st["collectors"]["nvml"]["state"]
+            .as_str()
+            .unwrap()
+            .contains("NVIDIA"),
+        "{st}"
+    );
+    let (code, _) = crate::support::post(&agent.url("/write"), b"m v=1", &[]).unwrap();
+    assert_eq!(code, 204);
+    let log = agent.log_text();
+    assert_eq!(log.matches("NVML").count().min(1), 1, "{log}");
+    let nvml_lines = log.lines().filter(|l| l.contains("nvml")).count();
+    assert!(nvml_lines <= 2, "NVML off should be one log line:\n{log}");
+}

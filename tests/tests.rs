@@ -11,7 +11,9 @@ mod cli;
 mod ingest;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
-/// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
-mod tegrastats;
+/// The NVML collector and `edgewatch gpus` without a GPU driver.
+mod nvml_cli;
 /// Rollup tiers, sketches, retention, disk budget and the query engine.
 mod rollup;
+/// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
+mod tegrastats;

@@ -34,7 +34,7 @@
 //! | `clock_graphics_max_mhz`, `clock_sm_max_mhz`, `clock_mem_max_mhz`, `clock_video_max_mhz` | float | MHz, maximum | `nvmlDeviceGetMaxClockInfo` |
 //! | `throttle_reasons` | integer | raw clock-event (throttle) reason bitmask, unknown bits kept | `nvmlDeviceGetCurrentClocksThrottleReasons` |
 //! | `throttle_idle`, `throttle_app_clocks`, `throttle_power_cap`, `throttle_hw_slowdown`, `throttle_sync_boost`, `throttle_sw_thermal`, `throttle_hw_thermal`, `throttle_power_brake`, `throttle_display_clocks` | integer | 0/1, one per named reason (bits 0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40, 0x80, 0x100) | same call |
-//! | `pcie_tx_kbps`, `pcie_rx_kbps` | float | PCIe throughput in **kilobytes**/s, as NVML reports it (20 ms window) | `nvmlDeviceGetPcieThroughput` |
+//! | `pcie_tx_kib_s`, `pcie_rx_kib_s` | float | PCIe throughput in **kilobytes**/s, as NVML reports it (20 ms window) | `nvmlDeviceGetPcieThroughput` |
 //! | `pcie_link_gen`, `pcie_link_width` | integer | current link generation and lane count | `nvmlDeviceGetCurrPcieLinkGeneration/Width` |
 //! | `fan_pct` | float | % of max fan speed, mean over the GPU's fans | `nvmlDeviceGetNumFans`, `nvmlDeviceGetFanSpeed_v2` |
 //! | `ecc_enabled` | integer | 0/1, ECC currently on | `nvmlDeviceGetEccMode` |
@@ -379,8 +379,8 @@ impl Metric {
                 "throttle_power_brake",
                 "throttle_display_clocks",
             ],
-            Metric::PcieTx => &["pcie_tx_kbps"],
-            Metric::PcieRx => &["pcie_rx_kbps"],
+            Metric::PcieTx => &["pcie_tx_kib_s"],
+            Metric::PcieRx => &["pcie_rx_kib_s"],
             Metric::PcieLinkGen => &["pcie_link_gen"],
             Metric::PcieLinkWidth => &["pcie_link_width"],
             Metric::Fan => &["fan_pct"],
@@ -1890,8 +1890,8 @@ mod tests {
             ("throttle_hw_thermal", Value::I64(1)),
             ("throttle_power_brake", Value::I64(0)),
             ("throttle_display_clocks", Value::I64(0)),
-            ("pcie_tx_kbps", Value::F64(2048.0)),
-            ("pcie_rx_kbps", Value::F64(1024.0)),
+            ("pcie_tx_kib_s", Value::F64(2048.0)),
+            ("pcie_rx_kib_s", Value::F64(1024.0)),
             ("pcie_link_gen", Value::I64(4)),
             ("pcie_link_width", Value::I64(8)),
             ("fan_pct", Value::F64(35.0)),

@@ -167,8 +167,10 @@ fn ensure_incremental_vacuum(conn: &Connection, path: &Path) -> Result<(), Store
     if tables > 0 {
         tracing::info!(db = %path.display(), "switching the store to incremental auto-vacuum (one-time VACUUM)");
         // VACUUM cannot change auto_vacuum in WAL mode; WAL is turned back on by the caller.
-        conn.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA auto_vacuum = INCREMENTAL; VACUUM;")
-            .map_err(&e)?;
+        conn.execute_batch(
+            "PRAGMA journal_mode = DELETE; PRAGMA auto_vacuum = INCREMENTAL; VACUUM;",
+        )
+        .map_err(&e)?;
     }
     Ok(())
 }
@@ -588,7 +590,8 @@ mod tests {
         write(&mut w, "m,t=a v=4 60\n");
         let r = Reader::open(dir.path()).unwrap();
         let res = r.query_raw(&q("m")).unwrap();
-        let got: Vec<(String, String, Vec<(i64, crate::model::Value)>)> = res
+        type Got = Vec<(String, String, Vec<(i64, crate::model::Value)>)>;
+        let got: Got = res
             .series
             .into_iter()
             .map(|s| (s.tags["t"].clone(), s.field, s.points))

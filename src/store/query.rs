@@ -156,7 +156,7 @@ impl Reader {
             let fields: Vec<_> = self
                 .fields_of(ts.id)?
                 .into_iter()
-                .filter(|(_, f, _)| q.field.as_deref().is_none_or(|want| want == f))
+                .filter(|(_, f, _)| q.field.as_deref().map_or(true, |want| want == f))
                 .collect();
             if fields.is_empty() {
                 continue;

@@ -1,0 +1,341 @@
+//! Query benchmark: builds a store with the Writer directly (20 `inference` series, field
+//! `wall_ms`: 24 h at 1 point/s ending now, plus 30 days at 1 point/min before that), runs the
+//! rollup job once over everything (`Job::run_once`, as `edgewatch maintain` does), then times
+//! the dashboard queries through the query engine exactly as `GET /api/v1/query` calls it
+//! (`agg_query_from_params` + `engine::query` on one long-lived `Reader`, not over HTTP) and
+//! prints a compact table: write time, rollup rate, and median / max of each query.
+//!
+//! Targets: every dashboard query under 50 ms; rollup well above the ingest rate
+//! (~500k points/s).
+//!
+//! Run: `cargo bench --bench query`. `BENCH_RUNS=50` to time each query more often
+//! (default 20).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use edgewatch::config::{Config, Synchronous};
+use edgewatch::model::{series_key, Batch, Line, Value};
+use edgewatch::rollup::{Job, Plan};
+use edgewatch::store::{Reader, Writer};
+
+const NS: i64 = 1_000_000_000;
+const SERIES: usize = 20;
+const BATCH: usize = 5_000;
+const RECENT_S: i64 = 24 * 3_600;
+const HISTORY_MIN: i64 = 30 * 24 * 60;
+const TARGET_MS: f64 = 50.0;
+const INGEST_RATE: f64 = 500_000.0;
+
+/// Deterministic log-normal-ish latencies per model: xorshift uniforms, Box-Muller normal.
+struct Gen {
+    x: u64,
+}
+
+impl Gen {
+    fn uniform(&mut self) -> f64 {
+        self.x ^= self.x << 13;
+        self.x ^= self.x >> 7;
+        self.x ^= self.x << 17;
+        // 53 random bits in (0, 1].
+        ((self.x >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+
+    fn wall_ms(&mut self, model: usize) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        // Median 4..~23 ms depending on the model, sigma 0.35.
+        let mu = (4.0 + model as f64).ln();
+        (mu + 0.35 * z).exp()
+    }
+}
+
+/// Writes `count` time steps of every series, `step_ns` apart from `start_ns`, interleaved
+/// by time (as live ingest would), in batches of `BATCH` lines. Returns (points, write time).
+fn write_range(
+    w: &mut Writer,
+    keys: &[String],
+    gen: &mut Gen,
+    start_ns: i64,
+    step_ns: i64,
+    count: i64,
+) -> (usize, Duration) {
+    let mut spent = Duration::ZERO;
+    let mut points = 0;
+    let mut batch = Batch::default();
+    let flush = |batch: &mut Batch, w: &mut Writer, spent: &mut Duration| {
+        let t = Instant::now();
+        let sum = w.write(&[&*batch]).expect("write failed");
+        *spent += t.elapsed();
+        assert!(sum[0].rejected.is_empty(), "{:?}", sum[0].rejected);
+        batch.lines.clear();
+        sum[0].points
+    };
+    for i in 0..count {
+        let ts = start_ns + i * step_ns;
+        for (m, key) in keys.iter().enumerate() {
+            batch.lines.push(Line {
+                key: key.clone(),
+                fields: vec![("wall_ms".into(), Value::F64(gen.wall_ms(m)))],
+                ts,
+                line_no: batch.lines.len() as u32 + 1,
+            });
+        }
+        if batch.lines.len() >= BATCH {
+            points += flush(&mut batch, w, &mut spent);
+        }
+    }
+    if !batch.is_empty() {
+        points += flush(&mut batch, w, &mut spent);
+    }
+    (points, spent)
+}
+
+struct Timing {
+    name: &'static str,
+    tier: String,
+    series: usize,
+    points: usize,
+    first_ms: f64,
+    median_ms: f64,
+    max_ms: f64,
+    json_ms: f64,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Times one query string form through the engine as the `/api/v1/query` handler runs it.
+fn time_query(
+    reader: &Reader,
+    plan: &Plan,
+    name: &'static str,
+    params: &[(&str, &str)],
+    runs: usize,
+) -> Timing {
+    let q: HashMap<String, String> = params
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut engine = Vec::with_capacity(runs);
+    let mut json = Vec::with_capacity(runs);
+    let mut last = None;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let aq = edgewatch::engine::agg_query_from_params(&q, edgewatch::now_ns())
+            .expect("bad query")
+            .expect("not an aggregate query");
+        let res =
+            edgewatch::engine::query(reader, plan, &aq, edgewatch::now_ns()).expect("query failed");
+        engine.push(ms(t.elapsed()));
+        // The handler's reply: `json!(result)` serialized into the response body.
+        let t = Instant::now();
+        let body = serde_json::to_vec(&serde_json::json!(res)).expect("json");
+        json.push(ms(t.elapsed()));
+        std::hint::black_box(body);
+        last = Some(res);
+    }
+    let res = last.expect("at least one run");
+    let first_ms = engine[0];
+    let max_ms = engine.iter().copied().fold(0.0, f64::max);
+    Timing {
+        name,
+        tier: res.tier.clone(),
+        series: res.series.len(),
+        points: res.series.iter().map(|s| s.points.len()).sum(),
+        first_ms,
+        median_ms: median(&mut engine),
+        max_ms,
+        json_ms: median(&mut json),
+    }
+}
+
+fn main() {
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(20);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("edgewatch");
+    let keys: Vec<String> = (0..SERIES)
+        .map(|m| series_key("inference", &[("model", &format!("m{m}"))]))
+        .collect();
+    let mut gen = Gen {
+        x: 0x9E37_79B9_7F4A_7C15,
+    };
+
+    // 1. The store: 30 days at 1/min, then the last 24 h at 1/s, ending now (write order =
+    // time order, as an agent that ran for 31 days would have written it).
+    let now_s = edgewatch::now_ns() / NS;
+    let recent_start = (now_s - RECENT_S + 1) * NS;
+    let history_start = recent_start - HISTORY_MIN * 60 * NS;
+    println!(
+        "query benchmark: {SERIES} series; 24 h at 1/s ({} points) + 30 d at 1/min ({} points), batches of {BATCH} lines",
+        SERIES as i64 * RECENT_S,
+        SERIES as i64 * HISTORY_MIN
+    );
+    let wall = Instant::now();
+    let mut w = Writer::open(&dir, 100_000, Synchronous::Normal).expect("open writer");
+    let (hist_points, hist_write) =
+        write_range(&mut w, &keys, &mut gen, history_start, 60 * NS, HISTORY_MIN);
+    let (recent_points, recent_write) =
+        write_range(&mut w, &keys, &mut gen, recent_start, NS, RECENT_S);
+    drop(w);
+    let build_wall = wall.elapsed();
+    let written = hist_points + recent_points;
+    let write_time = hist_write + recent_write;
+    let db_path = edgewatch::store::db_path(&dir);
+    let raw_bytes = edgewatch::store::disk_bytes(&db_path);
+
+    // 2. One rollup run over everything, as `edgewatch maintain` runs it (default plan:
+    // tiers 1m and 1h, raw retention 48 h, so the history's raw chunks are evicted after
+    // being rolled up).
+    let plan = Plan::from_config(&Config::default()).expect("plan");
+    let mut job = Job::open(&dir, plan.clone()).expect("open rollup job");
+    let t = Instant::now();
+    let report = job
+        .run_once(edgewatch::now_ns(), &|| false)
+        .expect("rollup failed");
+    let rollup_time = t.elapsed();
+    drop(job);
+    assert_eq!(report.points, written as u64, "every raw point rolled up");
+    let rollup_rate = report.points as f64 / rollup_time.as_secs_f64();
+
+    // 3. Dashboard queries, on one long-lived reader (as the API holds one).
+    let reader = Reader::open(&dir).expect("open reader");
+    let base = [("measurement", "inference"), ("field", "wall_ms")];
+    let with = |extra: &[(&'static str, &'static str)]| -> Vec<(&'static str, &'static str)> {
+        base.iter().chain(extra).copied().collect()
+    };
+    let timings = [
+        time_query(
+            &reader,
+            &plan,
+            "24h step=1m agg=p99",
+            &with(&[("from", "-24h"), ("step", "1m"), ("agg", "p99")]),
+            runs,
+        ),
+        time_query(
+            &reader,
+            &plan,
+            "24h step=1m agg=mean",
+            &with(&[("from", "-24h"), ("step", "1m"), ("agg", "mean")]),
+            runs,
+        ),
+        time_query(
+            &reader,
+            &plan,
+            "30d step=1h agg=p99",
+            &with(&[("from", "-30d"), ("step", "1h"), ("agg", "p99")]),
+            runs,
+        ),
+    ];
+
+    // 4. The table.
+    println!(
+        "\n{:<24} {:>10} {:>10} {:>12} {:>14}",
+        "store build", "points", "write s", "points/s", "wall s (+gen)"
+    );
+    println!(
+        "{:<24} {:>10} {:>10.2} {:>12.0} {:>14}",
+        "history 30d @1/min",
+        hist_points,
+        hist_write.as_secs_f64(),
+        hist_points as f64 / hist_write.as_secs_f64(),
+        ""
+    );
+    println!(
+        "{:<24} {:>10} {:>10.2} {:>12.0} {:>14}",
+        "recent 24h @1/s",
+        recent_points,
+        recent_write.as_secs_f64(),
+        recent_points as f64 / recent_write.as_secs_f64(),
+        ""
+    );
+    println!(
+        "{:<24} {:>10} {:>10.2} {:>12.0} {:>14.2}",
+        "total",
+        written,
+        write_time.as_secs_f64(),
+        written as f64 / write_time.as_secs_f64(),
+        build_wall.as_secs_f64()
+    );
+    println!(
+        "store on disk before rollup: {:.1} MB",
+        raw_bytes as f64 / 1e6
+    );
+
+    println!(
+        "\n{:<24} {:>10} {:>10} {:>12} {:>8} {:>10} {:>10}",
+        "rollup (run_once)", "points", "time s", "points/s", "steps", "evicted", "db MB"
+    );
+    println!(
+        "{:<24} {:>10} {:>10.2} {:>12.0} {:>8} {:>10} {:>10.1}",
+        "all tiers + retention",
+        report.points,
+        rollup_time.as_secs_f64(),
+        rollup_rate,
+        report.steps,
+        report.evicted_points,
+        report.db_bytes as f64 / 1e6
+    );
+    println!(
+        "  target: well above ingest (~{:.0}k points/s): x{:.2} -> {}",
+        INGEST_RATE / 1e3,
+        rollup_rate / INGEST_RATE,
+        if rollup_rate > INGEST_RATE {
+            "ok"
+        } else {
+            "BELOW"
+        }
+    );
+
+    println!(
+        "\n{:<24} {:>5} {:>6} {:>7} {:>9} {:>10} {:>8} {:>8} {:>6}",
+        "query (engine, n runs)",
+        "tier",
+        "series",
+        "points",
+        "first ms",
+        "median ms",
+        "max ms",
+        "json ms",
+        "<50ms"
+    );
+    for t in &timings {
+        println!(
+            "{:<24} {:>5} {:>6} {:>7} {:>9.2} {:>10.2} {:>8.2} {:>8.2} {:>6}",
+            t.name,
+            t.tier,
+            t.series,
+            t.points,
+            t.first_ms,
+            t.median_ms,
+            t.max_ms,
+            t.json_ms,
+            if t.max_ms < TARGET_MS {
+                "yes"
+            } else if t.median_ms < TARGET_MS {
+                "median"
+            } else {
+                "NO"
+            }
+        );
+    }
+    println!(
+        "({runs} runs per query; median/max over all runs including the first; engine time = \
+         agg_query_from_params + engine::query; json = serializing the reply, not included)"
+    );
+}
