@@ -21,6 +21,8 @@
 #   EDGEWATCH_FAST=1   skip LTO and use 16 codegen units: a much faster build with a larger,
 #                      slightly slower binary; for CI smoke tests, never for shipping.
 #   NO_INSTALL=1       never install anything; fail instead.
+#   EDGEWATCH_MAX_BYTES  size budget of a shipping (non-fast) binary; over it the script
+#                      fails (default 8000000: the 8 MB budget of the aarch64 binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,6 +71,7 @@ musl_arm64_headers() {
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(aarch64-unknown-linux-gnu)
 
+max_bytes=${EDGEWATCH_MAX_BYTES:-8000000}
 profile_env=()
 if [ "${EDGEWATCH_FAST:-0}" = 1 ]; then
     profile_env=(CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16)
@@ -108,6 +111,12 @@ for t in "${targets[@]}"; do
     start=$(date +%s)
     env "${envs[@]}" "${profile_env[@]}" cargo build --release --locked --target "$t" --bin edgewatch
     bin="${CARGO_TARGET_DIR:-target}/$t/release/edgewatch"
-    echo "==> $bin: $(stat -c %s "$bin") bytes, built in $(( $(date +%s) - start )) s"
+    size=$(stat -c %s "$bin")
+    echo "==> $bin: $size bytes, built in $(( $(date +%s) - start )) s"
     file "$bin" 2>/dev/null || true
+    # Size budget of the shipping build (the fast build is larger and is not checked).
+    if [ "${EDGEWATCH_FAST:-0}" != 1 ] && [ "$size" -gt "$max_bytes" ]; then
+        echo "error: $bin is $size bytes, over the $max_bytes-byte budget (EDGEWATCH_MAX_BYTES)" >&2
+        exit 1
+    fi
 done

@@ -88,8 +88,10 @@ curl -fsS "$base/health" >/dev/null || { echo "error: /health not answering" >&2
 clk=$(getconf CLK_TCK)
 cpu_ticks() { sed 's/.*) //' "/proc/$agent_pid/stat" | awk '{print $12 + $13}'; }
 status_kb() { awk -v k="$1:" '$1 == k {print $2}' "/proc/$agent_pid/status"; }
-echo "phase,t_s,vmrss_kb,vmhwm_kb,cpu_ticks" >"$out/samples.csv"
-sample() { echo "$1,$2,$(status_kb VmRSS),$(status_kb VmHWM),$(cpu_ticks)" >>"$out/samples.csv"; }
+echo "phase,t_s,vmrss_kb,vmhwm_kb,rssanon_kb,rssfile_kb,rssshmem_kb,cpu_ticks" >"$out/samples.csv"
+sample() {
+    echo "$1,$2,$(status_kb VmRSS),$(status_kb VmHWM),$(status_kb RssAnon),$(status_kb RssFile),$(status_kb RssShmem),$(cpu_ticks)" >>"$out/samples.csv"
+}
 # Samples every $interval_s for $2 seconds, labelled $1; sets phase_ticks to the CPU ticks
 # used in the phase.
 run_phase() {
@@ -181,7 +183,9 @@ mb = lambda kb: kb / 1024
 print(f"edgewatch footprint on {platform.machine()}, {os.cpu_count()} CPUs; binary {binary} ({os.path.getsize(binary) / 1e6:.2f} MB)")
 print(f"  idle  {idle_s} s (host collector every 10 s + tegrastats replay at 1 Hz): CPU {idle_cpu:.3f} % of a core; RSS {mb(min(idle)):.1f}-{mb(max(idle)):.1f} MB")
 print(f"  load  {load_s} s (+ 100 series/s over HTTP, {g['requests']} writes: {g['codes']}): CPU {load_cpu:.3f} % of a core")
+last = [r for r in rows if r["phase"] == "load"][-1]
 print(f"        steady RSS {mb(steady):.1f} MB (median of the last {len(load) - len(load) // 2} samples), RSS range {mb(min(load)):.1f}-{mb(max(load)):.1f} MB")
+print(f"        last sample: anonymous {mb(int(last['rssanon_kb'])):.1f} MB, file-backed {mb(int(last['rssfile_kb'])):.1f} MB, shared memory (SQLite WAL index) {mb(int(last['rssshmem_kb'])):.1f} MB")
 print(f"  peak RSS (VmHWM) {mb(hwm):.1f} MB; /usr/bin/time -v: max RSS {int(tv.get('Maximum resident set size (kbytes)', 0)) / 1024:.1f} MB, user {tv.get('User time (seconds)')} s, system {tv.get('System time (seconds)')} s, elapsed {tv.get('Elapsed (wall clock) time (h:mm:ss or m:ss)')}")
 ing = status["ingest"]
 print(f"  stored: {ing['points_written']} points ({ing['points_written'] - int(before)} during load), rejected {ing['points_rejected']}, dropped {ing['points_dropped']}, commits {ing['commits']}; inference series {len(series)}, all series {status['store']['series']}, db {status['store']['db_bytes'] / 1e6:.1f} MB")

@@ -9,7 +9,10 @@
 #   3. runs the agent on free loopback ports (host collector on, tegrastats replay of the
 #      same fixtures at 1 s), answers /health, accepts an HTTP line-protocol write (204) and
 #      returns those exact points from /api/v1/query; replayed jetson_* series appear;
-#   4. stops cleanly on SIGTERM, after which `edgewatch query` reads the points back.
+#   4. stops cleanly on SIGTERM, after which `edgewatch query` reads the points back;
+#   5. packages into an arm64 .deb (packaging/build-deb.sh) that passes
+#      packaging/verify-deb.sh (contents, conffile, check-config of the packaged config under
+#      qemu, systemd-analyze verify of the unit where systemd-analyze is installed).
 #
 # Usage: scripts/smoke-aarch64.sh
 #   SMOKE_BIN=PATH      test this aarch64 binary instead of building one
@@ -166,6 +169,10 @@ agent_pid=""
 n=$(qemu query --data-dir "$work/data" --measurement smoke --field latency_ms --from -1h --format csv | tail -n +2 | wc -l)
 [ "$n" = 5 ] || fail "edgewatch query read $n points after shutdown, expected 5"
 echo "    clean exit; edgewatch query read the 5 points back"
+
+echo "==> 5. arm64 package from this binary"
+packaging/build-deb.sh "$bin" "$work/deb" | sed 's/^/    /'
+packaging/verify-deb.sh "$work/deb/"edgewatch_*_arm64.deb | sed 's/^/    /'
 
 t_end=$(date +%s)
 echo "==> aarch64 smoke test passed (build $((t_built - t0)) s, checks $((t_end - t_built)) s)"

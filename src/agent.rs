@@ -23,6 +23,9 @@ pub enum AgentError {
     /// The rollup configuration is invalid.
     #[error(transparent)]
     Rollup(#[from] crate::rollup::RollupError),
+    /// The HTTP access configuration is unsafe (non-loopback without a token).
+    #[error(transparent)]
+    Access(#[from] crate::web::auth::AccessError),
     /// A listener could not bind.
     #[error("cannot listen on {what} {addr}: {source} (is another edgewatch or InfluxDB running? change [{what}] listen)")]
     Bind {
@@ -41,6 +44,7 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(4);
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
     let started = Instant::now();
+    let access = crate::web::auth::Access::new(&cfg.http)?;
     let stats = Arc::new(Stats::default());
     let plan = Arc::new(crate::rollup::Plan::from_config(&cfg)?);
     let dir = cfg.storage.data_dir.clone();
@@ -75,7 +79,16 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         max_body: cfg.http.max_body_bytes,
     };
     let nvml_status = Arc::new(crate::collect::nvml::NvmlStatus::default());
+    // Forwarders: their own store connections, their own token (stopped with the sources).
+    let forward_stop = CancellationToken::new();
+    let forwarders = crate::forward::start(
+        &cfg,
+        &cfg.storage.data_dir,
+        plan.tiers.iter().map(|t| t.key()).min(),
+        forward_stop.clone(),
+    );
     let api_ctx = crate::api::ApiCtx {
+        forward: Arc::new(forwarders.status.clone()),
         nvml: nvml_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
         plan: plan.clone(),
@@ -86,10 +99,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         max_series,
         db_path: db_path.clone(),
     };
-    let routes = crate::ingest::http::routes(write_ctx)
-        .or(crate::api::routes(api_ctx))
-        .unify()
-        .recover(crate::api::recover);
+    let routes = crate::web::auth::guard(access)
+        .and(
+            crate::ingest::http::routes(write_ctx)
+                .or(crate::api::routes(api_ctx.clone()))
+                .unify()
+                .or(crate::web::routes(api_ctx))
+                .unify(),
+        )
+        .recover(crate::web::auth::recover);
     let http_stop = sources.clone();
     let (http_addr, http_server) = warp::serve(routes)
         .try_bind_with_graceful_shutdown(
@@ -182,6 +200,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             tracing::warn!(task = "rollup", "still running at the shutdown deadline");
         }
     }
+    forward_stop.cancel();
+    forwarders.join(deadline).await;
     for (name, t) in tasks {
         if tokio::time::timeout_at(deadline, t).await.is_err() {
             tracing::warn!(task = name, "still running at the shutdown deadline");

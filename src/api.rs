@@ -47,6 +47,8 @@ pub struct ApiCtx {
     pub inference: Arc<crate::engine::InferenceConfig>,
     /// NVML collector state (GPUs, lost GPUs, unsupported metrics).
     pub nvml: Arc<crate::collect::nvml::NvmlStatus>,
+    /// Forwarder sinks (`forward` in the status).
+    pub forward: Arc<crate::forward::ForwardStatus>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -277,6 +279,12 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
 }
 
 async fn status(ctx: ApiCtx) -> Response {
+    warp::reply::json(&status_json(&ctx).await).into_response()
+}
+
+/// The `/api/v1/status` document (also what `/metrics` reads the agent's health from).
+pub async fn status_json(ctx: &ApiCtx) -> serde_json::Value {
+    let ctx = ctx.clone();
     let series = with_reader(&ctx, |r| r.series_count()).await.unwrap_or(-1);
     let plan = ctx.plan.clone();
     let rollup = with_reader(&ctx, move |r| {
@@ -286,7 +294,7 @@ async fn status(ctx: ApiCtx) -> Response {
     .unwrap_or(serde_json::Value::Null);
     let s = &ctx.stats;
     let g = Stats::get;
-    warp::reply::json(&json!({
+    json!({
         "version": env!("CARGO_PKG_VERSION"),
         "uptime_s": ctx.started.elapsed().as_secs(),
         "ingest": {
@@ -310,12 +318,12 @@ async fn status(ctx: ApiCtx) -> Response {
             "max_series": ctx.max_series,
         },
         "rollup": rollup,
+        "forward": ctx.forward.snapshot(),
         "collectors": {
             "errors": g(&s.collector_errors),
             "nvml": ctx.nvml.snapshot(),
         },
-    }))
-    .into_response()
+    })
 }
 
 /// Turns warp's rejections (unknown path, wrong method, bad query string) into JSON errors.

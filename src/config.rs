@@ -43,6 +43,13 @@ pub struct Config {
     pub inference: crate::engine::InferenceConfig,
     /// `[log]`
     pub log: LogConfig,
+    /// Top-level `device_id`: added to every forwarded point (unset: `/etc/machine-id`, else
+    /// the host name).
+    pub device_id: Option<String>,
+    /// `[tags]`: static tags added to every forwarded point.
+    pub tags: std::collections::BTreeMap<String, String>,
+    /// `[[sink]]`: where the forwarder sends (see `src/forward/`).
+    pub sink: Vec<crate::forward::SinkConfig>,
 }
 
 /// `[http]`
@@ -53,6 +60,57 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// Body limit after decompression.
     pub max_body_bytes: u64,
+    /// Access token (bearer, `Token`, basic-auth password or `p=`); empty: none.
+    pub token: Secret,
+    /// Whether `/metrics` answers without the token.
+    pub metrics_open: bool,
+}
+
+/// A secret string (a token): its `Debug` never shows it.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // A string; an all-digit token from the environment arrives as an integer.
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            S(String),
+            I(i64),
+        }
+        Ok(Secret(match Raw::deserialize(d)? {
+            Raw::S(s) => s,
+            Raw::I(i) => i.to_string(),
+        }))
+    }
+}
+
+impl Secret {
+    /// Wraps a value.
+    pub fn new(s: impl Into<String>) -> Secret {
+        Secret(s.into())
+    }
+
+    /// The value itself, for comparing and serializing; never log it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// True when unset.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "\"<redacted>\""
+        })
+    }
 }
 
 /// `[udp]`
@@ -192,10 +250,15 @@ impl Config {
 
     /// Parses a config text; keys it leaves out keep their built-in defaults.
     pub fn from_toml_str(text: &str, origin: &str) -> Result<Config, ConfigError> {
-        toml::from_str(text).map_err(|e| ConfigError::File {
+        let cfg: Config = toml::from_str(text).map_err(|e| ConfigError::File {
             origin: origin.to_string(),
             message: e.to_string().trim_end().to_string(),
-        })
+        })?;
+        crate::forward::config::validate_all(&cfg.sink).map_err(|message| ConfigError::File {
+            origin: origin.to_string(),
+            message,
+        })?;
+        Ok(cfg)
     }
 
     /// Loads the effective config: built-in defaults, then `path` if given, then the
@@ -282,6 +345,8 @@ impl Default for HttpConfig {
         HttpConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 9400)),
             max_body_bytes: 25 * 1024 * 1024,
+            token: Secret::default(),
+            metrics_open: false,
         }
     }
 }
@@ -367,6 +432,8 @@ impl serde::Serialize for SerializableConfig<'_> {
             vec![
                 ("listen", V::String(c.http.listen.to_string())),
                 ("max_body_bytes", int(c.http.max_body_bytes)),
+                ("token", V::String(c.http.token.expose().to_string())),
+                ("metrics_open", V::Boolean(c.http.metrics_open)),
             ],
         );
         sec(
@@ -469,6 +536,22 @@ impl serde::Serialize for SerializableConfig<'_> {
             )],
         );
         sec("log", vec![("level", V::String(c.log.level.clone()))]);
+        if let Some(id) = &c.device_id {
+            root.insert("device_id".into(), V::String(id.clone()));
+        }
+        root.insert(
+            "tags".into(),
+            V::Table(
+                c.tags
+                    .iter()
+                    .map(|(k, v)| (k.clone(), V::String(v.clone())))
+                    .collect(),
+            ),
+        );
+        if !c.sink.is_empty() {
+            let sinks = c.sink.iter().map(crate::forward::SinkConfig::to_toml);
+            root.insert("sink".into(), V::Array(sinks.collect()));
+        }
         root.serialize(s)
     }
 }
@@ -555,6 +638,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("EDGEWATCH_STORAGE__MAX_SERIES"), "{e}");
+    }
+
+    #[test]
+    fn token_comes_from_the_env_and_is_redacted_in_debug() {
+        let c = Config::builtin()
+            .with_env(env(&[
+                ("EDGEWATCH_HTTP__TOKEN", "s3cret-t0ken"),
+                ("EDGEWATCH_HTTP__METRICS_OPEN", "true"),
+            ]))
+            .unwrap();
+        assert_eq!(c.http.token.expose(), "s3cret-t0ken");
+        assert!(c.http.metrics_open);
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("s3cret-t0ken"), "{dbg}");
+        assert!(dbg.contains("<redacted>"), "{dbg}");
+    }
+
+    #[test]
+    fn device_identity_and_sinks_survive_env_overrides() {
+        let c = Config::from_toml_str(
+            "device_id = \"jet-1\"\n[tags]\nsite = \"lab\"\n[[sink]]\ntype = \"influxdb\"\nname = \"i\"\n\
+             url = \"http://127.0.0.1:8086\"\nversion = 1\ndatabase = \"edge\"\npassword = \"pw\"\n\
+             max_delay = \"250ms\"\n[[sink]]\ntype = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://127.0.0.1:1883\"\n\
+             topic = \"e/{device_id}\"\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.sink.len(), 2);
+        let again = c
+            .clone()
+            .with_env(env(&[("EDGEWATCH_LOG__LEVEL", "debug")]))
+            .unwrap();
+        assert_eq!(again.sink, c.sink);
+        assert_eq!(again.device_id.as_deref(), Some("jet-1"));
+        assert_eq!(again.tags["site"], "lab");
+        let e = Config::from_toml_str(
+            "[[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://h:1\"\nversion = 1\n",
+            "f.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("database") && e.contains("f.toml"), "{e}");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod api;
 pub mod collect;
 pub mod config;
 pub mod engine;
+pub mod forward;
 pub mod ingest;
 pub mod model;
 pub mod queue;
@@ -14,6 +15,7 @@ pub mod rollup;
 pub mod stats;
 pub mod store;
 pub mod timeparse;
+pub mod web;
 pub mod writer;
 
 /// The current time in Unix epoch nanoseconds (0 if the clock is before 1970).

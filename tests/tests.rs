@@ -6,6 +6,8 @@ mod support;
 
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;
+/// Store-and-forward to real mosquitto and InfluxDB.
+mod forward;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
 /// and real Influx client libraries.
 mod ingest;
@@ -17,3 +19,5 @@ mod nvml_cli;
 mod rollup;
 /// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
 mod tegrastats;
+/// Web UI in a real browser, /metrics with promtool, access control.
+mod web;

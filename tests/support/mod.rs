@@ -348,3 +348,4 @@ pub fn dir_bytes(dir: &Path) -> u64 {
     }
     total
 }
+pub mod peers;

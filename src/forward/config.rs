@@ -1,0 +1,380 @@
+//! `[[sink]]` tables: one typed, validated struct per sink. Parsing only; nothing here opens
+//! a socket or a file. Secrets (`password`, `token`) are redacted in `Debug`.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A duration written the humantime way ("500ms", "10s"); zero allowed where documented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(Dur).map_err(|e| {
+            serde::de::Error::custom(format!("invalid duration {s:?}: {e} (write e.g. \"10s\")"))
+        })
+    }
+}
+
+impl Serialize for Dur {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+/// A secret string: printed as `***` by `Debug`.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// The kind of remote end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkKind {
+    /// InfluxDB (1.x `/write` or 2.x `/api/v2/write`), or anything speaking those APIs.
+    Influxdb,
+    /// An MQTT broker.
+    Mqtt,
+}
+
+/// Payload format of MQTT messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// InfluxDB line protocol (Telegraf `data_format = "influx"`).
+    Line,
+    /// `{"device_id", "seq", "points": [{measurement, tags, fields, time}]}`.
+    Json,
+}
+
+/// One `[[sink]]` table. Keys that do not apply to the sink's `type` are errors.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkConfig {
+    /// `influxdb` or `mqtt`.
+    #[serde(rename = "type")]
+    pub kind: SinkKind,
+    /// Unique name; keys the durable cursor in the store.
+    pub name: String,
+    /// `http(s)://host:port` (InfluxDB) or `mqtt(s)://host:port` (MQTT).
+    pub url: String,
+    /// Off: the sink keeps its cursor and does not send.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Most points per batch.
+    #[serde(default = "d_max_points")]
+    pub max_points: usize,
+    /// Most bytes per batch (uncompressed payload; a single chunk may exceed it).
+    #[serde(default = "d_max_bytes")]
+    pub max_bytes: usize,
+    /// How long a partial batch may wait for more points.
+    #[serde(default = "d_max_delay")]
+    pub max_delay: Dur,
+    /// Most points per second sent (metered links); 0 = no limit.
+    #[serde(default)]
+    pub max_rate: u64,
+    /// Request / connection timeout.
+    #[serde(default = "d_timeout")]
+    pub timeout: Dur,
+    /// First retry delay after a failure (doubles, with jitter).
+    #[serde(default = "d_min_backoff")]
+    pub min_backoff: Dur,
+    /// Longest retry delay; also how often a paused (401/403) sink tries again.
+    #[serde(default = "d_max_backoff")]
+    pub max_backoff: Dur,
+    /// gzip payloads (default: on for InfluxDB, off for MQTT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gzip: Option<bool>,
+    /// Username (InfluxDB 1.x, MQTT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Password (InfluxDB 1.x, MQTT).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+
+    // InfluxDB
+    /// 1 (`/write`) or 2 (`/api/v2/write`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u8>,
+    /// 1.x database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    /// 1.x retention policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_policy: Option<String>,
+    /// 2.x organization.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
+    /// 2.x bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<String>,
+    /// 2.x token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<Secret>,
+
+    // MQTT
+    /// Topic template: `{device_id}`, `{measurement}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    /// Retained `online`/`offline` topic (template like `topic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_topic: Option<String>,
+    /// 0, 1 (default) or 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<u8>,
+    /// Client id (default `edgewatch-{device_id}-{name}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_id: Option<String>,
+    /// MQTT keepalive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<Dur>,
+    /// Start a new session on every connect (default false: persistent session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean_session: Option<bool>,
+    /// Batches published and not yet acknowledged at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inflight: Option<usize>,
+    /// `line` (default) or `json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
+    /// CA certificate (PEM) for `mqtts://`; default: the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Client certificate (PEM) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// Client key (PEM) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+fn d_max_points() -> usize {
+    5000
+}
+fn d_max_bytes() -> usize {
+    1024 * 1024
+}
+fn d_max_delay() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+fn d_timeout() -> Dur {
+    Dur(Duration::from_secs(10))
+}
+fn d_min_backoff() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+fn d_max_backoff() -> Dur {
+    Dur(Duration::from_secs(60))
+}
+
+impl SinkConfig {
+    /// Checks the keys that depend on `type`; the message names the sink and the key.
+    pub fn validate(&self) -> Result<(), String> {
+        let n = &self.name;
+        let err = |m: String| Err(format!("[[sink]] {n:?}: {m}"));
+        if n.is_empty() {
+            return Err("[[sink]]: `name` must not be empty".into());
+        }
+        if self.max_points == 0 || self.max_bytes == 0 {
+            return err("`max_points` and `max_bytes` must be greater than zero".into());
+        }
+        let set = |o: bool, k: &str| (o).then(|| k.to_string());
+        match self.kind {
+            SinkKind::Influxdb => {
+                if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+                    return err(format!(
+                        "url {:?} must start with http:// or https://",
+                        self.url
+                    ));
+                }
+                let wrong: Vec<String> = [
+                    set(self.topic.is_some(), "topic"),
+                    set(self.status_topic.is_some(), "status_topic"),
+                    set(self.qos.is_some(), "qos"),
+                    set(self.client_id.is_some(), "client_id"),
+                    set(self.keepalive.is_some(), "keepalive"),
+                    set(self.clean_session.is_some(), "clean_session"),
+                    set(self.inflight.is_some(), "inflight"),
+                    set(self.format.is_some(), "format"),
+                    set(self.ca_file.is_some(), "ca_file"),
+                    set(self.cert_file.is_some(), "cert_file"),
+                    set(self.key_file.is_some(), "key_file"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                if !wrong.is_empty() {
+                    return err(format!("keys {wrong:?} apply to type = \"mqtt\" only"));
+                }
+                match self.influx_version() {
+                    1 => {
+                        if self.database.as_deref().unwrap_or("").is_empty() {
+                            return err("InfluxDB 1.x needs `database`".into());
+                        }
+                        if self.org.is_some() || self.bucket.is_some() || self.token.is_some() {
+                            return err("`org`, `bucket` and `token` apply to version = 2; use `database`, `username`, `password` with version = 1".into());
+                        }
+                    }
+                    2 => {
+                        if self.bucket.as_deref().unwrap_or("").is_empty() {
+                            return err("InfluxDB 2.x needs `bucket` (and `org`, `token`); for InfluxDB 1.x set version = 1 and `database`".into());
+                        }
+                        if self.database.is_some() || self.retention_policy.is_some() {
+                            return err(
+                                "`database` and `retention_policy` apply to version = 1".into()
+                            );
+                        }
+                    }
+                    v => return err(format!("version = {v}: expected 1 or 2")),
+                }
+            }
+            SinkKind::Mqtt => {
+                if !(self.url.starts_with("mqtt://") || self.url.starts_with("mqtts://")) {
+                    return err(format!(
+                        "url {:?} must start with mqtt:// or mqtts://",
+                        self.url
+                    ));
+                }
+                let wrong: Vec<String> = [
+                    set(self.version.is_some(), "version"),
+                    set(self.database.is_some(), "database"),
+                    set(self.retention_policy.is_some(), "retention_policy"),
+                    set(self.org.is_some(), "org"),
+                    set(self.bucket.is_some(), "bucket"),
+                    set(self.token.is_some(), "token"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                if !wrong.is_empty() {
+                    return err(format!("keys {wrong:?} apply to type = \"influxdb\" only"));
+                }
+                if self.topic.as_deref().unwrap_or("").is_empty() {
+                    return err("MQTT needs `topic`, e.g. \"edgewatch/{device_id}\"".into());
+                }
+                if self.qos.unwrap_or(1) > 2 {
+                    return err("qos must be 0, 1 or 2".into());
+                }
+                if self.inflight == Some(0) {
+                    return err("inflight must be at least 1".into());
+                }
+                if self.cert_file.is_some() != self.key_file.is_some() {
+                    return err("`cert_file` and `key_file` go together".into());
+                }
+            }
+        }
+        if let Err(e) = host_port(&self.url) {
+            return err(e);
+        }
+        Ok(())
+    }
+
+    /// InfluxDB API version (default 2).
+    pub fn influx_version(&self) -> u8 {
+        self.version.unwrap_or(2)
+    }
+
+    /// Whether payloads are gzipped.
+    pub fn gzip(&self) -> bool {
+        self.gzip.unwrap_or(self.kind == SinkKind::Influxdb)
+    }
+
+    /// The table as TOML (for the environment-override round trip).
+    pub fn to_toml(&self) -> toml::Value {
+        toml::Value::try_from(self).unwrap_or(toml::Value::Table(Default::default()))
+    }
+}
+
+/// Splits `scheme://host:port[/path]` into (scheme, host, port).
+pub fn host_port(url: &str) -> Result<(String, String, u16), String> {
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| format!("url {url:?} has no scheme"))?;
+    let hostport = rest.split('/').next().unwrap_or("");
+    let default = match scheme {
+        "http" => 80,
+        "https" => 443,
+        "mqtt" => 1883,
+        "mqtts" => 8883,
+        _ => return Err(format!("url {url:?}: unknown scheme {scheme:?}")),
+    };
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
+            h.trim_start_matches('[').trim_end_matches(']').to_string(),
+            p.parse::<u16>()
+                .map_err(|_| format!("url {url:?}: invalid port {p:?}"))?,
+        ),
+        _ => (hostport.to_string(), default),
+    };
+    if host.is_empty() {
+        return Err(format!("url {url:?} has no host"));
+    }
+    Ok((scheme.to_string(), host, port))
+}
+
+/// Checks every sink and that names are unique.
+pub fn validate_all(sinks: &[SinkConfig]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for s in sinks {
+        s.validate()?;
+        if !seen.insert(s.name.as_str()) {
+            return Err(format!("[[sink]] name {:?} is used twice; names key the durable cursors and must be unique", s.name));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(t: &str) -> Result<SinkConfig, String> {
+        let c: SinkConfig = toml::from_str(t).map_err(|e| e.to_string())?;
+        c.validate().map(|_| c)
+    }
+
+    #[test]
+    fn minimal_sinks_need_few_keys() {
+        let i = parse("type = \"influxdb\"\nname = \"a\"\nurl = \"http://127.0.0.1:8086\"\nversion = 1\ndatabase = \"edge\"\n").unwrap();
+        assert!(i.gzip());
+        assert_eq!(i.max_points, 5000);
+        let m = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://127.0.0.1:1883\"\ntopic = \"t/{device_id}\"\n").unwrap();
+        assert!(!m.gzip());
+        assert_eq!(
+            host_port(&m.url).unwrap(),
+            ("mqtt".into(), "127.0.0.1".into(), 1883)
+        );
+    }
+
+    #[test]
+    fn wrong_or_missing_keys_are_named() {
+        let e = parse("type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\n")
+            .unwrap_err();
+        assert!(e.contains("database"), "{e}");
+        let e = parse("type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\ntopic = \"x\"\n").unwrap_err();
+        assert!(e.contains("topic"), "{e}");
+        let e = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\n").unwrap_err();
+        assert!(e.contains("topic"), "{e}");
+        let e =
+            parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\ntopik = 1\n")
+                .unwrap_err();
+        assert!(e.contains("topik"), "{e}");
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug() {
+        let i = parse("type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nbucket = \"b\"\ntoken = \"s3cret\"\n").unwrap();
+        assert!(!format!("{i:?}").contains("s3cret"));
+    }
+}

@@ -1,0 +1,378 @@
+//! The InfluxDB sink: one blocking thread per sink (`ureq`), line protocol in ns precision,
+//! gzip by default, to `/write` (1.x: `db`, `rp`, `u`/`p`) or `/api/v2/write` (2.x: `org`,
+//! `bucket`, `Authorization: Token`). One batch in flight; the cursor moves on 2xx.
+
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+
+use super::encode::{self, Point};
+use super::store::{Cursor, Source};
+use super::{
+    backoff, batch_ready, classify_http, nap, refresh_backlog, Jitter, Outcome, RateLimit,
+    RateMeter, SinkCtx,
+};
+
+/// The write URL with its query string.
+fn write_url(cfg: &super::SinkConfig) -> String {
+    let base = cfg.url.trim_end_matches('/');
+    let enc = |s: &str| -> String {
+        s.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    if cfg.influx_version() == 1 {
+        let mut u = format!(
+            "{base}/write?precision=ns&db={}",
+            enc(cfg.database.as_deref().unwrap_or(""))
+        );
+        if let Some(rp) = &cfg.retention_policy {
+            u.push_str(&format!("&rp={}", enc(rp)));
+        }
+        u
+    } else {
+        format!(
+            "{base}/api/v2/write?precision=ns&org={}&bucket={}",
+            enc(cfg.org.as_deref().unwrap_or("")),
+            enc(cfg.bucket.as_deref().unwrap_or(""))
+        )
+    }
+}
+
+/// Sends one body; classifies the answer.
+fn send(agent: &ureq::Agent, cfg: &super::SinkConfig, url: &str, body: &[u8]) -> Outcome {
+    let mut req = agent
+        .post(url)
+        .set("Content-Type", "text/plain; charset=utf-8");
+    let gz;
+    let payload = if cfg.gzip() {
+        req = req.set("Content-Encoding", "gzip");
+        gz = encode::gzip(body);
+        &gz[..]
+    } else {
+        body
+    };
+    if cfg.influx_version() == 1 {
+        if let (Some(u), Some(p)) = (&cfg.username, &cfg.password) {
+            use std::io::Write as _;
+            let mut b = Vec::new();
+            let _ = write!(b, "{u}:{}", p.0);
+            req = req.set("Authorization", &format!("Basic {}", base64(&b)));
+        }
+    } else if let Some(t) = &cfg.token {
+        req = req.set("Authorization", &format!("Token {}", t.0));
+    }
+    match req.send_bytes(payload) {
+        Ok(r) => classify_http(r.status(), None, ""),
+        Err(ureq::Error::Status(code, r)) => {
+            let ra = r.header("Retry-After").map(str::to_string);
+            let body = r.into_string().unwrap_or_default();
+            classify_http(code, ra.as_deref(), &body)
+        }
+        Err(e) => Outcome::Retry {
+            reason: format!("cannot reach {}: {e}", cfg.url),
+        },
+    }
+}
+
+fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Line protocol of `points`, cut at `max_bytes` on a chunk boundary is not needed here:
+/// the source already cut at `max_points`; the byte limit trims whole points.
+fn body(points: &[Point], uint_as_int: bool, max_bytes: usize) -> (Vec<u8>, usize) {
+    let mut out = Vec::with_capacity(points.len() * 96);
+    for (i, p) in points.iter().enumerate() {
+        if i > 0 && out.len() >= max_bytes {
+            return (out, i);
+        }
+        encode::line(&mut out, p, uint_as_int);
+    }
+    (out, points.len())
+}
+
+/// The sink's thread.
+pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
+    let name = ctx.cfg.name.clone();
+    let mut jitter = Jitter::new(&name);
+    // Opening can fail while the store is busy: retry with backoff until stopped.
+    let mut failures = 0u32;
+    let (mut src, mut cur, d) = loop {
+        match Source::open(&ctx.dir, ctx.identity.clone())
+            .and_then(|s| Cursor::open(&ctx.dir, &name).map(|(c, d)| (s, c, d)))
+        {
+            Ok((s, c, d)) => break (s, c, d),
+            Err(e) => {
+                failures += 1;
+                ctx.status.error(&e.to_string());
+                tracing::warn!(sink = %name, error = %e, "forwarder cannot open the store");
+                if !nap(
+                    &stop,
+                    backoff(
+                        failures,
+                        ctx.cfg.min_backoff.0,
+                        ctx.cfg.max_backoff.0,
+                        jitter.sample(),
+                    ),
+                ) {
+                    return;
+                }
+            }
+        }
+    };
+    ctx.status.durable(&d);
+    tracing::info!(sink = %name, url = %ctx.cfg.url, cursor = d.cursor, "influxdb sink started");
+    let agent = ureq::AgentBuilder::new().timeout(ctx.cfg.timeout.0).build();
+    let url = write_url(&ctx.cfg);
+    let uint_as_int = ctx.cfg.influx_version() == 1;
+    let started = Instant::now();
+    let mut rate = RateLimit::new(ctx.cfg.max_rate);
+    let mut meter = RateMeter::default();
+    let mut cursor = d.cursor;
+    let mut seq = d.seq;
+    let mut max_points = ctx.cfg.max_points;
+    let mut failures = 0u32;
+    let mut logged_errors = 0u64;
+    let mut pending_since: Option<Instant> = None;
+    let mut last_refresh = None;
+    let poll = ctx
+        .cfg
+        .max_delay
+        .0
+        .clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let mut retrying = false;
+    while !stop.is_cancelled() {
+        refresh_backlog(
+            &src,
+            &cur,
+            &ctx.status,
+            &mut last_refresh,
+            Duration::from_secs(1),
+        );
+        let now_s = started.elapsed().as_secs_f64();
+        ctx.status.update(|s| s.drain_rate_pps = meter.rate(now_s));
+        // Eviction took raw data this sink never sent: send the rollup rows instead.
+        let fallback = super::fallback_due(&ctx, &src, &cur);
+        let (first, last, points, is_fallback) = match fallback {
+            Some((pts, through)) => (cursor, through, pts, true),
+            None => match src.read(cursor, max_points) {
+                Ok(c) => (c.first, c.last, c.points, false),
+                Err(e) => {
+                    failures += 1;
+                    ctx.status.error(&e.to_string());
+                    tracing::warn!(sink = %name, error = %e, "forwarder cannot read the store");
+                    if !nap(
+                        &stop,
+                        backoff(
+                            failures,
+                            ctx.cfg.min_backoff.0,
+                            ctx.cfg.max_backoff.0,
+                            jitter.sample(),
+                        ),
+                    ) {
+                        break;
+                    }
+                    continue;
+                }
+            },
+        };
+        if !is_fallback && last == 0 {
+            pending_since = None;
+            if !nap(&stop, poll) {
+                break;
+            }
+            continue;
+        }
+        let since = *pending_since.get_or_insert_with(Instant::now);
+        if !is_fallback
+            && !batch_ready(
+                points.len(),
+                max_points,
+                since.elapsed(),
+                ctx.cfg.max_delay.0,
+            )
+        {
+            if !nap(
+                &stop,
+                poll.min(ctx.cfg.max_delay.0.saturating_sub(since.elapsed())),
+            ) {
+                break;
+            }
+            continue;
+        }
+        let (payload, used) = body(&points, uint_as_int, ctx.cfg.max_bytes);
+        // A byte-limited batch must still end on a chunk boundary for the cursor: if the
+        // byte limit cut it, send fewer chunks next time instead.
+        if used < points.len() && !is_fallback && max_points > 1 {
+            max_points = (used.max(1)).min(max_points / 2).max(1);
+            continue;
+        }
+        let wait = rate.reserve(started.elapsed().as_secs_f64(), points.len());
+        if !wait.is_zero() && !nap(&stop, wait) {
+            break;
+        }
+        if retrying {
+            let _ = cur.count_replay();
+        }
+        let _ = cur.mark_inflight(last);
+        let outcome = send(&agent, &ctx.cfg, &url, &payload);
+        let now = crate::now_ns();
+        let n = points.len() as i64;
+        let ts_max = points.iter().map(|p| p.ts).max().unwrap_or(0);
+        let sleep = match outcome {
+            Outcome::Ack => {
+                let r = if is_fallback {
+                    cur.fallback_done(last, n)
+                } else {
+                    seq += 1;
+                    cur.ack(last, seq, n, ts_max, now)
+                };
+                if let Err(e) = r {
+                    ctx.status.error(&e.to_string());
+                    tracing::warn!(sink = %name, error = %e, "cannot persist the cursor (the batch will be sent again)");
+                    seq = cur.load().map(|d| d.seq).unwrap_or(seq);
+                    Some(Duration::from_millis(200))
+                } else {
+                    if !is_fallback {
+                        cursor = last;
+                    }
+                    failures = 0;
+                    retrying = false;
+                    pending_since = None;
+                    max_points = ctx.cfg.max_points;
+                    let rate_now = meter.add(started.elapsed().as_secs_f64(), n as u64);
+                    ctx.status.update(|s| {
+                        s.connected = true;
+                        s.paused = false;
+                        s.last_error = None;
+                        s.last_success_ns = Some(now);
+                        s.cursor_chunk_id = cursor;
+                        s.batch_seq = seq;
+                        s.drain_rate_pps = rate_now;
+                        if is_fallback {
+                            s.fallback_points += n;
+                        } else {
+                            s.forwarded_points += n;
+                        }
+                    });
+                    None
+                }
+            }
+            Outcome::DeadLetter { status, reason } => {
+                seq += 1;
+                tracing::warn!(sink = %name, status, %reason, first_chunk = first, last_chunk = last, points = n, "batch refused as bad data; kept in dead_letters");
+                let r = cur.dead_letter(first, last, seq, n, status, &reason, &payload, now);
+                ctx.status.error(&reason);
+                if let Err(e) = r {
+                    tracing::warn!(sink = %name, error = %e, "cannot record the dead letter (will retry)");
+                    seq -= 1;
+                    Some(Duration::from_millis(200))
+                } else {
+                    if !is_fallback {
+                        cursor = last;
+                    } else {
+                        let _ = cur.fallback_done(last, 0);
+                    }
+                    retrying = false;
+                    pending_since = None;
+                    last_refresh = None;
+                    ctx.status.update(|s| {
+                        s.connected = true;
+                        s.cursor_chunk_id = cursor;
+                    });
+                    None
+                }
+            }
+            Outcome::Pause { reason } => {
+                logged_errors += 1;
+                if logged_errors.is_power_of_two() {
+                    tracing::error!(sink = %name, %reason, count = logged_errors, "sink paused");
+                }
+                ctx.status.error(&reason);
+                ctx.status.update(|s| {
+                    s.paused = true;
+                    s.connected = true;
+                });
+                Some(ctx.cfg.max_backoff.0)
+            }
+            Outcome::Shrink { reason } => {
+                ctx.status.error(&reason);
+                max_points = (points.len() / 2).max(1);
+                Some(Duration::ZERO)
+            }
+            Outcome::RetryAfter { after, reason } => {
+                retrying = true;
+                ctx.status.error(&reason);
+                ctx.status.update(|s| s.connected = true);
+                Some(after)
+            }
+            Outcome::Retry { reason } => {
+                failures += 1;
+                retrying = true;
+                logged_errors += 1;
+                if logged_errors.is_power_of_two() {
+                    tracing::warn!(sink = %name, %reason, count = logged_errors, "send failed; backing off");
+                }
+                ctx.status.error(&reason);
+                ctx.status
+                    .update(|s| s.connected = !reason.starts_with("cannot reach"));
+                Some(backoff(
+                    failures,
+                    ctx.cfg.min_backoff.0,
+                    ctx.cfg.max_backoff.0,
+                    jitter.sample(),
+                ))
+            }
+        };
+        if let Some(d) = sleep {
+            if !nap(&stop, d) {
+                break;
+            }
+        }
+    }
+    tracing::info!(sink = %name, cursor, "influxdb sink stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_and_basic_auth() {
+        let c: super::super::SinkConfig = toml::from_str(
+            "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1/\"\nversion = 1\ndatabase = \"my db\"\n",
+        )
+        .unwrap();
+        assert_eq!(write_url(&c), "http://h:1/write?precision=ns&db=my%20db");
+        let c: super::super::SinkConfig = toml::from_str(
+            "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\norg = \"o\"\nbucket = \"b\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            write_url(&c),
+            "http://h:1/api/v2/write?precision=ns&org=o&bucket=b"
+        );
+        assert_eq!(base64(b"edge:secret"), "ZWRnZTpzZWNyZXQ=");
+        assert_eq!(base64(b"ab"), "YWI=");
+    }
+}

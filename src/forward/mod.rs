@@ -1,0 +1,573 @@
+//! Store-and-forward: every `[[sink]]` (InfluxDB 1.x/2.x over HTTP, MQTT) reads raw chunks
+//! from the store after its own durable cursor (`sinks.cursor_chunk_id`), sends them in
+//! batches, and moves the cursor only after the remote end acknowledged the batch (HTTP 2xx,
+//! MQTT PUBACK). The backlog is the store itself: offline for a day means a day of chunks
+//! after the cursor, drained oldest-first (optionally rate-limited) when the link returns,
+//! while new chunks keep arriving behind them.
+//!
+//! Layout: [`config`] (the `[[sink]]` table), [`encode`] (line protocol, JSON, gzip; pure),
+//! [`store`] (read chunks, move the cursor, dead letters), `influx` (a blocking thread per
+//! sink, `ureq`), `mqtt` (a task per sink, `rumqttc`). The decisions — what an HTTP answer
+//! means, how long to back off, whether a partial batch should wait, the rate limit — are
+//! pure functions here with time as an argument.
+//!
+//! It never reads the ingest queue and never writes points: its only writes are its own
+//! `sinks` row and `dead_letters`, in short transactions.
+
+pub mod config;
+pub mod encode;
+mod influx;
+mod mqtt;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+pub use config::{SinkConfig, SinkKind};
+
+/// What to do after the remote end answered (or did not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Stored: move the cursor.
+    Ack,
+    /// Bad data (400, 422): dead-letter the batch and move on.
+    DeadLetter {
+        /// HTTP status.
+        status: u16,
+        /// The server's reason.
+        reason: String,
+    },
+    /// Credentials refused (401, 403): keep the data, stop sending, try again rarely.
+    Pause {
+        /// What to tell the user.
+        reason: String,
+    },
+    /// The batch is too large for the server (413): send smaller batches.
+    Shrink {
+        /// The server's reason.
+        reason: String,
+    },
+    /// Overloaded (429, 503) with a `Retry-After`: wait that long.
+    RetryAfter {
+        /// How long.
+        after: Duration,
+        /// Status line.
+        reason: String,
+    },
+    /// Anything else (5xx, timeouts, connection errors): back off and retry.
+    Retry {
+        /// What failed.
+        reason: String,
+    },
+}
+
+/// Parses a `Retry-After` value in seconds (HTTP dates are not supported: `None`).
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// Classifies an HTTP answer from an InfluxDB write endpoint.
+pub fn classify_http(status: u16, retry_after: Option<&str>, body: &str) -> Outcome {
+    let body = body.trim();
+    let reason = if body.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!(
+            "HTTP {status}: {}",
+            body.chars().take(500).collect::<String>()
+        )
+    };
+    match status {
+        200..=299 => Outcome::Ack,
+        400 | 422 => Outcome::DeadLetter { status, reason },
+        401 | 403 => Outcome::Pause {
+            reason: format!("{reason} (credentials refused: check the sink's username/password or token; data is kept)"),
+        },
+        413 => Outcome::Shrink { reason },
+        429 | 503 => match retry_after.and_then(parse_retry_after) {
+            Some(after) => Outcome::RetryAfter { after, reason },
+            None => Outcome::Retry { reason },
+        },
+        _ => Outcome::Retry { reason },
+    }
+}
+
+/// Backoff before retry number `failures` (1 = first retry): exponential from `min`, capped
+/// at `max`, with "equal jitter" (`jitter` in [0, 1) picks a point in the upper half).
+pub fn backoff(failures: u32, min: Duration, max: Duration, jitter: f64) -> Duration {
+    let exp = min.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
+    let capped = exp.min(max).max(min.min(max));
+    let half = capped / 2;
+    half + half.mul_f64(jitter.clamp(0.0, 1.0))
+}
+
+/// Whether a batch of `points` should go now: full, or its oldest pending point waited
+/// `max_delay` (`waited` since the forwarder first saw it).
+pub fn batch_ready(
+    points: usize,
+    max_points: usize,
+    waited: Duration,
+    max_delay: Duration,
+) -> bool {
+    points >= max_points || waited >= max_delay
+}
+
+/// A token bucket in points per second (burst: one batch). `now` is seconds on any clock.
+#[derive(Debug, Clone)]
+pub struct RateLimit {
+    rate: f64,
+    next_free: f64,
+}
+
+impl RateLimit {
+    /// `rate` points/s; 0 = unlimited.
+    pub fn new(rate: u64) -> Self {
+        RateLimit {
+            rate: rate as f64,
+            next_free: f64::MIN,
+        }
+    }
+
+    /// How long to wait before sending `points` at time `now`; reserves them.
+    pub fn reserve(&mut self, now: f64, points: usize) -> Duration {
+        if self.rate <= 0.0 {
+            return Duration::ZERO;
+        }
+        let start = self.next_free.max(now);
+        self.next_free = start + points as f64 / self.rate;
+        Duration::from_secs_f64((start - now).max(0.0))
+    }
+}
+
+/// A small xorshift for backoff jitter (no need for a CSPRNG here).
+#[derive(Debug, Clone)]
+pub struct Jitter(u64);
+
+impl Jitter {
+    /// Seeded from the clock and a name.
+    pub fn new(name: &str) -> Self {
+        let mut s = crate::now_ns() as u64 | 1;
+        for b in name.bytes() {
+            s = s.rotate_left(5) ^ u64::from(b);
+        }
+        Jitter(s | 1)
+    }
+
+    /// A value in [0, 1).
+    pub fn sample(&mut self) -> f64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        (x >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Drain rate over a sliding window of acknowledgements.
+#[derive(Debug, Default)]
+pub struct RateMeter {
+    samples: std::collections::VecDeque<(f64, u64)>,
+}
+
+impl RateMeter {
+    /// Records `points` acknowledged at `now` (seconds); returns points/s over the last 5 s.
+    pub fn add(&mut self, now: f64, points: u64) -> f64 {
+        self.samples.push_back((now, points));
+        self.rate(now)
+    }
+
+    /// Points/s over the last 5 s at `now`.
+    pub fn rate(&mut self, now: f64) -> f64 {
+        while self.samples.front().is_some_and(|s| now - s.0 > 5.0) {
+            self.samples.pop_front();
+        }
+        let Some(first) = self.samples.front() else {
+            return 0.0;
+        };
+        let total: u64 = self.samples.iter().map(|s| s.1).sum();
+        let span = (now - first.0).max(1.0);
+        total as f64 / span
+    }
+}
+
+/// What `/api/v1/status` shows of one sink.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SinkState {
+    /// Sink name.
+    pub name: String,
+    /// `influxdb` or `mqtt`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Where it sends (credentials are never in a URL we print).
+    pub url: String,
+    /// Link up (MQTT: connected; HTTP: the last request got an answer).
+    pub connected: bool,
+    /// Paused after 401/403.
+    pub paused: bool,
+    /// Last acknowledged chunk id.
+    pub cursor_chunk_id: i64,
+    /// Last acknowledged batch sequence number.
+    pub batch_seq: i64,
+    /// Points not yet acknowledged.
+    pub backlog_points: i64,
+    /// Chunks not yet acknowledged.
+    pub backlog_chunks: i64,
+    /// Age of the oldest unsent point, seconds (null: no backlog).
+    pub oldest_unsent_age_s: Option<f64>,
+    /// Last acknowledgement, ns since the epoch.
+    pub last_success_ns: Option<i64>,
+    /// Last error (cleared by the next success).
+    pub last_error: Option<String>,
+    /// When it happened, ns.
+    pub last_error_ns: Option<i64>,
+    /// Errors seen since start.
+    pub errors: u64,
+    /// Batches refused as bad data and kept in `dead_letters`.
+    pub dead_letter_batches: i64,
+    /// Their points.
+    pub dead_letter_points: i64,
+    /// Points acknowledged, all time.
+    pub forwarded_points: i64,
+    /// Batches sent again after a fault (each may have been duplicated once).
+    pub replayed_batches: i64,
+    /// Acknowledged points per second, last 5 s.
+    pub drain_rate_pps: f64,
+    /// Configured rate limit, points/s (0 = none).
+    pub max_rate_pps: u64,
+    /// Raw points evicted before this sink forwarded them.
+    pub evicted_unforwarded_points: i64,
+    /// Rollup points sent in place of evicted raw data.
+    pub fallback_points: i64,
+}
+
+/// One sink's live status.
+#[derive(Debug, Default)]
+pub struct SinkStatus(Mutex<SinkState>);
+
+impl SinkStatus {
+    /// Applies `f` to the state.
+    pub fn update(&self, f: impl FnOnce(&mut SinkState)) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g);
+    }
+
+    /// A copy of the state.
+    pub fn get(&self) -> SinkState {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn error(&self, e: &str) {
+        self.update(|s| {
+            s.last_error = Some(e.to_string());
+            s.last_error_ns = Some(crate::now_ns());
+            s.errors += 1;
+        });
+    }
+
+    fn durable(&self, d: &store::Durable) {
+        self.update(|s| {
+            s.cursor_chunk_id = d.cursor;
+            s.batch_seq = d.seq;
+            s.forwarded_points = d.forwarded;
+            s.dead_letter_points = d.dead_points;
+            s.replayed_batches = d.replayed;
+            s.evicted_unforwarded_points = d.evicted_points;
+            s.fallback_points = d.fallback_points;
+            s.last_success_ns = (d.last_success_ns > 0).then_some(d.last_success_ns);
+        });
+    }
+}
+
+/// Every sink's status; what `/api/v1/status` shows under `forward`.
+#[derive(Debug, Default, Clone)]
+pub struct ForwardStatus {
+    /// Device identity added to forwarded points.
+    pub device_id: String,
+    /// One per configured sink.
+    pub sinks: Vec<Arc<SinkStatus>>,
+}
+
+impl ForwardStatus {
+    /// The `forward` object of `/api/v1/status`.
+    pub fn snapshot(&self) -> serde_json::Value {
+        serde_json::json!({
+            "device_id": self.device_id,
+            "sinks": self.sinks.iter().map(|s| s.get()).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// The device identity: `device_id` from the config, else `/etc/machine-id`, else the host
+/// name; plus the static `[tags]`. Returned as the tags added to every forwarded point.
+pub fn identity(cfg: &crate::config::Config) -> (String, Vec<(String, String)>) {
+    let id = cfg
+        .device_id
+        .clone()
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| read_trimmed("/etc/machine-id"))
+        .or_else(|| read_trimmed("/proc/sys/kernel/hostname"))
+        .unwrap_or_else(|| "unknown".into());
+    let mut tags: Vec<(String, String)> = vec![("device_id".into(), id.clone())];
+    for (k, v) in &cfg.tags {
+        if k != "device_id" {
+            tags.push((k.clone(), v.clone()));
+        }
+    }
+    (id, tags)
+}
+
+fn read_trimmed(p: &str) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// Everything a sink loop needs.
+pub(crate) struct SinkCtx {
+    pub cfg: SinkConfig,
+    pub dir: PathBuf,
+    pub device_id: String,
+    pub identity: Vec<(String, String)>,
+    pub status: Arc<SinkStatus>,
+    /// Finest rollup tier (seconds), for the eviction fallback.
+    pub fallback_tier_s: Option<i64>,
+}
+
+/// Sleeps `d`, waking early (returning false) when `stop` is cancelled.
+pub(crate) fn nap(stop: &CancellationToken, d: Duration) -> bool {
+    let end = Instant::now() + d;
+    loop {
+        if stop.is_cancelled() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= end {
+            return true;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(25)));
+    }
+}
+
+/// Refreshes backlog figures in the status (at most every `every`).
+pub(crate) fn refresh_backlog(
+    src: &store::Source,
+    cursor: &store::Cursor,
+    status: &SinkStatus,
+    last: &mut Option<Instant>,
+    every: Duration,
+) {
+    if last.is_some_and(|t| t.elapsed() < every) {
+        return;
+    }
+    *last = Some(Instant::now());
+    let Ok(d) = cursor.load() else { return };
+    status.durable(&d);
+    let dead = cursor.dead_letter_batches().unwrap_or(0);
+    if let Ok((points, chunks, oldest)) = src.backlog(d.cursor) {
+        let now = crate::now_ns();
+        status.update(|s| {
+            s.backlog_points = points;
+            s.backlog_chunks = chunks;
+            s.dead_letter_batches = dead;
+            s.oldest_unsent_age_s = oldest.map(|t| (now.saturating_sub(t)).max(0) as f64 / 1e9);
+        });
+    }
+}
+
+/// If retention or the disk budget evicted raw chunks this sink had not forwarded, sends
+/// the rollup rows of the lost span instead (tagged `edgewatch_rollup`). The span runs from
+/// the newest point acknowledged to the oldest raw point still pending.
+/// Returns the points to send and the chunk id they cover, or None.
+pub(crate) fn fallback_due(
+    ctx: &SinkCtx,
+    src: &store::Source,
+    cursor: &store::Cursor,
+) -> Option<(Vec<encode::Point>, i64)> {
+    let tier = ctx.fallback_tier_s?;
+    let d = cursor.load().ok()?;
+    if d.evicted_through <= d.cursor.max(d.fallback_through) {
+        return None;
+    }
+    let to = src
+        .backlog(d.evicted_through)
+        .ok()
+        .and_then(|b| b.2)
+        .unwrap_or(i64::MAX);
+    let from = if d.forwarded_ts_max > 0 {
+        d.forwarded_ts_max - d.forwarded_ts_max.rem_euclid(tier * 1_000_000_000)
+    } else {
+        i64::MIN
+    };
+    let pts = cursor.fallback_points(tier, from, to, &ctx.identity).ok()?;
+    Some((pts, d.evicted_through))
+}
+
+/// The running forwarders.
+pub struct Forwarders {
+    /// Their status, for the API.
+    pub status: ForwardStatus,
+    /// Threads (InfluxDB) and tasks (MQTT), by sink name.
+    pub handles: Vec<(String, Handle)>,
+}
+
+/// A sink's thread or task.
+pub enum Handle {
+    /// A blocking thread.
+    Thread(std::thread::JoinHandle<()>),
+    /// A tokio task.
+    Task(tokio::task::JoinHandle<()>),
+}
+
+/// Starts every enabled sink of `cfg` on the store in `dir` (already migrated). Each stops
+/// when `stop` is cancelled, after persisting its cursor.
+pub fn start(
+    cfg: &crate::config::Config,
+    dir: &Path,
+    fallback_tier_s: Option<i64>,
+    stop: CancellationToken,
+) -> Forwarders {
+    let (device_id, ident) = identity(cfg);
+    let mut status = ForwardStatus {
+        device_id: device_id.clone(),
+        sinks: Vec::new(),
+    };
+    let mut handles = Vec::new();
+    for sc in cfg.sink.iter().filter(|s| s.enabled) {
+        let st = Arc::new(SinkStatus::default());
+        st.update(|s| {
+            s.name = sc.name.clone();
+            s.kind = match sc.kind {
+                SinkKind::Influxdb => "influxdb".into(),
+                SinkKind::Mqtt => "mqtt".into(),
+            };
+            s.url = sc.url.clone();
+            s.max_rate_pps = sc.max_rate;
+        });
+        status.sinks.push(st.clone());
+        let ctx = SinkCtx {
+            cfg: sc.clone(),
+            dir: dir.to_path_buf(),
+            device_id: device_id.clone(),
+            identity: ident.clone(),
+            status: st,
+            fallback_tier_s,
+        };
+        let stop = stop.clone();
+        let h = match sc.kind {
+            SinkKind::Influxdb => std::thread::Builder::new()
+                .name(format!("fwd-{}", sc.name))
+                .spawn(move || influx::run(ctx, stop))
+                .map(Handle::Thread),
+            SinkKind::Mqtt => Ok(Handle::Task(tokio::spawn(mqtt::run(ctx, stop)))),
+        };
+        match h {
+            Ok(h) => handles.push((sc.name.clone(), h)),
+            Err(e) => tracing::error!(sink = %sc.name, error = %e, "cannot start the sink"),
+        }
+    }
+    Forwarders { status, handles }
+}
+
+impl Forwarders {
+    /// Waits for every sink to stop, until `deadline`; logs the ones still running.
+    pub async fn join(self, deadline: tokio::time::Instant) {
+        for (name, h) in self.handles {
+            let done = match h {
+                Handle::Thread(t) => {
+                    let j = tokio::task::spawn_blocking(move || t.join());
+                    tokio::time::timeout_at(deadline, j).await.is_ok()
+                }
+                Handle::Task(t) => tokio::time::timeout_at(deadline, t).await.is_ok(),
+            };
+            if !done {
+                tracing::warn!(sink = %name, "forwarder still running at the shutdown deadline (its cursor is durable; unacknowledged batches are sent again next start)");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_answers_map_to_actions() {
+        assert_eq!(classify_http(204, None, ""), Outcome::Ack);
+        assert!(
+            matches!(classify_http(400, None, "{\"error\":\"bad\"}"), Outcome::DeadLetter { status: 400, reason } if reason.contains("bad"))
+        );
+        assert!(matches!(
+            classify_http(422, None, ""),
+            Outcome::DeadLetter { .. }
+        ));
+        assert!(
+            matches!(classify_http(401, None, ""), Outcome::Pause { reason } if reason.contains("credentials"))
+        );
+        assert!(matches!(
+            classify_http(403, None, ""),
+            Outcome::Pause { .. }
+        ));
+        assert_eq!(
+            classify_http(429, Some("7"), ""),
+            Outcome::RetryAfter {
+                after: Duration::from_secs(7),
+                reason: "HTTP 429".into()
+            }
+        );
+        assert!(matches!(
+            classify_http(503, Some("Wed, 21 Oct 2015 07:28:00 GMT"), ""),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            classify_http(500, None, ""),
+            Outcome::Retry { .. }
+        ));
+        assert!(matches!(
+            classify_http(413, None, ""),
+            Outcome::Shrink { .. }
+        ));
+    }
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_a_cap() {
+        let s = Duration::from_secs;
+        assert_eq!(backoff(1, s(1), s(60), 0.0), Duration::from_millis(500));
+        assert_eq!(backoff(1, s(1), s(60), 0.999_999).as_millis(), 999);
+        assert_eq!(backoff(3, s(1), s(60), 0.0), s(2));
+        assert_eq!(backoff(30, s(1), s(60), 0.0), s(30));
+        assert!(backoff(30, s(1), s(60), 1.0) <= s(60));
+        let mut j = Jitter::new("x");
+        for _ in 0..1000 {
+            let v = j.sample();
+            assert!((0.0..1.0).contains(&v));
+        }
+    }
+
+    #[test]
+    fn partial_batches_wait_for_max_delay() {
+        let ms = Duration::from_millis;
+        assert!(!batch_ready(10, 100, ms(10), ms(100)));
+        assert!(batch_ready(10, 100, ms(100), ms(100)));
+        assert!(batch_ready(100, 100, ms(0), ms(100)));
+    }
+
+    #[test]
+    fn rate_limit_spaces_batches() {
+        let mut r = RateLimit::new(1000);
+        assert_eq!(r.reserve(10.0, 500), Duration::ZERO);
+        assert_eq!(r.reserve(10.0, 500), Duration::from_millis(500));
+        assert_eq!(r.reserve(12.0, 500), Duration::ZERO);
+        let mut u = RateLimit::new(0);
+        assert_eq!(u.reserve(0.0, 1_000_000), Duration::ZERO);
+        let mut m = RateMeter::default();
+        m.add(0.0, 100);
+        assert_eq!(m.add(2.0, 100), 100.0);
+        assert_eq!(m.rate(100.0), 0.0);
+    }
+}

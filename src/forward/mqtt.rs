@@ -1,0 +1,505 @@
+//! The MQTT sink (`rumqttc`): batches published at QoS 1 (default) to a topic template, up
+//! to `inflight` batches unacknowledged; the cursor moves over the longest acknowledged
+//! prefix on PUBACK. A retained status topic says `online` on connect, `offline` on a clean
+//! stop, and the broker says `offline` (last will) when the link dies.
+//!
+//! Each connection gets a fresh client and event loop (polled in its own task, never
+//! cancelled mid-write). When a connection dies, the batches it had in flight are read again
+//! from the cursor and republished on the next connection with the same sequence numbers:
+//! at most `inflight` batches per fault can reach a consumer twice, and they are counted.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rumqttc::{AsyncClient, Event, LastWill, MqttOptions, Outgoing, Packet, QoS, Transport};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::encode::{self, Point};
+use super::store::{Cursor, Source};
+use super::{backoff, batch_ready, config::Format, Jitter, RateLimit, RateMeter, SinkCtx};
+
+/// What the connection task reports.
+enum Ev {
+    Connected,
+    /// A publish left with this packet id (0 for QoS 0).
+    Sent(u16),
+    /// The broker acknowledged this packet id.
+    Acked(u16),
+    Down(String),
+}
+
+/// One batch in flight.
+struct Flight {
+    seq: i64,
+    last: i64,
+    points: i64,
+    ts_max: i64,
+    remaining: usize,
+}
+
+fn qos(q: u8) -> QoS {
+    match q {
+        0 => QoS::AtMostOnce,
+        2 => QoS::ExactlyOnce,
+        _ => QoS::AtLeastOnce,
+    }
+}
+
+fn tls_config(cfg: &super::SinkConfig) -> Result<rustls::ClientConfig, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = cfg
+        .ca_file
+        .clone()
+        .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
+    let pem = std::fs::read(&ca).map_err(|e| format!("cannot read ca_file {ca}: {e}"))?;
+    for c in rustls_pemfile::certs(&mut &pem[..]) {
+        let c = c.map_err(|e| format!("bad certificate in {ca}: {e}"))?;
+        let _ = roots.add(c);
+    }
+    let b = rustls::ClientConfig::builder().with_root_certificates(roots);
+    match (&cfg.cert_file, &cfg.key_file) {
+        (Some(c), Some(k)) => {
+            let cp = std::fs::read(c).map_err(|e| format!("cannot read cert_file {c}: {e}"))?;
+            let kp = std::fs::read(k).map_err(|e| format!("cannot read key_file {k}: {e}"))?;
+            let certs = rustls_pemfile::certs(&mut &cp[..])
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("bad cert_file {c}: {e}"))?;
+            let key = rustls_pemfile::private_key(&mut &kp[..])
+                .map_err(|e| format!("bad key_file {k}: {e}"))?
+                .ok_or_else(|| format!("no private key in {k}"))?;
+            b.with_client_auth_cert(certs, key)
+                .map_err(|e| format!("client certificate refused: {e}"))
+        }
+        _ => Ok(b.with_no_client_auth()),
+    }
+}
+
+fn options(ctx: &SinkCtx) -> Result<MqttOptions, String> {
+    let cfg = &ctx.cfg;
+    let (scheme, host, port) = super::config::host_port(&cfg.url)?;
+    let id = cfg
+        .client_id
+        .clone()
+        .unwrap_or_else(|| format!("edgewatch-{}-{}", ctx.device_id, cfg.name));
+    let mut o = MqttOptions::new(id, host, port);
+    o.set_keep_alive(
+        cfg.keepalive
+            .map(|d| d.0)
+            .unwrap_or(Duration::from_secs(30)),
+    );
+    o.set_clean_session(cfg.clean_session.unwrap_or(false));
+    o.set_max_packet_size(64 * 1024, cfg.max_bytes.saturating_mul(2).max(256 * 1024));
+    o.set_inflight(100);
+    if let Some(u) = &cfg.username {
+        o.set_credentials(
+            u.clone(),
+            cfg.password
+                .as_ref()
+                .map(|p| p.0.clone())
+                .unwrap_or_default(),
+        );
+    }
+    o.set_last_will(LastWill::new(
+        status_topic(ctx),
+        "offline",
+        QoS::AtLeastOnce,
+        true,
+    ));
+    if scheme == "mqtts" {
+        let tls = tls_config(cfg)?;
+        o.set_transport(Transport::tls_with_config(
+            rumqttc::TlsConfiguration::Rustls(Arc::new(tls)),
+        ));
+    }
+    Ok(o)
+}
+
+fn status_topic(ctx: &SinkCtx) -> String {
+    encode::topic(
+        ctx.cfg
+            .status_topic
+            .as_deref()
+            .unwrap_or("edgewatch/{device_id}/status"),
+        &ctx.device_id,
+        "",
+    )
+}
+
+/// Messages (topic, payload) of one batch.
+fn messages(
+    ctx: &SinkCtx,
+    seq: i64,
+    first: i64,
+    last: i64,
+    points: &[Point],
+) -> Vec<(String, Vec<u8>)> {
+    let template = ctx.cfg.topic.as_deref().unwrap_or("edgewatch/{device_id}");
+    let mut groups: Vec<(String, Vec<&Point>)> = Vec::new();
+    if template.contains("{measurement}") {
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for p in points {
+            let i = *index
+                .entry(p.series.measurement.as_str())
+                .or_insert_with(|| {
+                    groups.push((
+                        encode::topic(template, &ctx.device_id, &p.series.measurement),
+                        Vec::new(),
+                    ));
+                    groups.len() - 1
+                });
+            groups[i].1.push(p);
+        }
+    } else {
+        groups.push((
+            encode::topic(template, &ctx.device_id, ""),
+            points.iter().collect(),
+        ));
+    }
+    let parts = groups.len();
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, (topic, pts))| {
+            let body = match ctx.cfg.format.unwrap_or(Format::Line) {
+                Format::Line => {
+                    let mut b = encode::seq_comment(seq, first, last, i + 1, parts).into_bytes();
+                    for p in pts {
+                        encode::line(&mut b, p, false);
+                    }
+                    b
+                }
+                Format::Json => encode::json(&ctx.device_id, seq, &pts),
+            };
+            let body = if ctx.cfg.gzip() {
+                encode::gzip(&body)
+            } else {
+                body
+            };
+            (topic, body)
+        })
+        .collect()
+}
+
+/// Connects and polls one connection until it dies or `closing` is cancelled.
+async fn connection(
+    mut el: rumqttc::EventLoop,
+    tx: mpsc::UnboundedSender<Ev>,
+    closing: CancellationToken,
+) {
+    loop {
+        let ev = tokio::select! {
+            // Only taken after the driver sent DISCONNECT (or gave up): nothing left to lose.
+            _ = closing.cancelled() => return,
+            ev = el.poll() => ev,
+        };
+        let msg = match ev {
+            Ok(Event::Incoming(Packet::ConnAck(_))) => Ev::Connected,
+            Ok(Event::Incoming(Packet::PubAck(a))) => Ev::Acked(a.pkid),
+            Ok(Event::Incoming(Packet::PubComp(a))) => Ev::Acked(a.pkid),
+            Ok(Event::Outgoing(Outgoing::Publish(pkid))) => Ev::Sent(pkid),
+            Ok(Event::Outgoing(Outgoing::Disconnect)) => {
+                let _ = tx.send(Ev::Down("disconnected".into()));
+                return;
+            }
+            Ok(_) => continue,
+            Err(e) => {
+                let _ = tx.send(Ev::Down(e.to_string()));
+                return;
+            }
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+/// The sink's task.
+pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
+    let name = ctx.cfg.name.clone();
+    let opened = tokio::task::spawn_blocking({
+        let dir = ctx.dir.clone();
+        let ident = ctx.identity.clone();
+        let name = name.clone();
+        move || {
+            let s = Source::open(&dir, ident)?;
+            let (c, d) = Cursor::open(&dir, &name)?;
+            Ok::<_, crate::store::StoreError>((s, c, d))
+        }
+    })
+    .await;
+    let (src, cur, d) = match opened {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            ctx.status.error(&e.to_string());
+            tracing::error!(sink = %name, error = %e, "mqtt sink cannot open the store; it is off");
+            return;
+        }
+        Err(e) => {
+            tracing::error!(sink = %name, error = %e, "mqtt sink failed to start");
+            return;
+        }
+    };
+    ctx.status.durable(&d);
+    let opts = match options(&ctx) {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.status.error(&e);
+            tracing::error!(sink = %name, error = %e, "mqtt sink is misconfigured; it is off");
+            return;
+        }
+    };
+    tracing::info!(sink = %name, url = %ctx.cfg.url, cursor = d.cursor, "mqtt sink started");
+    let db = Arc::new(Mutex::new((src, cur)));
+    let q = qos(ctx.cfg.qos.unwrap_or(1));
+    let window = ctx.cfg.inflight.unwrap_or(4);
+    let status_topic = status_topic(&ctx);
+    let mut jitter = Jitter::new(&name);
+    let started = Instant::now();
+    let mut rate = RateLimit::new(ctx.cfg.max_rate);
+    let mut meter = RateMeter::default();
+    let mut acked_cursor = d.cursor;
+    let mut acked_seq = d.seq;
+    let mut failures = 0u32;
+    let mut logged = 0u64;
+    let poll = ctx
+        .cfg
+        .max_delay
+        .0
+        .clamp(Duration::from_millis(20), Duration::from_millis(500));
+    let mut last_refresh: Option<Instant> = None;
+
+    'connections: while !stop.is_cancelled() {
+        let (client, el) = AsyncClient::new(opts.clone(), 64);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let closing = CancellationToken::new();
+        let conn_task = tokio::spawn(connection(el, tx, closing.clone()));
+        let mut connected = false;
+        let mut read_cursor = acked_cursor;
+        let mut next_seq = acked_seq;
+        let mut inflight: VecDeque<Flight> = VecDeque::new();
+        // Messages handed to the client whose packet id is not known yet: the batch seq, or
+        // None for a status message.
+        let mut unassigned: VecDeque<Option<i64>> = VecDeque::new();
+        let mut pkids: HashMap<u16, Option<i64>> = HashMap::new();
+        let mut pending_since: Option<Instant> = None;
+        let mut down: Option<String> = None;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => break,
+                ev = rx.recv() => ev,
+                _ = tokio::time::sleep(poll) => None,
+            };
+            match ev {
+                Some(Ev::Connected) => {
+                    connected = true;
+                    failures = 0;
+                    ctx.status.update(|s| {
+                        s.connected = true;
+                        s.last_error = None;
+                    });
+                    tracing::info!(sink = %name, "mqtt connected");
+                    unassigned.push_back(None);
+                    let _ = client
+                        .publish(&status_topic, QoS::AtLeastOnce, true, "online")
+                        .await;
+                }
+                Some(Ev::Sent(pkid)) => {
+                    if let Some(entry) = unassigned.pop_front() {
+                        if q == QoS::AtMostOnce {
+                            if let Some(seq) = entry {
+                                if let Some(f) = inflight.iter_mut().find(|f| f.seq == seq) {
+                                    f.remaining = f.remaining.saturating_sub(1);
+                                }
+                            }
+                        } else {
+                            pkids.insert(pkid, entry);
+                        }
+                    }
+                }
+                Some(Ev::Acked(pkid)) => {
+                    if let Some(Some(seq)) = pkids.remove(&pkid) {
+                        if let Some(f) = inflight.iter_mut().find(|f| f.seq == seq) {
+                            f.remaining = f.remaining.saturating_sub(1);
+                        }
+                    }
+                }
+                Some(Ev::Down(e)) => {
+                    down = Some(e);
+                    break;
+                }
+                None => {}
+            }
+            // Move the cursor over the acknowledged prefix.
+            let mut done: Option<(i64, i64, i64, i64)> = None;
+            while inflight.front().is_some_and(|f| f.remaining == 0) {
+                let Some(f) = inflight.pop_front() else { break };
+                let d = done.get_or_insert((0, 0, 0, i64::MIN));
+                *d = (f.last, f.seq, d.2 + f.points, d.3.max(f.ts_max));
+            }
+            if let Some((last, seq, points, ts_max)) = done {
+                let db2 = db.clone();
+                let r = tokio::task::spawn_blocking(move || {
+                    let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                    g.1.ack(last, seq, points, ts_max, crate::now_ns())
+                })
+                .await;
+                match r {
+                    Ok(Ok(())) => {
+                        acked_cursor = last;
+                        acked_seq = seq;
+                        let r = meter.add(started.elapsed().as_secs_f64(), points as u64);
+                        ctx.status.update(|s| {
+                            s.cursor_chunk_id = last;
+                            s.batch_seq = seq;
+                            s.forwarded_points += points;
+                            s.last_success_ns = Some(crate::now_ns());
+                            s.drain_rate_pps = r;
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        // The batches were delivered; they will be sent again after a restart.
+                        ctx.status.error(&e.to_string());
+                        tracing::warn!(sink = %name, error = %e, "cannot persist the cursor");
+                    }
+                    Err(_) => {}
+                }
+            }
+            {
+                let db2 = db.clone();
+                let mut lr = last_refresh;
+                let st = ctx.status.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    let g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                    super::refresh_backlog(&g.0, &g.1, &st, &mut lr, Duration::from_secs(1));
+                    lr
+                })
+                .await
+                .map(|lr| last_refresh = lr);
+                let r = meter.rate(started.elapsed().as_secs_f64());
+                ctx.status.update(|s| s.drain_rate_pps = r);
+            }
+            // Publish more while the window has room.
+            while connected && inflight.len() < window && !stop.is_cancelled() {
+                let db2 = db.clone();
+                let max_points = ctx.cfg.max_points;
+                let after = read_cursor;
+                let read = tokio::task::spawn_blocking(move || {
+                    let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                    g.0.read(after, max_points)
+                })
+                .await;
+                let chunks = match read {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => {
+                        ctx.status.error(&e.to_string());
+                        break;
+                    }
+                    Err(_) => break,
+                };
+                if chunks.last == 0 {
+                    pending_since = None;
+                    break;
+                }
+                let since = *pending_since.get_or_insert_with(Instant::now);
+                if !batch_ready(
+                    chunks.points.len(),
+                    max_points,
+                    since.elapsed(),
+                    ctx.cfg.max_delay.0,
+                ) {
+                    break;
+                }
+                let wait = rate.reserve(started.elapsed().as_secs_f64(), chunks.points.len());
+                if !wait.is_zero() {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tokio::time::sleep(wait) => {}
+                    }
+                }
+                next_seq += 1;
+                let msgs = messages(&ctx, next_seq, chunks.first, chunks.last, &chunks.points);
+                inflight.push_back(Flight {
+                    seq: next_seq,
+                    last: chunks.last,
+                    points: chunks.points.len() as i64,
+                    ts_max: chunks.points.iter().map(|p| p.ts).max().unwrap_or(0),
+                    remaining: msgs.len(),
+                });
+                {
+                    let db2 = db.clone();
+                    let through = chunks.last;
+                    let _ = tokio::task::spawn_blocking(move || {
+                        db2.lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .1
+                            .mark_inflight(through)
+                    })
+                    .await;
+                }
+                for (topic, payload) in msgs {
+                    unassigned.push_back(Some(next_seq));
+                    if let Err(e) = client.publish(topic, q, false, payload).await {
+                        down = Some(e.to_string());
+                        break;
+                    }
+                }
+                read_cursor = chunks.last;
+                pending_since = None;
+            }
+            if down.is_some() {
+                break;
+            }
+        }
+        // Leaving this connection.
+        let lost = inflight.len();
+        if stop.is_cancelled() && down.is_none() {
+            // Clean stop: say offline, disconnect, give the acks in flight a moment.
+            if connected {
+                let _ = client
+                    .publish(&status_topic, QoS::AtLeastOnce, true, "offline")
+                    .await;
+                let _ = client.disconnect().await;
+                let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                    while rx.recv().await.is_some() {}
+                })
+                .await;
+            }
+            closing.cancel();
+            let _ = tokio::time::timeout(Duration::from_millis(200), conn_task).await;
+            break 'connections;
+        }
+        closing.cancel();
+        conn_task.abort();
+        let reason = down.unwrap_or_else(|| "connection closed".into());
+        failures += 1;
+        logged += 1;
+        if logged.is_power_of_two() {
+            tracing::warn!(sink = %name, error = %reason, count = logged, unacked_batches = lost, "mqtt link down; backing off");
+        }
+        ctx.status.error(&format!("mqtt: {reason}"));
+        ctx.status.update(|s| s.connected = false);
+        if lost > 0 {
+            let db2 = db.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                for _ in 0..lost {
+                    let _ = g.1.count_replay();
+                }
+            })
+            .await;
+        }
+        let wait = backoff(
+            failures,
+            ctx.cfg.min_backoff.0,
+            ctx.cfg.max_backoff.0,
+            jitter.sample(),
+        );
+        tokio::select! {
+            _ = stop.cancelled() => break 'connections,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!(sink = %name, cursor = acked_cursor, "mqtt sink stopped");
+}

@@ -1,0 +1,472 @@
+//! The forwarder's side of the store: a read-only connection that reads raw chunks after a
+//! cursor and decodes them into [`Point`]s, and a small read-write connection that moves a
+//! sink's cursor (and records dead letters) in short `BEGIN IMMEDIATE` transactions, with a
+//! busy timeout, beside the ingest writer and the rollup job. It never reads the ingest queue.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+
+use super::encode::{series, Point, Series};
+use crate::store::{codec, db_path, StoreError};
+
+fn sq(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A run of whole chunks read after a cursor.
+#[derive(Debug, Default)]
+pub struct Chunks {
+    /// First chunk id read (0 when empty).
+    pub first: i64,
+    /// Last chunk id read: the cursor once this batch is acknowledged.
+    pub last: i64,
+    /// Points, in chunk-id order.
+    pub points: Vec<Point>,
+}
+
+/// Reads raw chunks in id order.
+pub struct Source {
+    conn: Connection,
+    path: PathBuf,
+    identity: Vec<(String, String)>,
+    tagsets: HashMap<i64, Arc<Series>>,
+    fields: HashMap<i64, Arc<str>>,
+}
+
+impl Source {
+    /// Opens `dir`'s store read-only; `identity` tags are added to every point.
+    pub fn open(dir: &Path, identity: Vec<(String, String)>) -> Result<Source, StoreError> {
+        let path = db_path(dir);
+        let p2 = path.clone();
+        let e = sq(&p2);
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(&e)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
+        conn.pragma_update(None, "cache_size", -1024).map_err(&e)?;
+        Ok(Source {
+            conn,
+            path,
+            identity,
+            tagsets: HashMap::new(),
+            fields: HashMap::new(),
+        })
+    }
+
+    fn reload(&mut self) -> Result<(), StoreError> {
+        let e = sq(&self.path);
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT id, key FROM tagsets")
+            .map_err(&e)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(&e)?;
+        for row in rows {
+            let (id, key) = row.map_err(&e)?;
+            self.tagsets
+                .entry(id)
+                .or_insert_with(|| Arc::new(series(&key, &self.identity)));
+        }
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT id, field FROM series")
+            .map_err(&e)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
+            .map_err(&e)?;
+        for row in rows {
+            let (id, f) = row.map_err(&e)?;
+            self.fields.entry(id).or_insert_with(|| f.into());
+        }
+        Ok(())
+    }
+
+    /// Reads whole chunks with id > `after`, oldest first, until `max_points` points (at
+    /// least one chunk).
+    pub fn read(&mut self, after: i64, max_points: usize) -> Result<Chunks, StoreError> {
+        let mut rows: Vec<(i64, i64, i64, i64, Vec<u8>)> = Vec::new();
+        {
+            let e = sq(&self.path);
+            let mut st = self
+                .conn
+                .prepare_cached(
+                    "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2",
+                )
+                .map_err(&e)?;
+            let mut q = st
+                .query(params![after, max_points.clamp(1, 100_000) as i64])
+                .map_err(&e)?;
+            let mut points = 0usize;
+            while let Some(r) = q.next().map_err(&e)? {
+                let n: i64 = r.get(3).map_err(&e)?;
+                if !rows.is_empty() && points + n.max(0) as usize > max_points {
+                    break;
+                }
+                points += n.max(0) as usize;
+                rows.push((
+                    r.get(0).map_err(&e)?,
+                    r.get(1).map_err(&e)?,
+                    r.get(2).map_err(&e)?,
+                    n,
+                    r.get(4).map_err(&e)?,
+                ));
+                if points >= max_points {
+                    break;
+                }
+            }
+        }
+        let mut out = Chunks::default();
+        for (id, tagset, ts_min, n, data) in rows {
+            if !self.tagsets.contains_key(&tagset) {
+                self.reload()?;
+            }
+            let Some(series) = self.tagsets.get(&tagset).cloned() else {
+                // A chunk whose tag set is gone cannot be forwarded; skip it loudly.
+                tracing::warn!(
+                    chunk = id,
+                    tagset,
+                    "chunk refers to an unknown tag set; skipped"
+                );
+                continue;
+            };
+            let mut decoded: Vec<(i64, i64, crate::model::Value)> =
+                Vec::with_capacity(n.max(0) as usize);
+            codec::decode_chunk(&data, ts_min, |ts, sid, v| decoded.push((ts, sid, v))).map_err(
+                |source| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    source,
+                },
+            )?;
+            if decoded
+                .iter()
+                .any(|(_, sid, _)| !self.fields.contains_key(sid))
+            {
+                self.reload()?;
+            }
+            let mut cur: Option<Point> = None;
+            for (ts, sid, v) in decoded {
+                let name = self
+                    .fields
+                    .get(&sid)
+                    .cloned()
+                    .unwrap_or_else(|| format!("series_{sid}").into());
+                match &mut cur {
+                    Some(p) if p.ts == ts && !p.fields.iter().any(|(k, _)| *k == name) => {
+                        p.fields.push((name, v))
+                    }
+                    _ => {
+                        if let Some(p) = cur.take() {
+                            out.points.push(p);
+                        }
+                        cur = Some(Point {
+                            series: series.clone(),
+                            ts,
+                            fields: vec![(name, v)],
+                        });
+                    }
+                }
+            }
+            if let Some(p) = cur {
+                out.points.push(p);
+            }
+            if out.first == 0 {
+                out.first = id;
+            }
+            out.last = id;
+        }
+        Ok(out)
+    }
+
+    /// Backlog after `cursor`: (points, chunks, ts_min of the oldest chunk).
+    pub fn backlog(&self, cursor: i64) -> Result<(i64, i64, Option<i64>), StoreError> {
+        let e = sq(&self.path);
+        let (points, chunks): (i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT COALESCE(SUM(n), 0), COUNT(*) FROM chunks WHERE id > ?1",
+                params![cursor],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(&e)?;
+        let oldest: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT ts_min FROM chunks WHERE id > ?1 ORDER BY id LIMIT 1",
+                params![cursor],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(&e)?;
+        Ok((points, chunks, oldest))
+    }
+}
+
+/// A sink's durable state as stored in `sinks`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Last chunk id acknowledged.
+    pub cursor: i64,
+    /// Last batch sequence number acknowledged.
+    pub seq: i64,
+    /// Points acknowledged, all time.
+    pub forwarded: i64,
+    /// Points dead-lettered, all time.
+    pub dead_points: i64,
+    /// Batches sent again after a fault, all time.
+    pub replayed: i64,
+    /// Raw points evicted before this sink forwarded them.
+    pub evicted_points: i64,
+    /// Newest chunk id evicted before forwarding.
+    pub evicted_through: i64,
+    /// Points sent from the rollup tier in place of evicted raw data.
+    pub fallback_points: i64,
+    /// Highest chunk id whose eviction gap was covered from the rollup tier.
+    pub fallback_through: i64,
+    /// Last acknowledgement time, ns (0 = never).
+    pub last_success_ns: i64,
+    /// Newest point time acknowledged.
+    pub forwarded_ts_max: i64,
+}
+
+/// The sink's cursor row, through its own read-write connection.
+pub struct Cursor {
+    conn: Connection,
+    path: PathBuf,
+    name: String,
+}
+
+impl Cursor {
+    /// Opens a read-write connection and makes sure the sink's row exists. If a batch was in
+    /// flight when the agent last stopped, counts it as replayed.
+    pub fn open(dir: &Path, name: &str) -> Result<(Cursor, Durable), StoreError> {
+        let path = db_path(dir);
+        let p2 = path.clone();
+        let e = sq(&p2);
+        let conn = Connection::open(&path).map_err(&e)?;
+        conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(&e)?;
+        conn.pragma_update(None, "cache_size", -256).map_err(&e)?;
+        conn.execute(
+            "INSERT OR IGNORE INTO sinks (name) VALUES (?1)",
+            params![name],
+        )
+        .map_err(&e)?;
+        conn.execute(
+            "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
+             WHERE name = ?1 AND inflight_through_chunk_id > cursor_chunk_id",
+            params![name],
+        )
+        .map_err(&e)?;
+        let c = Cursor {
+            conn,
+            path: path.clone(),
+            name: name.to_string(),
+        };
+        let d = c.load()?;
+        Ok((c, d))
+    }
+
+    /// Reads the row.
+    pub fn load(&self) -> Result<Durable, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT cursor_chunk_id, batch_seq, forwarded_points, dead_letter_points, replayed_batches, \
+                 evicted_unforwarded_points, evicted_through_chunk_id, fallback_points, \
+                 fallback_through_chunk_id, last_success_ns, forwarded_ts_max FROM sinks WHERE name = ?1",
+                params![self.name],
+                |r| {
+                    Ok(Durable {
+                        cursor: r.get(0)?,
+                        seq: r.get(1)?,
+                        forwarded: r.get(2)?,
+                        dead_points: r.get(3)?,
+                        replayed: r.get(4)?,
+                        evicted_points: r.get(5)?,
+                        evicted_through: r.get(6)?,
+                        fallback_points: r.get(7)?,
+                        fallback_through: r.get(8)?,
+                        last_success_ns: r.get(9)?,
+                        forwarded_ts_max: r.get(10)?,
+                    })
+                },
+            )
+            .map_err(sq(&self.path))
+    }
+
+    /// Records that batches through chunk `through` are being sent (one small write).
+    pub fn mark_inflight(&mut self, through: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE sinks SET inflight_through_chunk_id = ?2 WHERE name = ?1",
+                params![self.name, through],
+            )
+            .map(|_| ())
+            .map_err(sq(&self.path))
+    }
+
+    /// The remote end acknowledged everything through chunk `through` (batch `seq`, `points`
+    /// points): moves the cursor, in one short transaction.
+    pub fn ack(
+        &mut self,
+        through: i64,
+        seq: i64,
+        points: i64,
+        ts_max: i64,
+        now_ns: i64,
+    ) -> Result<(), StoreError> {
+        let e = sq(&self.path);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        tx.execute(
+            "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
+             forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
+             forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
+            params![self.name, through, seq, points, now_ns, ts_max],
+        )
+        .map_err(&e)?;
+        tx.commit().map_err(&e)
+    }
+
+    /// The remote end refused the batch as bad data: keeps it in `dead_letters` and moves the
+    /// cursor past it, in one transaction.
+    #[allow(clippy::too_many_arguments)]
+    pub fn dead_letter(
+        &mut self,
+        first: i64,
+        through: i64,
+        seq: i64,
+        points: i64,
+        status: u16,
+        reason: &str,
+        payload: &[u8],
+        now_ns: i64,
+    ) -> Result<(), StoreError> {
+        let e = sq(&self.path);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        tx.execute(
+            "INSERT INTO dead_letters (sink, first_chunk_id, last_chunk_id, points, status, reason, created_ns, payload) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![self.name, first, through, points, status, reason, now_ns, payload],
+        )
+        .map_err(&e)?;
+        tx.execute(
+            "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
+             dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
+            params![self.name, through, seq, points],
+        )
+        .map_err(&e)?;
+        tx.commit().map_err(&e)
+    }
+
+    /// Dead-lettered batches of this sink.
+    pub fn dead_letter_batches(&self) -> Result<i64, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM dead_letters WHERE sink = ?1",
+                params![self.name],
+                |r| r.get(0),
+            )
+            .map_err(sq(&self.path))
+    }
+
+    /// Counts a batch sent again after a fault.
+    pub fn count_replay(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE sinks SET replayed_batches = replayed_batches + 1 WHERE name = ?1",
+                params![self.name],
+            )
+            .map(|_| ())
+            .map_err(sq(&self.path))
+    }
+
+    /// Rollup rows covering the raw span the sink lost to eviction: the buckets of tier
+    /// `tier_s` from `from_ns` (inclusive) to `to_ns` (exclusive), as points of measurement
+    /// `<measurement>` with fields `<field>_mean`, `_min`, `_max`, `_count` and the tag
+    /// `edgewatch_rollup=<tier>s`, so consumers can tell them from raw points.
+    pub fn fallback_points(
+        &self,
+        tier_s: i64,
+        from_ns: i64,
+        to_ns: i64,
+        identity: &[(String, String)],
+    ) -> Result<Vec<Point>, StoreError> {
+        let e = sq(&self.path);
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT t.key, s.field, r.bucket, r.count, r.sum, r.min, r.max FROM rollups r \
+                 JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
+                 WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 ORDER BY r.bucket, t.key, s.field",
+            )
+            .map_err(&e)?;
+        let mut ident = identity.to_vec();
+        ident.push(("edgewatch_rollup".into(), format!("{tier_s}s")));
+        let mut cache: HashMap<String, Arc<Series>> = HashMap::new();
+        let rows = st
+            .query_map(params![tier_s, from_ns, to_ns], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, f64>(4)?,
+                    r.get::<_, f64>(5)?,
+                    r.get::<_, f64>(6)?,
+                ))
+            })
+            .map_err(&e)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (key, field, bucket, count, sum, min, max) = row.map_err(&e)?;
+            let s = cache
+                .entry(key.clone())
+                .or_insert_with(|| Arc::new(series(&key, &ident)))
+                .clone();
+            use crate::model::Value::*;
+            out.push(Point {
+                series: s,
+                ts: bucket,
+                fields: vec![
+                    (
+                        format!("{field}_mean").into(),
+                        F64(sum / count.max(1) as f64),
+                    ),
+                    (format!("{field}_min").into(), F64(min)),
+                    (format!("{field}_max").into(), F64(max)),
+                    (format!("{field}_count").into(), I64(count)),
+                ],
+            });
+        }
+        Ok(out)
+    }
+
+    /// Records that the eviction gap through chunk `through` was covered with `points`
+    /// rollup points.
+    pub fn fallback_done(&mut self, through: i64, points: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE sinks SET fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?2), \
+                 fallback_points = fallback_points + ?3 WHERE name = ?1",
+                params![self.name, through, points],
+            )
+            .map(|_| ())
+            .map_err(sq(&self.path))
+    }
+}

@@ -1,0 +1,577 @@
+// edgewatch web UI: plain JavaScript and SVG, no framework, nothing loaded from outside.
+// It only reads the JSON API (/api/v1/...). Every chart of the overview shares one time axis;
+// hovering any chart shows the values of every chart at that time.
+'use strict';
+
+const RANGES = {
+  '15m': { s: 900, step: '10s', stepS: 10, live: 5000 },
+  '1h': { s: 3600, step: '1m', stepS: 60, live: 10000 },
+  '24h': { s: 86400, step: '5m', stepS: 300 },
+  '7d': { s: 604800, step: '1h', stepS: 3600 },
+  '30d': { s: 2592000, step: '1h', stepS: 3600 },
+};
+const C = { p50: '#3fb37f', p95: '#e0a526', p99: '#ef5350', g50: '#4da3ff', g99: '#9cc9ff' };
+const PALETTE = ['#4da3ff', '#ef5350', '#3fb37f', '#e0a526', '#b388ff', '#26c6da', '#ff8a65', '#d4e157', '#f06292', '#90a4ae'];
+
+// Overview panels below inference: [section, id, title, unit, queries, options].
+// A query is {m, f, n (series name prefix), agg, by (tag naming the series), g (group_by)}.
+const PANELS = [
+  ['GPU', 'gpu_util', 'GPU utilization', '%', [{ m: 'gpu', f: 'util_gpu_pct' }, { m: 'jetson_gpu', f: 'load_pct', n: 'GR3D', g: '' }], { max: 100 }],
+  ['GPU', 'gpu_throttle', 'GPU throttle reasons', '', [
+    { m: 'gpu', f: 'throttle_hw_thermal', n: 'hw thermal', agg: 'max' },
+    { m: 'gpu', f: 'throttle_sw_thermal', n: 'sw thermal', agg: 'max' },
+    { m: 'gpu', f: 'throttle_power_cap', n: 'power cap', agg: 'max' },
+    { m: 'gpu', f: 'throttle_hw_slowdown', n: 'hw slowdown', agg: 'max' },
+  ], { flags: true }],
+  ['GPU', 'gpu_temp', 'GPU temperature', '°C', [{ m: 'gpu', f: 'temp_c' }], {}],
+  ['GPU', 'gpu_clock', 'GPU clocks', 'MHz', [{ m: 'gpu', f: 'clock_sm_mhz', n: 'SM' }, { m: 'gpu', f: 'clock_graphics_mhz', n: 'graphics' }, { m: 'jetson_gpu', f: 'freq_mhz', n: 'GR3D', g: '' }], {}],
+  ['GPU', 'gpu_power', 'GPU power', 'W', [{ m: 'gpu', f: 'power_w' }], {}],
+  ['GPU', 'gpu_mem', 'GPU memory used', 'MB', [{ m: 'gpu', f: 'mem_used_mb' }], {}],
+  ['Jetson', 'j_power', 'Power rails', 'mW', [{ m: 'jetson_power', f: 'current_mw', by: 'rail' }], {}],
+  ['Jetson', 'j_temp', 'SoC temperatures', '°C', [{ m: 'jetson_temp', f: 'temp_c', by: 'zone' }], {}],
+  ['Jetson', 'j_emc', 'Memory controller (EMC) load', '%', [{ m: 'jetson_emc', f: 'load_pct', n: 'EMC' }], { max: 100 }],
+  ['Jetson', 'j_engine', 'Engines load', '%', [{ m: 'jetson_engine', f: 'load_pct', by: 'engine', g: 'engine' }], { max: 100 }],
+  ['Thermal', 'thermal', 'Thermal zones', '°C', [{ m: 'thermal', f: 'temp_c', by: 'zone' }], {}],
+  ['Host', 'cpu', 'Host CPU', '%', [{ m: 'host', f: 'cpu_pct', n: 'CPU' }], { max: 100 }],
+  ['Host', 'mem', 'Host memory used', '%', [{ m: 'host', f: 'mem_used_pct', n: 'memory' }, { m: 'jetson_mem', f: 'ram_used_pct', n: 'RAM' }], { max: 100 }],
+  ['Host', 'load', 'Load average', '', [{ m: 'host', f: 'load1', n: 'load1' }], {}],
+];
+
+const S = { range: '1h', tab: 'overview', series: [], seriesAt: 0, status: null, charts: [], hover: null, gen: 0, timer: null, picked: null };
+
+const $ = (s) => document.querySelector(s);
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.className = v; else if (k.startsWith('on')) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const k of kids.flat()) if (k != null) e.append(k.nodeType ? k : String(k));
+  return e;
+}
+function sv(tag, attrs) {
+  const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+async function getJSON(url) {
+  const r = await fetch(url, { headers: { Accept: 'application/json' } });
+  if (!r.ok) throw new Error(url + ': HTTP ' + r.status);
+  return r.json();
+}
+function num(v, unit) {
+  if (v == null || !isFinite(v)) return '–';
+  const a = Math.abs(v);
+  const s = a >= 1000 ? v.toFixed(0) : a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : a >= 1 ? v.toFixed(2) : v.toPrecision(2);
+  return unit ? s + (unit === '%' || unit === '°C' ? '' : ' ') + unit : s;
+}
+function bytes(b) {
+  if (b == null) return '–';
+  const u = ['B', 'KB', 'MB', 'GB', 'TB']; let i = 0;
+  while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+  return b.toFixed(i ? 1 : 0) + ' ' + u[i];
+}
+function dur(s) {
+  if (s == null) return 'forever';
+  if (s >= 86400) return +(s / 86400).toFixed(1) + ' d';
+  if (s >= 3600) return +(s / 3600).toFixed(1) + ' h';
+  if (s >= 60) return +(s / 60).toFixed(1) + ' min';
+  return +(+s).toFixed(1) + ' s';
+}
+const pad = (n) => String(n).padStart(2, '0');
+function clock(ms, long) {
+  const d = new Date(ms);
+  const hm = pad(d.getHours()) + ':' + pad(d.getMinutes());
+  if (RANGES[S.range].s > 86400) return pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + (long ? ' ' + hm : '');
+  return long && RANGES[S.range].s <= 3600 ? hm + ':' + pad(d.getSeconds()) : hm;
+}
+function niceMax(v) {
+  if (!(v > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(v)));
+  for (const m of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+// ---- charts -------------------------------------------------------------------------------
+
+const H = 130, ML = 46, MR = 10, MT = 6, MB = 18;
+
+// One chart: {id, title, unit, lines: [{name, color, dash, pts: [[ms, v]]}], flags, max, big}.
+function Chart(o) {
+  const legend = el('div', { class: 'legend' });
+  const svg = sv('svg', { height: o.flags ? 16 * Math.max(1, o.lines.length) + MB + MT : H, 'data-chart': o.id });
+  const head = el('h3', {}, o.title, o.unit ? el('span', { class: 'muted' }, o.unit) : null, o.big || null);
+  const panel = el('div', { class: 'panel', id: 'chart-' + o.id }, head, legend, svg);
+  const c = { o, panel, svg, legend };
+  c.draw = () => drawChart(c);
+  c.hover = (t) => hoverChart(c, t);
+  return c;
+}
+
+function drawChart(c) {
+  const { o, svg } = c;
+  const W = svg.clientWidth || 440;
+  const h = +svg.getAttribute('height');
+  svg.setAttribute('viewBox', `0 0 ${W} ${h}`);
+  svg.textContent = '';
+  const [t0, t1] = S.domain;
+  const pw = W - ML - MR, ph = h - MT - MB;
+  const x = (t) => ML + ((t - t0) / (t1 - t0)) * pw;
+  c.x = x; c.W = W; c.pw = pw;
+  const g = sv('g', { class: 'grid' });
+  svg.append(g);
+  // x ticks
+  const span = t1 - t0, stepsX = [60e3, 120e3, 300e3, 600e3, 900e3, 1800e3, 3600e3, 7200e3, 14400e3, 21600e3, 43200e3, 86400e3, 172800e3, 345600e3, 604800e3];
+  const tick = stepsX.find((s) => span / s <= Math.max(3, pw / 90)) || 604800e3;
+  const off = new Date(t0).getTimezoneOffset() * 60e3;
+  for (let t = Math.ceil((t0 - off) / tick) * tick + off; t <= t1; t += tick) {
+    g.append(sv('line', { x1: x(t), x2: x(t), y1: MT, y2: h - MB }));
+    const tx = sv('text', { x: x(t), y: h - 4, 'text-anchor': 'middle' }); tx.textContent = clock(t); svg.append(tx);
+  }
+  if (o.flags) {
+    o.lines.forEach((l, i) => {
+      const y = MT + i * 16;
+      const lab = sv('text', { x: ML - 4, y: y + 11, 'text-anchor': 'end' }); lab.textContent = l.name; svg.append(lab);
+      g.append(sv('line', { x1: ML, x2: W - MR, y1: y + 15, y2: y + 15 }));
+      const gr = sv('g', { 'data-series': l.name, 'data-points': l.pts.length });
+      const wStep = Math.max(2, (RANGES[S.range].stepS * 1000 / span) * pw);
+      for (const [t, v] of l.pts) if (v > 0) gr.append(sv('rect', { x: x(t), y: y + 2, width: wStep, height: 12, fill: C.p99, rx: 1 }));
+      svg.append(gr);
+    });
+  } else {
+    let max = 0, min = 0;
+    for (const l of o.lines) for (const p of l.pts) { if (p[1] > max) max = p[1]; if (p[1] < min) min = p[1]; }
+    max = o.max && max <= o.max ? o.max : niceMax(max);
+    const y = (v) => MT + (1 - (v - min) / (max - min || 1)) * ph;
+    for (let i = 0; i <= 4; i++) {
+      const v = min + ((max - min) * i) / 4;
+      g.append(sv('line', { x1: ML, x2: W - MR, y1: y(v), y2: y(v) }));
+      const tx = sv('text', { x: ML - 4, y: y(v) + 3, 'text-anchor': 'end' }); tx.textContent = +v.toPrecision(3); svg.append(tx);
+    }
+    // Throttling, shaded on every chart so its overlap with a latency spike shows at once.
+    for (const [a, b] of S.bands || []) {
+      if (b < t0 || a > t1) continue;
+      svg.append(sv('rect', { class: 'band', x: x(Math.max(a, t0)), y: MT, width: Math.max(2, x(Math.min(b, t1)) - x(Math.max(a, t0))), height: ph }));
+    }
+    const gap = RANGES[S.range].stepS * 1000 * 2.5;
+    for (const l of o.lines) {
+      let d = '', prev = null;
+      const dots = [];
+      l.pts.forEach((p, i) => {
+        const lone = (prev == null || p[0] - prev > gap) && (i + 1 >= l.pts.length || l.pts[i + 1][0] - p[0] > gap);
+        if (lone) dots.push(p);
+        d += (prev == null || p[0] - prev > gap ? 'M' : 'L') + x(p[0]).toFixed(1) + ',' + y(p[1]).toFixed(1);
+        prev = p[0];
+      });
+      const path = sv('path', { d, fill: 'none', stroke: l.color, 'stroke-width': l.width || 1.6, 'data-series': l.name, 'data-points': l.pts.length, 'stroke-linejoin': 'round' });
+      if (l.dash) path.setAttribute('stroke-dasharray', '4 3');
+      svg.append(path);
+      for (const p of dots) svg.append(sv('circle', { cx: x(p[0]), cy: y(p[1]), r: 2, fill: l.color }));
+    }
+  }
+  c.xh = sv('line', { class: 'xh', y1: MT, y2: h - MB, visibility: 'hidden' });
+  svg.append(c.xh);
+  svg.onmousemove = (e) => {
+    const r = svg.getBoundingClientRect();
+    const px = ((e.clientX - r.left) / r.width) * W;
+    if (px < ML || px > W - MR) return setHover(null);
+    setHover(t0 + ((px - ML) / pw) * (t1 - t0), c, e);
+  };
+  svg.onmouseleave = () => setHover(null);
+  hoverChart(c, S.hover);
+}
+
+function valueAt(pts, t) {
+  if (!pts.length) return null;
+  if (t == null) return pts[pts.length - 1];
+  let best = null;
+  for (const p of pts) if (best == null || Math.abs(p[0] - t) < Math.abs(best[0] - t)) best = p;
+  return Math.abs(best[0] - t) <= RANGES[S.range].stepS * 1000 * 1.5 ? best : null;
+}
+
+function hoverChart(c, t) {
+  if (c.xh) {
+    if (t == null) c.xh.setAttribute('visibility', 'hidden');
+    else { c.xh.setAttribute('x1', c.x(t)); c.xh.setAttribute('x2', c.x(t)); c.xh.setAttribute('visibility', 'visible'); }
+  }
+  c.legend.textContent = '';
+  for (const l of c.o.lines) {
+    const p = valueAt(l.pts, t);
+    const v = c.o.flags ? (p ? (p[1] > 0 ? 'yes' : 'no') : '–') : num(p && p[1], c.o.unit);
+    c.legend.append(el('span', {}, el('i', { style: `background:${l.color}` }), l.name + ' ', el('b', {}, v)));
+  }
+}
+
+function setHover(t, chart, e) {
+  S.hover = t;
+  for (const c of S.charts) c.hover(t);
+  const tip = $('#tip');
+  if (t == null || !chart) { tip.hidden = true; return; }
+  tip.textContent = '';
+  tip.append(el('div', { class: 'muted' }, clock(t, true)));
+  for (const l of chart.o.lines) {
+    const p = valueAt(l.pts, t);
+    if (p) tip.append(el('div', {}, el('span', { style: `color:${l.color}` }, '■ '), l.name + ': ', el('b', {}, chart.o.flags ? (p[1] > 0 ? 'yes' : 'no') : num(p[1], chart.o.unit))));
+  }
+  tip.hidden = false;
+  tip.style.left = Math.min(e.clientX + 14, innerWidth - tip.offsetWidth - 8) + 'px';
+  tip.style.top = e.clientY + 14 + 'px';
+}
+
+// ---- overview -------------------------------------------------------------------------------
+
+const ms = (ns) => ns / 1e6;
+function seriesName(q, tags, many) {
+  const t = tags || {};
+  const by = q.by ? t[q.by] : ['gpu', 'zone', 'rail', 'engine', 'core'].map((k) => t[k] != null && (k === 'gpu' ? 'GPU ' + t[k] : t[k])).find(Boolean);
+  return q.n && (by == null || !many) ? q.n : [q.n, by].filter((v) => v != null && v !== '').join(' ') || q.m;
+}
+
+async function pool(jobs, n) {
+  const out = new Array(jobs.length);
+  let i = 0;
+  await Promise.all(Array.from({ length: Math.min(n, jobs.length) }, async () => {
+    while (i < jobs.length) { const k = i++; try { out[k] = await jobs[k](); } catch (err) { out[k] = null; } }
+  }));
+  return out;
+}
+
+async function refreshSeries() {
+  if (Date.now() - S.seriesAt < 60000 && S.series.length) return;
+  S.series = (await getJSON('/api/v1/series')).series || [];
+  S.seriesAt = Date.now();
+}
+
+async function loadOverview() {
+  const gen = ++S.gen;
+  const R = RANGES[S.range];
+  const q = `from=-${S.range}&step=${R.step}`;
+  const [inf, status] = await Promise.all([getJSON(`/api/v1/inference?${q}`), getJSON('/api/v1/status'), refreshSeries()]);
+  const have = new Set(S.series.map((s) => s.measurement + '/' + s.field));
+  const jobs = [], where = [];
+  PANELS.forEach((p, pi) => p[4].forEach((qq) => {
+    if (!have.has(qq.m + '/' + qq.f)) return;
+    const g = qq.g != null ? `&group_by=${encodeURIComponent(qq.g)}` : '';
+    jobs.push(() => getJSON(`/api/v1/query?measurement=${encodeURIComponent(qq.m)}&field=${encodeURIComponent(qq.f)}&${q}&agg=${qq.agg || 'mean'}${g}`));
+    where.push([pi, qq]);
+  }));
+  const res = await pool(jobs, 4);
+  if (gen !== S.gen) return;
+  S.status = status;
+  const to = ms(inf.to || Date.now() * 1e6);
+  S.domain = [to - R.s * 1000, to];
+  renderOverview(inf, res, where, status);
+  renderMeta(status);
+}
+
+function renderMeta(st) {
+  $('#meta').textContent = st ? `v${st.version} · up ${dur(st.uptime_s)} · ${st.ingest.points_written} points` : '';
+}
+
+function renderOverview(inf, res, where, status) {
+  const secs = $('#sections');
+  secs.textContent = '';
+  S.charts = [];
+  // Worst tail first: the model the engineer is looking for.
+  const models = (inf.models || []).filter((m) => m.steps && m.steps.length)
+    .sort((a, b) => (b.summary.p99_p50 || 0) - (a.summary.p99_p50 || 0));
+  const add = (grid, c) => { grid.append(c.panel); S.charts.push(c); };
+
+  // Inference: what the engineer came for.
+  secs.append(el('h2', {}, 'Inference'));
+  if (!models.length) {
+    secs.append(el('div', { class: 'empty', id: 'empty-inference' },
+      el('p', {}, 'No inference data yet in this range. Report each request’s latency to the agent (InfluxDB line protocol, HTTP or UDP):'),
+      el('pre', {}, `curl -XPOST 'http://${location.host}/write' --data-binary 'inference,model=yolov8n wall_ms=41.2,gpu_ms=30.5,batch_size=1i'\n` +
+        `echo 'inference,model=yolov8n wall_ms=41.2,gpu_ms=30.5' | nc -u -w0 127.0.0.1 8089`),
+      el('p', {}, 'wall_ms is the time the caller waited, gpu_ms the time the GPU computed (CUDA events); tags model, model_version, app.')));
+  } else {
+    const cards = el('div', { class: 'cards' });
+    for (const m of models) {
+      const s = m.summary;
+      const ratio = s.p99_p50;
+      cards.append(el('div', { class: 'card', 'data-model': m.model },
+        el('div', { class: 's' }, m.model, ' · p99 wall'),
+        el('div', { class: 'v ' + (ratio >= 3 ? 'bad' : ratio >= 2 ? 'warn' : 'good') }, num(s.wall_ms.p99, 'ms')),
+        el('div', { class: 's' }, `p50 ${num(s.wall_ms.p50, 'ms')} · p95 ${num(s.wall_ms.p95, 'ms')} · P99/P50 ${num(ratio)}×`),
+        el('div', { class: 's' }, `${num(s.throughput_per_s)} req/s · GPU ${s.gpu_share == null ? '–' : Math.round(s.gpu_share * 100) + '%'} of wall · overhead ${num(s.overhead_ms, 'ms')}`)));
+    }
+    secs.append(cards);
+    const grid = el('div', { class: 'grid' });
+    secs.append(grid);
+    for (const m of models) {
+      const pick = (f, k) => m.steps.filter((s) => s[f] && s[f][k] != null).map((s) => [ms(s.t), s[f][k]]);
+      add(grid, Chart({
+        id: 'latency-' + m.model, title: `${m.model} latency`, unit: 'ms',
+        big: el('span', { class: 'big ' + (m.summary.p99_p50 >= 3 ? 'bad' : '') }, 'p99 ' + num(m.summary.wall_ms.p99, 'ms')),
+        lines: [
+          { name: 'p99', color: C.p99, pts: pick('wall_ms', 'p99'), width: 2 },
+          { name: 'p95', color: C.p95, pts: pick('wall_ms', 'p95') },
+          { name: 'p50', color: C.p50, pts: pick('wall_ms', 'p50') },
+          { name: 'GPU p99', color: C.g99, dash: 1, pts: pick('gpu_ms', 'p99') },
+          { name: 'GPU p50', color: C.g50, dash: 1, pts: pick('gpu_ms', 'p50') },
+        ].filter((l) => l.pts.length),
+      }));
+    }
+    const per = (k) => models.map((m, i) => ({ name: m.model, color: PALETTE[i % PALETTE.length], pts: m.steps.filter((s) => s[k] != null).map((s) => [ms(s.t), s[k]]) }));
+    add(grid, Chart({ id: 'ratio', title: 'P99 / P50 (tail)', unit: '×', lines: per('p99_p50') }));
+    add(grid, Chart({ id: 'throughput', title: 'Throughput', unit: 'req/s', lines: per('throughput_per_s') }));
+  }
+
+  // GPU, Jetson, thermal, host: only panels with data.
+  const built = {};
+  res.forEach((r, i) => {
+    if (!r || !r.series) return;
+    const [pi, q] = where[i];
+    const b = (built[pi] = built[pi] || []);
+    for (const s of r.series) if (s.points.length) b.push({ q, s, many: r.series.length > 1 });
+  });
+  const sections = {};
+  PANELS.forEach((p, pi) => {
+    const [sec, id, title, unit, , opt] = p;
+    const sl = built[pi];
+    if (!sl || !sl.length) return;
+    const lines = sl.map((x, i) => ({ name: seriesName(x.q, x.s.tags, x.many), color: PALETTE[i % PALETTE.length], pts: x.s.points.map((pt) => [ms(pt[0]), pt[1]]) }));
+    (sections[sec] = sections[sec] || []).push(Chart({ id, title, unit, lines, flags: opt.flags, max: opt.max }));
+  });
+  for (const sec of ['GPU', 'Jetson', 'Thermal', 'Host']) {
+    const list = sections[sec];
+    if (!list && sec !== 'GPU') continue;
+    secs.append(el('h2', {}, sec));
+    if (!list) {
+      const nv = status.collectors && status.collectors.nvml ? status.collectors.nvml.state : 'unknown';
+      secs.append(el('div', { class: 'empty', id: 'empty-gpu' }, `No GPU found: no gpu (NVML) or jetson_gpu (tegrastats) data in this range. NVML collector: ${nv}. On a Jetson, check [tegrastats] path; on x86, the NVIDIA driver.`));
+      continue;
+    }
+    const grid = el('div', { class: 'grid' });
+    secs.append(grid);
+    for (const c of list) add(grid, c);
+  }
+  S.bands = throttleBands(sections);
+  for (const c of S.charts) c.draw();
+  renderFindings(models, sections);
+}
+
+// Time intervals in which any throttle reason was active.
+function throttleBands(sections) {
+  const c = (sections.GPU || []).find((x) => x.o.id === 'gpu_throttle');
+  if (!c) return [];
+  const step = RANGES[S.range].stepS * 1000;
+  const on = [...new Set(c.o.lines.flatMap((l) => l.pts.filter((p) => p[1] > 0).map((p) => p[0])))].sort((a, b) => a - b);
+  const bands = [];
+  for (const t of on) {
+    const last = bands[bands.length - 1];
+    if (last && t - last[1] <= step * 1.5) last[1] = t + step; else bands.push([t, t + step]);
+  }
+  return bands;
+}
+
+// The answer to "is inference slow, and why" in a few lines.
+function renderFindings(models, sections) {
+  const out = [];
+  const find = (id) => Object.values(sections).flat().find((c) => c.o.id === id);
+  const throttle = find('gpu_throttle');
+  const throttled = [];
+  if (throttle) for (const l of throttle.o.lines) { const on = l.pts.filter((p) => p[1] > 0); if (on.length) throttled.push([l.name, on]); }
+  for (const m of models) {
+    const steps = m.steps.filter((s) => s.wall_ms.p99 != null);
+    if (!steps.length) continue;
+    const p99s = steps.map((s) => s.wall_ms.p99).sort((a, b) => a - b);
+    const med = p99s[Math.floor(p99s.length / 2)];
+    const peak = steps.reduce((a, b) => (b.wall_ms.p99 > a.wall_ms.p99 ? b : a));
+    const r = m.summary.p99_p50;
+    if (peak.wall_ms.p99 > 1.8 * med) {
+      const tp = ms(peak.t);
+      const cause = throttled.filter(([, on]) => on.some((p) => Math.abs(p[0] - tp) <= RANGES[S.range].stepS * 1500)).map(([n]) => n);
+      out.push(['bad', `${m.model}: p99 peaked at ${num(peak.wall_ms.p99, 'ms')} at ${clock(tp, true)} (typical ${num(med, 'ms')})` +
+        (cause.length ? ` — while the GPU was throttled (${cause.join(', ')})` : '')]);
+    } else if (r >= 3) out.push(['bad', `${m.model}: long tail, p99 is ${num(r)}× p50`]);
+    const share = m.summary.gpu_share;
+    if (share != null && share < 0.6) out.push(['warn', `${m.model}: the GPU computes only ${Math.round(share * 100)}% of wall time; the rest is queueing, copies or CPU work`]);
+  }
+  for (const [n, on] of throttled) out.push(['bad', `GPU throttled (${n}) in ${on.length} step${on.length > 1 ? 's' : ''}, first at ${clock(on[0][0], true)}`]);
+  const peakOf = (id, lim, what, unit) => {
+    const c = find(id);
+    if (!c) return;
+    for (const l of c.o.lines) { const mx = Math.max(...l.pts.map((p) => p[1])); if (mx >= lim) out.push(['warn', `${what} ${l.name} reached ${num(mx, unit)}`]); }
+  };
+  peakOf('gpu_temp', 80, 'GPU temperature', '°C');
+  peakOf('gpu_util', 97, 'GPU utilization', '%');
+  peakOf('cpu', 90, 'Host CPU', '%');
+  peakOf('mem', 90, 'Memory', '%');
+  if (!out.length && models.length) out.push(['ok', 'No latency spike, throttling or saturation in this range.']);
+  const box = $('#findings');
+  box.textContent = '';
+  box.className = 'findings';
+  for (const [k, t] of out) box.append(el('div', { class: 'find ' + k }, t));
+}
+
+// ---- series browser -------------------------------------------------------------------------
+
+function seriesKey(s) {
+  return s.measurement + Object.entries(s.tags).map(([k, v]) => `,${k}=${v}`).join('') + ' ' + s.field;
+}
+async function loadSeries() {
+  await refreshSeries();
+  renderSeriesList();
+  if (S.picked) await plotSeries(S.picked);
+}
+function renderSeriesList() {
+  const terms = $('#search').value.toLowerCase().split(/\s+/).filter(Boolean);
+  const hits = S.series.filter((s) => { const k = seriesKey(s).toLowerCase(); return terms.every((t) => k.includes(t)); });
+  $('#series-count').textContent = `${hits.length} of ${S.series.length} series`;
+  const tb = el('tbody');
+  for (const s of hits.slice(0, 300)) {
+    tb.append(el('tr', { onclick: () => plotSeries(s) },
+      el('td', {}, s.measurement), el('td', {}, Object.entries(s.tags).map(([k, v]) => `${k}=${v}`).join(', ')), el('td', {}, s.field), el('td', { class: 'muted' }, s.type)));
+  }
+  const list = $('#series-list');
+  list.textContent = '';
+  list.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'measurement'), el('th', {}, 'tags'), el('th', {}, 'field'), el('th', {}, 'type'))), tb));
+  if (hits.length > 300) list.append(el('p', { class: 'muted' }, `${hits.length - 300} more: refine the filter.`));
+  if (!S.series.length) list.append(el('div', { class: 'empty' }, 'No series stored yet.'));
+}
+async function plotSeries(s) {
+  S.picked = s;
+  const R = RANGES[S.range];
+  const tags = Object.entries(s.tags).map(([k, v]) => `&tag.${encodeURIComponent(k)}=${encodeURIComponent(v)}`).join('');
+  const base = `/api/v1/query?measurement=${encodeURIComponent(s.measurement)}&field=${encodeURIComponent(s.field)}${tags}&from=-${S.range}`;
+  const box = $('#series-plot');
+  if (s.type === 'string') {
+    const r = await getJSON(base + '&limit=20');
+    const pts = (r.series[0] || { points: [] }).points;
+    box.textContent = '';
+    box.append(el('div', { class: 'panel' }, el('h3', {}, seriesKey(s)), el('p', { class: 'muted' }, 'Text values are stored, not plotted. Latest:'),
+      el('pre', {}, pts.slice(-20).map((p) => clock(ms(p[0]), true) + '  ' + p[1]).join('\n') || '–')));
+    return;
+  }
+  const agg = $('#agg').value;
+  const r = await getJSON(`${base}&step=${R.step}&agg=${agg}&group_by=`);
+  S.domain = [ms(r.to) - R.s * 1000, ms(r.to)];
+  const pts = (r.series[0] || { points: [] }).points.map((p) => [ms(p[0]), p[1]]);
+  const c = Chart({ id: 'series', title: seriesKey(s), unit: `${agg} per ${R.step} · tier ${r.tier}`, lines: [{ name: agg, color: C.g50, pts }] });
+  box.textContent = '';
+  box.append(c.panel);
+  S.charts = [c];
+  c.draw();
+}
+
+// ---- forwarding and storage -----------------------------------------------------------------
+
+function table(rows, cols) {
+  return el('table', {}, el('thead', {}, el('tr', {}, cols.map((c) => el('th', {}, c[0])))),
+    el('tbody', {}, rows.map((r) => el('tr', {}, cols.map((c) => { const v = c[1](r); return el('td', { class: typeof v === 'number' ? 'n' : '' }, v == null ? '–' : v); })))));
+}
+
+function sinkList(st) {
+  let f = st.sinks || st.forward;
+  if (f && !Array.isArray(f) && f.sinks) f = f.sinks;
+  if (!f) return null;
+  if (Array.isArray(f)) return f;
+  return Object.entries(f).filter(([, v]) => v && typeof v === 'object').map(([name, v]) => Object.assign({ name }, v));
+}
+
+async function loadForwarding() {
+  const st = await getJSON('/api/v1/status');
+  S.status = st;
+  renderMeta(st);
+  const box = $('#forwarding');
+  box.textContent = '';
+  box.append(el('h2', {}, 'Forwarding'));
+  const sinks = sinkList(st);
+  const evicted = {};
+  for (const s of (st.rollup && st.rollup.sinks) || []) evicted[s.name] = s.evicted_unforwarded_points;
+  if (!sinks || !sinks.length) {
+    box.append(el('div', { class: 'empty', id: 'empty-forwarding' }, 'No sinks configured: data stays on this device. Add a [[forward]] sink (InfluxDB or MQTT) to the config to ship it to the fleet.'));
+    return;
+  }
+  const pickKey = (o, re) => Object.keys(o).find((k) => re.test(k));
+  const get = (re, fmt) => (o) => { const k = pickKey(o, re); const v = k == null ? null : o[k]; return v == null ? null : fmt ? fmt(v) : typeof v === 'object' ? JSON.stringify(v) : v; };
+  box.append(el('div', { class: 'panel' }, table(sinks, [
+    ['sink', (o) => o.name],
+    ['kind', get(/^(kind|type)$/)],
+    ['connection', get(/connect|state/, (v) => (v === true ? 'connected' : v === false ? 'disconnected' : String(v)))],
+    ['backlog (points)', get(/backlog/)],
+    ['oldest unsent', get(/oldest/, (v) => dur(v))],
+    ['last error', get(/last_error|error$/)],
+    ['dead letters', get(/dead/)],
+    ['evicted before sent', (o) => evicted[o.name]],
+  ])));
+}
+
+async function loadStorage() {
+  const st = await getJSON('/api/v1/status');
+  S.status = st;
+  renderMeta(st);
+  const box = $('#storage');
+  box.textContent = '';
+  const ro = st.rollup || {};
+  const b = ro.budget || {};
+  const used = b.db_bytes != null ? b.db_bytes : st.store.db_bytes;
+  const pct = b.max_bytes ? Math.min(100, (used / b.max_bytes) * 100) : null;
+  box.append(el('h2', {}, 'Storage'),
+    el('div', { class: 'cards' },
+      el('div', { class: 'card', id: 'db-size' }, el('div', { class: 's' }, 'database on disk'), el('div', { class: 'v' }, bytes(used)),
+        el('div', { class: 'meter' }, el('div', { style: `width:${pct == null ? 0 : pct}%` })),
+        el('div', { class: 's' }, b.max_bytes ? `${pct.toFixed(1)}% of the ${bytes(b.max_bytes)} budget` : 'no disk budget')),
+      el('div', { class: 'card' }, el('div', { class: 's' }, 'series'), el('div', { class: 'v' }, st.store.series), el('div', { class: 's' }, `limit ${st.store.max_series}`)),
+      el('div', { class: 'card' }, el('div', { class: 's' }, 'ingest'), el('div', { class: 'v' }, st.ingest.points_written),
+        el('div', { class: 's' }, `rejected ${st.ingest.points_rejected} · dropped ${st.ingest.points_dropped} · queue ${st.ingest.queue_points}/${st.ingest.queue_capacity} · last commit ${num(st.ingest.last_commit_ms, 'ms')}`))),
+    el('h2', {}, 'Retention per tier'),
+    el('div', { class: 'panel' }, table([{ name: 'raw', retention_s: ro.raw_retention_s, res: 'every point' }].concat(ro.tiers || []), [
+      ['tier', (t) => t.name],
+      ['resolution', (t) => t.res || dur(t.resolution_s)],
+      ['kept for', (t) => dur(t.retention_s)],
+      ['rows', (t) => t.rows],
+      ['rollup lag', (t) => (t.lag_s == null ? null : t.lag_s > 1e8 ? 'not run yet' : dur(t.lag_s))],
+      ['late points', (t) => t.late_points],
+    ])),
+    el('h2', {}, 'Evicted'),
+    el('div', { class: 'panel' }, table(Object.entries(ro.evicted || {}), [['what', (e) => e[0].replace(/_/g, ' ')], ['count', (e) => e[1]]])));
+}
+
+// ---- wiring ---------------------------------------------------------------------------------
+
+async function load() {
+  clearTimeout(S.timer);
+  const R = RANGES[S.range];
+  try {
+    if (S.tab === 'overview') await loadOverview();
+    else if (S.tab === 'series') await loadSeries();
+    else if (S.tab === 'forwarding') await loadForwarding();
+    else await loadStorage();
+    $('#live').textContent = R.live && S.tab === 'overview' ? `live · every ${R.live / 1000} s` : '';
+  } catch (err) {
+    $('#live').textContent = 'cannot reach the agent: ' + err.message;
+  }
+  if (R.live && S.tab === 'overview' && !document.hidden) S.timer = setTimeout(load, R.live);
+}
+
+function route() {
+  const tab = (location.hash || '#overview').slice(1);
+  S.tab = ['overview', 'series', 'forwarding', 'storage'].includes(tab) ? tab : 'overview';
+  for (const s of document.querySelectorAll('.tab')) s.hidden = s.id !== S.tab;
+  for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('on', a.dataset.tab === S.tab);
+  load();
+}
+
+function setRange(r) {
+  S.range = r;
+  for (const b of document.querySelectorAll('#ranges button')) b.classList.toggle('on', b.dataset.range === r);
+  const u = new URL(location.href);
+  u.searchParams.set('range', r);
+  history.replaceState(null, '', u);
+  load();
+}
+
+$('#host').textContent = location.host;
+for (const b of document.querySelectorAll('#ranges button')) b.addEventListener('click', () => setRange(b.dataset.range));
+$('#search').addEventListener('input', renderSeriesList);
+$('#agg').addEventListener('change', () => S.picked && plotSeries(S.picked));
+addEventListener('hashchange', route);
+document.addEventListener('visibilitychange', () => { if (!document.hidden) load(); });
+let resizeT;
+addEventListener('resize', () => { clearTimeout(resizeT); resizeT = setTimeout(() => S.charts.forEach((c) => c.draw()), 150); });
+const r0 = new URLSearchParams(location.search).get('range');
+S.range = RANGES[r0] ? r0 : '1h';
+for (const b of document.querySelectorAll('#ranges button')) b.classList.toggle('on', b.dataset.range === S.range);
+route();

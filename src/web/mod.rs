@@ -1,0 +1,106 @@
+//! The device's own window: the web UI at `/` (hand-written HTML, CSS and JavaScript with SVG
+//! charts, embedded in the binary: no CDN, no fonts, nothing fetched from outside), the
+//! Prometheus exposition at `/metrics`, and access control for the whole server ([`auth`]).
+//! The UI reads only the JSON API (`/api/v1/...`); this module never writes to the store.
+
+pub mod auth;
+pub mod metrics;
+
+use warp::http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use warp::http::HeaderValue;
+use warp::reply::Response;
+use warp::Filter;
+
+use crate::api::ApiCtx;
+
+/// The embedded UI: (URL path, content type, bytes).
+pub const ASSETS: &[(&str, &str, &[u8])] = &[
+    (
+        "/",
+        "text/html; charset=utf-8",
+        include_bytes!("assets/index.html"),
+    ),
+    (
+        "/assets/app.css",
+        "text/css; charset=utf-8",
+        include_bytes!("assets/app.css"),
+    ),
+    (
+        "/assets/app.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("assets/app.js"),
+    ),
+];
+
+/// Total size of the embedded UI in bytes.
+pub fn ui_bytes() -> usize {
+    ASSETS.iter().map(|a| a.2.len()).sum()
+}
+
+fn asset(path: &str) -> Option<Response> {
+    let (_, ctype, body) = ASSETS.iter().find(|a| a.0 == path)?;
+    let mut r = Response::new(body.to_vec().into());
+    let h = r.headers_mut();
+    h.insert(CONTENT_TYPE, HeaderValue::from_static(ctype));
+    // Small and embedded: revalidate every load so an upgraded agent never serves stale JS.
+    h.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert(
+        "X-Content-Type-Options",
+        HeaderValue::from_static("nosniff"),
+    );
+    Some(r)
+}
+
+/// `/`, `/assets/*` and `/metrics`.
+pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
+    // The path first: an unknown path is a 404 whatever the method, as elsewhere.
+    let ui = warp::path::full()
+        .and_then(|p: warp::path::FullPath| async move {
+            asset(p.as_str()).ok_or_else(warp::reject::not_found)
+        })
+        .and(warp::get());
+    let metrics = warp::path("metrics")
+        .and(warp::path::end())
+        .and(warp::get())
+        .and(warp::any().map(move || ctx.clone()))
+        .then(|ctx: ApiCtx| async move { scrape(ctx).await });
+    metrics.or(ui).unify()
+}
+
+async fn scrape(ctx: ApiCtx) -> Response {
+    let status = crate::api::status_json(&ctx).await;
+    let reader = ctx.reader.clone();
+    let since = crate::now_ns().saturating_sub(metrics::LATEST_WINDOW_NS);
+    let latest = tokio::task::spawn_blocking(move || {
+        let guard = reader.lock().unwrap_or_else(|p| p.into_inner());
+        metrics::latest(&guard, since)
+    })
+    .await;
+    let latest = match latest {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "/metrics: cannot read the newest values");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "/metrics: read task failed");
+            Vec::new()
+        }
+    };
+    let text = metrics::render(&status, &latest);
+    let mut r = Response::new(text.into());
+    r.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(metrics::CONTENT_TYPE),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_whole_ui_stays_under_150_kb() {
+        let n = super::ui_bytes();
+        assert!(n < 150 * 1024, "UI is {n} bytes");
+    }
+}

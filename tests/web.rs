@@ -1,0 +1,524 @@
+//! The web UI in a real headless Chromium (Debian's `chromium`, driven by `tests/web/ui.mjs`
+//! through playwright-core), `/metrics` checked by a real `promtool`, and access control.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value as J;
+
+use crate::support::*;
+
+// Collectors off: the tests feed every measurement themselves, with known values.
+const FED: &str =
+    "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n";
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// A small deterministic noise source in [0, 1).
+struct Lcg(u64);
+impl Lcg {
+    fn unit(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The last 14 minutes of a device whose GPU overheats and throttles from 6 to 4 minutes
+/// ago: inference latency (two models, wall and GPU time), a GPU as NVML reports it,
+/// thermal zones and host CPU/memory. Line protocol, millisecond timestamps.
+fn incident(now_ms: i64) -> String {
+    let mut r = Lcg(7);
+    let mut out = String::new();
+    let start = now_ms - 14 * 60_000;
+    let hot = |t: i64| t >= now_ms - 6 * 60_000 && t < now_ms - 4 * 60_000;
+    let mut t = start;
+    while t < now_ms {
+        let h = hot(t);
+        for _ in 0..6 {
+            let (wall, gpu) = if h {
+                let g = 42.0 + 14.0 * r.unit();
+                (g + 25.0 + 110.0 * r.unit().powi(3), g)
+            } else {
+                let g = 27.0 + 4.0 * r.unit();
+                (g + 8.0 + 22.0 * r.unit().powi(6), g)
+            };
+            out.push_str(&format!(
+                "inference,model=yolov8n,model_version=3,app=cam wall_ms={wall:.2},gpu_ms={gpu:.2},queue_ms={:.2},batch_size=1i {t}\n",
+                wall - gpu - 2.0
+            ));
+        }
+        for _ in 0..2 {
+            let gpu = 9.0 + 2.0 * r.unit() + if h { 4.0 } else { 0.0 };
+            out.push_str(&format!(
+                "inference,model=resnet50,app=cam wall_ms={:.2},gpu_ms={gpu:.2},batch_size=4i {t}\n",
+                gpu + 3.0 + 2.0 * r.unit()
+            ));
+        }
+        if (t - start) % 5_000 == 0 {
+            let n = r.unit();
+            let (util, temp, power, clock, sw) = if h {
+                (97.0 + 3.0 * n, 86.0 + 2.0 * n, 68.0 + 2.0 * n, 1110.0, 1)
+            } else {
+                (62.0 + 10.0 * n, 66.0 + 3.0 * n, 48.0 + 6.0 * n, 1785.0, 0)
+            };
+            out.push_str(&format!(
+                "gpu,gpu=0,uuid=GPU-5f1d7c2a,name=NVIDIA\\ RTX\\ A2000,arch=ampere,cc=8.6 \
+                 util_gpu_pct={util:.1},mem_used_mb=3172,mem_total_mb=6138,temp_c={temp:.1},\
+                 power_w={power:.1},clock_sm_mhz={clock},clock_graphics_mhz={clock},\
+                 throttle_reasons={}i,throttle_sw_thermal={sw}i,throttle_hw_thermal=0i,\
+                 throttle_power_cap=0i {t}\n",
+                sw * 0x20
+            ));
+        }
+        if (t - start) % 10_000 == 0 {
+            let n = r.unit();
+            let cpu_temp = if h { 71.0 } else { 55.0 } + 2.0 * n;
+            out.push_str(&format!(
+                "thermal,zone=cpu-thermal,sensor=thermal_zone0 temp_c={cpu_temp:.1} {t}\n\
+                 thermal,zone=soc-thermal,sensor=thermal_zone1 temp_c={:.1} {t}\n\
+                 host cpu_pct={:.1},mem_used_pct={:.1},load1={:.2},mem_used_mb=5120,mem_total_mb=15822 {t}\n",
+                cpu_temp - 6.0,
+                38.0 + 10.0 * n,
+                41.0 + n,
+                1.2 + n
+            ));
+        }
+        t += 2_000;
+    }
+    out
+}
+
+fn feed(agent_url: &str, lines: &str, auth: &[(&str, &str)]) {
+    let (code, body) = post(
+        &format!("{agent_url}/write?precision=ms"),
+        lines.as_bytes(),
+        auth,
+    )
+    .unwrap();
+    assert_eq!(code, 204, "{body}");
+}
+
+fn scrape(agent: &Agent) -> String {
+    let r = ureq::get(&agent.url("/metrics"))
+        .call()
+        .expect("GET /metrics");
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.header("Content-Type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    r.into_string().unwrap()
+}
+
+fn target_dir() -> PathBuf {
+    // target/<profile>/deps/tests-* -> target/
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .nth(3)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+#[test]
+fn metrics_of_a_fed_agent_pass_promtool_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), FED);
+    feed(&agent.url(""), &incident(now_ms()), &[]);
+    // A tag value that needs escaping, and a string field that must be left out.
+    feed(
+        &agent.url(""),
+        &format!(
+            "thermal,zone=a\\ \"quoted\"\\\\zone,sensor=x temp_c=40,label=\"hot\" {}\n",
+            now_ms()
+        ),
+        &[],
+    );
+    let text = scrape(&agent);
+    for want in [
+        "# TYPE inference_wall_seconds gauge",
+        "inference_wall_seconds{app=\"cam\",model=\"yolov8n\",model_version=\"3\"} 0.0",
+        "gpu_temp_c{arch=\"ampere\",cc=\"8.6\",gpu=\"0\",name=\"NVIDIA RTX A2000\",uuid=\"GPU-5f1d7c2a\"} ",
+        "gpu_mem_used_bytes{",
+        "gpu_throttle_sw_thermal{",
+        "thermal_temp_c{sensor=\"x\",zone=\"a \\\"quoted\\\"\\\\zone\"} 40",
+        "host_cpu_pct ",
+        "# TYPE edgewatch_points_written_total counter",
+        "edgewatch_points_rejected_total 0",
+        "edgewatch_points_dropped_total 0",
+        "edgewatch_queue_points ",
+        "edgewatch_write_latency_seconds ",
+        "edgewatch_db_bytes ",
+        "edgewatch_db_budget_bytes 1073741824",
+        "edgewatch_rollup_lag_seconds{tier=\"1m\"} ",
+        "edgewatch_collector_errors_total 0",
+        "edgewatch_build_info{version=",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    assert!(!text.contains("label"), "strings are not metrics:\n{text}");
+    std::fs::write(target_dir().join("metrics-sample.txt"), &text).unwrap();
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (apt-get install prometheus)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool check metrics failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web/ui.mjs");
+    assert!(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/web/node_modules/playwright-core")
+            .exists(),
+        "run: npm install --no-save --prefix tests/web playwright-core@1"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), FED);
+    feed(&agent.url(""), &incident(now_ms()), &[]);
+    let empty_dir = tempfile::tempdir().unwrap();
+    let empty = Agent::start(empty_dir.path(), FED);
+    let shot = target_dir().join("ui-screenshot.png");
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(agent.url(""))
+        .arg(empty.url(""))
+        .arg(&shot)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "ui.mjs failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: J = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!(
+            "bad report ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        r["failure"].is_null(),
+        "browser step failed: {}",
+        r["failure"]
+    );
+    assert_eq!(r["errors"], serde_json::json!([]), "console errors");
+
+    // 15 minutes at 10 s steps: ~84 steps of data per latency line.
+    let charts = &r["charts"];
+    for line in ["p50", "p95", "p99", "GPU p50", "GPU p99"] {
+        let n = charts["latency-yolov8n"][line].as_i64().unwrap_or(0);
+        assert!((80..=92).contains(&n), "{line}: {n} points: {charts}");
+    }
+    assert!(charts["latency-resnet50"]["p99"].as_i64().unwrap_or(0) >= 80);
+    assert!(charts["ratio"]["yolov8n"].as_i64().unwrap_or(0) >= 80);
+    assert!(charts["throughput"]["resnet50"].as_i64().unwrap_or(0) >= 80);
+    for (chart, series) in [
+        ("gpu_util", "GPU 0"),
+        ("gpu_temp", "GPU 0"),
+        ("gpu_power", "GPU 0"),
+        ("gpu_mem", "GPU 0"),
+        ("gpu_throttle", "sw thermal"),
+        ("thermal", "cpu-thermal"),
+        ("thermal", "soc-thermal"),
+        ("cpu", "CPU"),
+    ] {
+        let n = charts[chart][series].as_i64().unwrap_or(0);
+        assert!(n >= 80, "{chart}/{series}: {n} points: {charts}");
+    }
+    assert!(
+        charts["gpu_clock"]["SM GPU 0"].as_i64().unwrap_or(0) >= 80
+            || charts["gpu_clock"]["SM"].as_i64().unwrap_or(0) >= 80,
+        "{charts}"
+    );
+    // No Jetson data: no Jetson panels.
+    assert!(charts["j_power"].is_null(), "{charts}");
+
+    // The triage line names the spike and its cause.
+    let findings = r["findings"].to_string();
+    assert!(
+        findings.contains("yolov8n: p99 peaked") && findings.contains("throttled (sw thermal)"),
+        "{findings}"
+    );
+    let tip = r["tip"].as_str().unwrap_or("");
+    assert!(tip.contains("p99") && tip.contains("ms"), "tooltip: {tip}");
+    assert!(
+        r["crosshairs"].as_i64().unwrap_or(0) >= 10,
+        "{}",
+        r["crosshairs"]
+    );
+
+    // The range picker: the 1 h view reads 1-minute steps (about 14 with data).
+    let h1 = &r["ranges"]["1h"];
+    assert_eq!(h1["active"], "1 h");
+    let n = h1["charts"]["latency-yolov8n"]["p99"].as_i64().unwrap_or(0);
+    assert!((13..=16).contains(&n), "1h p99 points: {n}: {h1}");
+    let n = r["ranges"]["24h"]["charts"]["latency-yolov8n"]["p99"]
+        .as_i64()
+        .unwrap_or(0);
+    assert!((3..=5).contains(&n), "24h p99 points: {n}");
+    let steps = r["steps"].to_string();
+    for want in [
+        "from=-15m&step=10s",
+        "from=-1h&step=1m",
+        "from=-24h&step=5m",
+        "from=-7d&step=1h",
+    ] {
+        assert!(steps.contains(want), "no request with {want}: {steps}");
+    }
+
+    // Series browser, forwarding, storage and the empty states.
+    assert!(
+        r["seriesRows"].as_i64().unwrap_or(0) >= 1,
+        "{}",
+        r["seriesRows"]
+    );
+    assert!(
+        r["seriesPlot"].as_i64().unwrap_or(0) >= 10,
+        "{}",
+        r["seriesPlot"]
+    );
+    assert!(
+        r["forwarding"].as_str().unwrap_or("").contains("No sinks")
+            || r["forwarding"].as_str().unwrap_or("").contains("sink")
+    );
+    let storage = r["storage"].as_str().unwrap_or("");
+    assert!(
+        storage.contains("1.0 GB budget") && storage.contains("Retention per tier"),
+        "{storage}"
+    );
+    let empty_inf = r["emptyInference"].as_str().unwrap_or("");
+    assert!(
+        empty_inf.contains("curl -XPOST") && empty_inf.contains("inference,model="),
+        "{empty_inf}"
+    );
+    assert!(
+        r["emptyGpu"]
+            .as_str()
+            .unwrap_or("")
+            .contains("No GPU found"),
+        "{}",
+        r["emptyGpu"]
+    );
+    assert!(shot.exists());
+    eprintln!("screenshot: {}", shot.display());
+}
+
+/// An agent listening on 0.0.0.0 (tests still only connect to 127.0.0.1).
+struct Remote {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Remote {
+    fn start(dir: &Path, http_extra: &str) -> Remote {
+        let port = free_port();
+        let cfg = dir.join("edgewatch.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "[http]\nlisten = \"0.0.0.0:{port}\"\n{http_extra}\n[udp]\nenabled = false\n\
+                 [storage]\ndata_dir = \"{}\"\n{FED}",
+                dir.join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = dir.join("agent.log");
+        let child = Command::new(bin())
+            .args(["run", "--config"])
+            .arg(&cfg)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut r = Remote { child, port, log };
+        let up = wait_for(Duration::from_secs(20), || {
+            if let Ok(Some(s)) = r.child.try_wait() {
+                panic!(
+                    "exited ({s}): {}",
+                    std::fs::read_to_string(&r.log).unwrap_or_default()
+                );
+            }
+            get(&r.url("/health")).ok().filter(|x| x.0 == 200)
+        });
+        assert!(up.is_some(), "not ready");
+        r
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn status_of(url: &str, auth: Option<&str>) -> (u16, Option<String>) {
+    let mut req = ureq::get(url).timeout(Duration::from_secs(10));
+    if let Some(a) = auth {
+        req = req.set("Authorization", a);
+    }
+    match req.call() {
+        Ok(r) => (r.status(), None),
+        Err(ureq::Error::Status(c, r)) => (c, r.header("WWW-Authenticate").map(String::from)),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[test]
+fn off_loopback_everything_but_health_needs_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Remote::start(dir.path(), "token = \"s3cret\"");
+    assert_eq!(status_of(&a.url("/health"), None).0, 200);
+    for path in [
+        "/",
+        "/assets/app.js",
+        "/metrics",
+        "/api/v1/status",
+        "/api/v1/series",
+        "/ping",
+    ] {
+        let (code, challenge) = status_of(&a.url(path), None);
+        assert_eq!(code, 401, "{path}");
+        assert!(challenge.unwrap_or_default().starts_with("Basic"), "{path}");
+        assert_eq!(
+            status_of(&a.url(path), Some("Bearer wrong")).0,
+            401,
+            "{path}"
+        );
+        assert_eq!(
+            status_of(&a.url(path), Some("Bearer s3cret")).0,
+            if path == "/ping" { 204 } else { 200 },
+            "{path}"
+        );
+    }
+    // InfluxDB 2.x `Token`, basic auth (a browser), and 1.x `p=`.
+    assert_eq!(status_of(&a.url("/metrics"), Some("Token s3cret")).0, 200);
+    // base64("edge:s3cret")
+    assert_eq!(
+        status_of(&a.url("/"), Some("Basic ZWRnZTpzM2NyZXQ=")).0,
+        200
+    );
+    let line = b"inference,model=m wall_ms=1";
+    assert_eq!(post(&a.url("/write"), line, &[]).unwrap().0, 401);
+    assert_eq!(
+        post(&a.url("/write?u=edge&p=nope"), line, &[]).unwrap().0,
+        401
+    );
+    assert_eq!(
+        post(&a.url("/write?u=edge&p=s3cret"), line, &[]).unwrap().0,
+        204
+    );
+    assert_eq!(
+        post(
+            &a.url("/api/v2/write?bucket=b"),
+            line,
+            &[("Authorization", "Token s3cret")]
+        )
+        .unwrap()
+        .0,
+        204
+    );
+}
+
+#[test]
+fn metrics_open_serves_metrics_without_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Remote::start(dir.path(), "token = \"s3cret\"\nmetrics_open = true");
+    assert_eq!(status_of(&a.url("/metrics"), None).0, 200);
+    assert_eq!(status_of(&a.url("/api/v1/status"), None).0, 401);
+    assert_eq!(status_of(&a.url("/"), None).0, 401);
+}
+
+#[test]
+fn on_loopback_a_token_guards_writes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    // The token from the environment, as a systemd unit or container would pass it.
+    let agent = Agent::start_with_env(dir.path(), FED, &[("EDGEWATCH_HTTP__TOKEN", "s3cret")]);
+    assert_eq!(status_of(&agent.url("/"), None).0, 200);
+    assert_eq!(status_of(&agent.url("/metrics"), None).0, 200);
+    let line = b"inference,model=m wall_ms=1";
+    let (code, body) = post(&agent.url("/write"), line, &[]).unwrap();
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("token"), "{body}");
+    assert_eq!(
+        post(
+            &agent.url("/api/v2/write?bucket=b"),
+            line,
+            &[("Authorization", "Token nope")]
+        )
+        .unwrap()
+        .0,
+        401
+    );
+    assert_eq!(
+        post(
+            &agent.url("/write"),
+            line,
+            &[("Authorization", "Bearer s3cret")]
+        )
+        .unwrap()
+        .0,
+        204
+    );
+    assert!(!agent.log_text().contains("s3cret"), "the token was logged");
+}
+
+#[test]
+fn off_loopback_without_a_token_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("edgewatch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[http]\nlisten = \"0.0.0.0:{}\"\n[udp]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n{FED}",
+            free_port(),
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no [http] token is set") && err.contains("EDGEWATCH_HTTP__TOKEN"),
+        "{err}"
+    );
+}

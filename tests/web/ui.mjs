@@ -1,0 +1,95 @@
+// Drives Debian's chromium (headless, through playwright-core) against a running agent and
+// prints one JSON report on stdout; tests/web.rs starts the agents, feeds them and asserts.
+// Usage: node ui.mjs <agent URL with data> <agent URL without data> <screenshot.png>
+import { chromium } from 'playwright-core';
+
+const [url, emptyUrl, shot] = process.argv.slice(2);
+const T = 20000;
+const report = { errors: [], charts: {}, ranges: {}, steps: [] };
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  page.on('console', (m) => { if (m.type() === 'error') report.errors.push(m.text()); });
+  page.on('pageerror', (e) => report.errors.push(String(e)));
+  page.on('requestfailed', (r) => report.errors.push('request failed: ' + r.url()));
+  page.on('request', (r) => { if (r.url().includes('/api/')) report.steps.push(r.url().replace(url, '')); });
+
+  // Every chart of the overview, with its series and their point counts, from the DOM.
+  const charts = () => page.$$eval('svg[data-chart]', (svgs) => Object.fromEntries(svgs.map((s) => [
+    s.dataset.chart,
+    Object.fromEntries([...s.querySelectorAll('[data-series]')].map((p) => [p.dataset.series, +p.dataset.points])),
+  ])));
+
+  await page.goto(url + '/?range=15m', { waitUntil: 'load' });
+  await page.waitForSelector('svg[data-chart="latency-yolov8n"] path[data-series="p99"]', { timeout: T });
+  await page.waitForSelector('svg[data-chart="gpu_temp"] path', { timeout: T });
+  report.charts = await charts();
+  report.findings = await page.$$eval('#findings .find', (f) => f.map((x) => x.textContent));
+  report.cards = await page.$$eval('.card[data-model]', (c) => c.map((x) => x.textContent));
+
+  // Hover the middle of the latency chart: the tooltip and every legend show that time.
+  const box = await (await page.$('svg[data-chart="latency-yolov8n"]')).boundingBox();
+  await page.mouse.move(box.x + box.width * 0.55, box.y + box.height / 2);
+  await page.waitForSelector('#tip:not([hidden])', { timeout: T });
+  report.tip = await page.textContent('#tip');
+  report.tempLegendHover = await page.textContent('#chart-gpu_temp .legend');
+  report.crosshairs = await page.$$eval('line.xh[visibility="visible"]', (l) => l.length);
+  await page.screenshot({ path: shot, fullPage: true });
+  await page.mouse.move(5, 5);
+
+  // The range picker changes the query's range and step (rollup tiers for long ranges).
+  for (const [r, step] of [['1h', '1m'], ['24h', '5m'], ['7d', '1h']]) {
+    const req = page.waitForRequest((q) => q.url().includes('/api/v1/inference') && q.url().includes(`from=-${r}`) && q.url().includes(`step=${step}`), { timeout: T });
+    const resp = page.waitForResponse((q) => q.url().includes('/api/v1/query') && q.url().includes(`step=${step}`), { timeout: T });
+    await page.click(`#ranges button[data-range="${r}"]`);
+    await req;
+    await resp;
+    await page.waitForFunction((r) => location.search.includes('range=' + r), r, { timeout: T });
+    await page.waitForTimeout(300);
+    report.ranges[r] = { charts: await charts(), active: await page.textContent('#ranges button.on') };
+  }
+
+  await page.click('#ranges button[data-range="15m"]');
+  await page.waitForSelector('svg[data-chart="latency-yolov8n"] path[data-series="p99"][data-points="0"], svg[data-chart="gpu_temp"]', { timeout: T });
+
+  // Series browser: search, click, plot with a chosen aggregation.
+  await page.click('#tabs a[data-tab="series"]');
+  await page.waitForSelector('#series-list tbody tr', { timeout: T });
+  await page.fill('#search', 'gpu temp_c');
+  report.seriesRows = await page.$$eval('#series-list tbody tr', (r) => r.length);
+  const agg = page.waitForRequest((q) => q.url().includes('agg=max') && q.url().includes('field=temp_c'), { timeout: T });
+  await page.selectOption('#agg', 'max');
+  await page.click('#series-list tbody tr');
+  await agg;
+  await page.waitForSelector('svg[data-chart="series"] path[data-series="max"]', { timeout: T });
+  report.seriesPlot = await page.$eval('svg[data-chart="series"] path[data-series="max"]', (p) => +p.dataset.points);
+
+  await page.click('#tabs a[data-tab="forwarding"]');
+  await page.waitForSelector('#forwarding .empty, #forwarding table', { timeout: T });
+  report.forwarding = await page.textContent('#forwarding');
+  await page.click('#tabs a[data-tab="storage"]');
+  await page.waitForSelector('#db-size', { timeout: T });
+  report.storage = await page.textContent('#storage');
+  await page.setViewportSize({ width: 1400, height: 700 });
+  await page.screenshot({ path: shot.replace(/\.png$/, '-storage.png') });
+
+  // An agent with no data: clear empty states, still no console error.
+  const empty = await browser.newPage({ viewport: { width: 420, height: 900 } });
+  empty.on('console', (m) => { if (m.type() === 'error') report.errors.push('empty: ' + m.text()); });
+  empty.on('pageerror', (e) => report.errors.push('empty: ' + String(e)));
+  await empty.goto(emptyUrl + '/', { waitUntil: 'load' });
+  await empty.waitForSelector('#empty-inference', { timeout: T });
+  report.emptyInference = await empty.textContent('#empty-inference');
+  report.emptyGpu = await empty.textContent('#empty-gpu');
+  await empty.screenshot({ path: shot.replace(/\.png$/, '-empty-phone.png'), fullPage: true });
+} catch (e) {
+  report.failure = String(e && e.stack || e);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(report));
