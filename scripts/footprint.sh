@@ -14,6 +14,8 @@
 #
 # Usage: scripts/footprint.sh [BINARY]     (default: target/release/edgewatch, built if missing)
 #   FOOTPRINT_SECONDS=60 scripts/footprint.sh      quick run
+#   FOOTPRINT_EXTRA_CONFIG=$'[rollup]\nenabled = false'  TOML appended to the config (not
+#                                                   the http/udp/storage/tegrastats/log tables)
 #   FOOTPRINT_OUT=DIR                               samples.csv, agent.log, time.txt, summary.txt
 #                                                   (default: ${CARGO_TARGET_DIR:-target}/footprint)
 set -euo pipefail
@@ -66,6 +68,7 @@ replay = "$work/tegrastats.log"
 interval = "1s"
 [log]
 level = "warn"
+${FOOTPRINT_EXTRA_CONFIG:-}
 EOF
 "$bin" check-config "$work/edgewatch.toml" >/dev/null
 

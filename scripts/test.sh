@@ -12,6 +12,7 @@ command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "==> installing Debian packages: ${need_apt[*]}"
     SUDO=""
@@ -27,6 +28,11 @@ done
 if ! python3 -c 'import influxdb, influxdb_client' >/dev/null 2>&1; then
     echo "==> installing Python Influx client libraries"
     python3 -m pip install --quiet --disable-pip-version-check influxdb influxdb-client 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+
+if [ ! -d tests/web/node_modules/playwright-core ]; then
+    echo "==> installing playwright-core (drives Debian's chromium in the UI test)"
+    npm install --no-save --no-audit --no-fund --silent --prefix tests/web playwright-core@1
 fi
 
 echo "==> cargo fmt --check"

@@ -930,10 +930,14 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<serde_json::Valu
                 |r| r.get(0),
             )
             .map_err(sq)?;
+        // Seconds since the job last advanced this tier while work is pending; unknown
+        // (null) before its first run, rather than "since 1970".
         let lag_s = if pending == 0 {
-            0.0
+            Some(0.0)
+        } else if updated <= 0 {
+            None
         } else {
-            (now - updated).max(0) as f64 / NS as f64
+            Some((now - updated).max(0) as f64 / NS as f64)
         };
         tiers.push(serde_json::json!({
             "name": t.name,
