@@ -51,6 +51,8 @@ rust_target() {
 # (Debian's musl-dev:arm64, downloaded with a private apt state and unpacked under
 # $MUSL_ARM64_ROOT: the host's dpkg architectures and package lists are left alone), and
 # links with the same gcc against the musl CRT and libc.a that ship with Rust's musl target.
+# Debian's mirrors carry arm64; on an Ubuntu host (arm64 lives on ports.ubuntu.com) unpack
+# musl-dev for arm64 yourself (`dpkg-deb -x musl-dev_*_arm64.deb $MUSL_ARM64_ROOT/sysroot`).
 MUSL_ARM64_ROOT=${MUSL_ARM64_ROOT:-$HOME/.cache/edgewatch/musl-arm64}
 musl_arm64_headers() {
     local inc="$MUSL_ARM64_ROOT/sysroot/usr/include/aarch64-linux-musl"

@@ -188,12 +188,26 @@ print(f"  idle  {idle_s} s (host collector every 10 s + tegrastats replay at 1 H
 print(f"  load  {load_s} s (+ 100 series/s over HTTP, {g['requests']} writes: {g['codes']}): CPU {load_cpu:.3f} % of a core")
 last = [r for r in rows if r["phase"] == "load"][-1]
 print(f"        steady RSS {mb(steady):.1f} MB (median of the last {len(load) - len(load) // 2} samples), RSS range {mb(min(load)):.1f}-{mb(max(load)):.1f} MB")
-print(f"        last sample: anonymous {mb(int(last['rssanon_kb'])):.1f} MB, file-backed {mb(int(last['rssfile_kb'])):.1f} MB, shared memory (SQLite WAL index) {mb(int(last['rssshmem_kb'])):.1f} MB")
+print(f"        last sample: anonymous {mb(int(last['rssanon_kb'])):.1f} MB, file-backed {mb(int(last['rssfile_kb'])):.1f} MB, shared memory {mb(int(last['rssshmem_kb'])):.1f} MB")
+# Trend over the last half of the load phase (least squares), MB per minute.
+half = [(int(r["t_s"]), int(r["vmrss_kb"])) for r in rows if r["phase"] == "load"]
+half = half[len(half) // 2:]
+slope = 0.0
+if len(half) >= 3:
+    mt = sum(t for t, _ in half) / len(half)
+    mr = sum(v for _, v in half) / len(half)
+    den = sum((t - mt) ** 2 for t, _ in half)
+    slope = sum((t - mt) * (v - mr) for t, v in half) / den * 60 / 1024 if den else 0.0
+print(f"        RSS trend over the last half of the load phase: {slope:+.2f} MB/min" +
+      (" (too few samples)" if len(half) < 3 else
+       "  <- still growing: not steady yet, run longer" if slope > 0.05 else " (steady)"))
 print(f"  peak RSS (VmHWM) {mb(hwm):.1f} MB; /usr/bin/time -v: max RSS {int(tv.get('Maximum resident set size (kbytes)', 0)) / 1024:.1f} MB, user {tv.get('User time (seconds)')} s, system {tv.get('System time (seconds)')} s, elapsed {tv.get('Elapsed (wall clock) time (h:mm:ss or m:ss)')}")
 ing = status["ingest"]
 print(f"  stored: {ing['points_written']} points ({ing['points_written'] - int(before)} during load), rejected {ing['points_rejected']}, dropped {ing['points_dropped']}, commits {ing['commits']}; inference series {len(series)}, all series {status['store']['series']}, db {status['store']['db_bytes'] / 1e6:.1f} MB")
 ok_rss = steady <= rss_budget
 ok_cpu = idle_cpu < float(cpu_budget)
-print(f"  budget: steady RSS <= {mb(rss_budget):.0f} MB: {'PASS' if ok_rss else 'FAIL'}; idle CPU < {cpu_budget} %: {'PASS' if ok_cpu else 'FAIL'}")
+print(f"  budget: steady RSS <= {mb(rss_budget):.0f} MB: {'PASS' if ok_rss else 'FAIL'}" +
+      (" (WARNING: RSS still growing)" if slope > 0.05 else "") +
+      f"; idle CPU < {cpu_budget} %: {'PASS' if ok_cpu else 'FAIL'}")
 sys.exit(0 if ok_rss and ok_cpu else 1)
 EOF

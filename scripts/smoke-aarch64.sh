@@ -16,7 +16,7 @@
 #
 # Usage: scripts/smoke-aarch64.sh
 #   SMOKE_BIN=PATH      test this aarch64 binary instead of building one
-#   SMOKE_RELEASE=1     build the shipping profile (LTO, ~5x slower to build) instead of the
+#   SMOKE_RELEASE=1     build the shipping profile (LTO, one codegen unit: slower) instead of the
 #                       fast one (EDGEWATCH_FAST=1: no LTO, 16 codegen units)
 #   CARGO_TARGET_DIR    as for cargo (default: ./target)
 set -euo pipefail

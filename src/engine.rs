@@ -181,6 +181,16 @@ pub struct StepAcc {
 }
 
 impl StepAcc {
+    /// Merges `other` in, moving it (no sketch copy) when this step is still empty: with one
+    /// bucket per step, the common dashboard case, nothing is copied at all.
+    fn absorb(&mut self, other: StepAcc) {
+        if self.acc.count == 0 && self.exact.is_none() {
+            *self = other;
+        } else {
+            self.merge(&other);
+        }
+    }
+
     fn merge(&mut self, other: &StepAcc) {
         self.acc.merge(&other.acc);
         match (&mut self.exact, &other.exact) {
@@ -321,11 +331,12 @@ pub fn collect(
                         sketch: Sketch::new(),
                     }
                 };
-                steps
-                    .entry(bucket_start(bucket, step_ns))
-                    .or_default()
-                    .acc
-                    .merge(&acc);
+                let slot = &mut steps.entry(bucket_start(bucket, step_ns)).or_default().acc;
+                if slot.count == 0 {
+                    *slot = acc;
+                } else {
+                    slot.merge(&acc);
+                }
             }
         }
         // Raw points: all of them for the raw source, else only chunks the tier has not
@@ -463,7 +474,7 @@ pub fn query(
             let mut merged: Steps = BTreeMap::new();
             for m in members {
                 for (t, s) in m {
-                    merged.entry(t).or_default().merge(&s);
+                    merged.entry(t).or_default().absorb(s);
                 }
             }
             merged

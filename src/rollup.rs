@@ -505,6 +505,12 @@ impl Job {
                      WHERE tier = ?1 AND series_id = ?2 AND bucket = ?3",
                 )
                 .map_err(sq)?;
+            let mut get_range = tx
+                .prepare_cached(
+                    "SELECT bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch FROM rollups \
+                     WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
+                )
+                .map_err(sq)?;
             let mut put = tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO rollups (tier, series_id, bucket, count, sum, min, max, \
@@ -522,41 +528,76 @@ impl Job {
                 // Sorted, so the write order (and the file) is the same on every run.
                 let mut accs: Vec<_> = std::mem::take(&mut fresh[ti]).into_iter().collect();
                 accs.sort_by_key(|(k, _)| *k);
-                for ((sid, bucket), acc) in accs {
-                    let existing = get
-                        .query_row(params![key, sid, bucket], read_acc)
-                        .optional()
+                // The existing rows of each series: one range read over its buckets (rows
+                // in the range that are not being written are skipped undecoded), or point
+                // reads when the buckets are sparse in a wide range (e.g. one late point).
+                let mut group: Vec<(i64, Acc)> = Vec::new();
+                let mut iter = accs.into_iter().peekable();
+                while let Some(((sid, bucket), acc)) = iter.next() {
+                    group.clear();
+                    group.push((bucket, acc));
+                    while let Some(((_, b), a)) = iter.next_if(|((s, _), _)| *s == sid) {
+                        group.push((b, a));
+                    }
+                    let (lo, hi) = (group[0].0, group[group.len() - 1].0);
+                    let span = (hi - lo) / tier.res_ns + 1;
+                    let mut existing: Vec<Option<Result<Acc, ()>>> =
+                        (0..group.len()).map(|_| None).collect();
+                    if span <= 4 * group.len() as i64 + 64 {
+                        let mut rows = get_range.query(params![key, sid, lo, hi]).map_err(sq)?;
+                        let mut k = 0;
+                        while let Some(r) = rows.next().map_err(sq)? {
+                            let b: i64 = r.get(0).map_err(sq)?;
+                            while k < group.len() && group[k].0 < b {
+                                k += 1;
+                            }
+                            if k == group.len() {
+                                break;
+                            }
+                            if group[k].0 == b {
+                                existing[k] = Some(read_acc_at(r, 1).map_err(sq)?);
+                            }
+                        }
+                    } else {
+                        for (slot, (b, _)) in existing.iter_mut().zip(&group) {
+                            *slot = get
+                                .query_row(params![key, sid, b], read_acc)
+                                .optional()
+                                .map_err(sq)?;
+                        }
+                    }
+                    for ((bucket, acc), existing) in group.drain(..).zip(existing) {
+                        let merged = match existing {
+                            None => acc,
+                            Some(Err(())) => {
+                                return Err(RollupError::Corrupt {
+                                    path: path.clone(),
+                                    tier_s: key,
+                                    series_id: sid,
+                                    bucket,
+                                })
+                            }
+                            Some(Ok(mut old)) => {
+                                old.merge(&acc);
+                                old
+                            }
+                        };
+                        put.execute(params![
+                            key,
+                            sid,
+                            bucket,
+                            merged.count as i64,
+                            merged.sum,
+                            merged.min,
+                            merged.max,
+                            merged.first.0,
+                            merged.first.1,
+                            merged.last.0,
+                            merged.last.1,
+                            merged.sketch.encode(),
+                        ])
                         .map_err(sq)?;
-                    let merged = match existing {
-                        None => acc,
-                        Some(Err(())) => {
-                            return Err(RollupError::Corrupt {
-                                path: path.clone(),
-                                tier_s: key,
-                                series_id: sid,
-                                bucket,
-                            })
-                        }
-                        Some(Ok(mut old)) => {
-                            old.merge(&acc);
-                            old
-                        }
-                    };
-                    put.execute(params![
-                        key,
-                        sid,
-                        bucket,
-                        merged.count as i64,
-                        merged.sum,
-                        merged.min,
-                        merged.max,
-                        merged.first.0,
-                        merged.first.1,
-                        merged.last.0,
-                        merged.last.1,
-                        merged.sketch.encode(),
-                    ])
-                    .map_err(sq)?;
+                    }
                 }
                 let s = &states[ti];
                 if s.cursor < last_id {

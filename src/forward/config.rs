@@ -139,7 +139,8 @@ pub struct SinkConfig {
     /// Start a new session on every connect (default false: persistent session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clean_session: Option<bool>,
-    /// Batches published and not yet acknowledged at once.
+    /// Batches published and not yet acknowledged at once (default 1: a fault duplicates at
+    /// most one batch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inflight: Option<usize>,
     /// `line` (default) or `json`.

@@ -111,6 +111,15 @@ fn body(points: &[Point], uint_as_int: bool, max_bytes: usize) -> (Vec<u8>, usiz
     (out, points.len())
 }
 
+/// An eviction gap being covered from the rollup tier.
+struct Fallback {
+    points: Vec<Point>,
+    /// Points acknowledged so far.
+    off: usize,
+    /// The chunk id the gap runs through.
+    through: i64,
+}
+
 /// The sink's thread.
 pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
     let name = ctx.cfg.name.clone();
@@ -161,6 +170,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         .0
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
     let mut retrying = false;
+    let mut fb: Option<Fallback> = None;
     while !stop.is_cancelled() {
         refresh_backlog(
             &src,
@@ -171,12 +181,40 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         );
         let now_s = started.elapsed().as_secs_f64();
         ctx.status.update(|s| s.drain_rate_pps = meter.rate(now_s));
-        // Eviction took raw data this sink never sent: send the rollup rows instead.
-        let fallback = super::fallback_due(&ctx, &src, &cur);
+        // Eviction took raw data this sink never sent: send the rollup rows instead, in
+        // batches of `max_points` / `max_bytes`, before any more raw data. The gap counts as
+        // covered once every batch of it was acknowledged (a restart in between sends the
+        // whole span again: InfluxDB overwrites identical points).
+        if fb.is_none() {
+            if let Some((pts, through)) = super::fallback_due(&ctx, &src, &cur) {
+                if pts.is_empty() {
+                    tracing::warn!(sink = %name, through_chunk = through, "raw data this sink had not sent was evicted and the rollup tier has no rows for that span (non-numeric fields, or rows evicted too); counted in evicted_unforwarded_points");
+                    let _ = cur.fallback_ack(seq, Some((through, 0)));
+                    last_refresh = None;
+                    continue;
+                }
+                tracing::warn!(sink = %name, points = pts.len(), through_chunk = through, "raw data this sink had not sent was evicted; sending that span from the rollup tier (tag edgewatch_rollup)");
+                fb = Some(Fallback {
+                    points: pts,
+                    off: 0,
+                    through,
+                });
+            }
+        }
+        let fallback = fb.as_ref().map(|f| {
+            (
+                f.through,
+                f.points[f.off..(f.off + max_points).min(f.points.len())].to_vec(),
+            )
+        });
+        let mut full = false;
         let (first, last, points, is_fallback) = match fallback {
-            Some((pts, through)) => (cursor, through, pts, true),
+            Some((through, pts)) => (cursor, through, pts, true),
             None => match src.read(cursor, max_points) {
-                Ok(c) => (c.first, c.last, c.points, false),
+                Ok(c) => {
+                    full = c.full;
+                    (c.first, c.last, c.points, false)
+                }
                 Err(e) => {
                     failures += 1;
                     ctx.status.error(&e.to_string());
@@ -205,6 +243,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         }
         let since = *pending_since.get_or_insert_with(Instant::now);
         if !is_fallback
+            && !full
             && !batch_ready(
                 points.len(),
                 max_points,
@@ -220,13 +259,18 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
             }
             continue;
         }
-        let (payload, used) = body(&points, uint_as_int, ctx.cfg.max_bytes);
+        let (mut payload, mut used) = body(&points, uint_as_int, ctx.cfg.max_bytes);
         // A byte-limited batch must still end on a chunk boundary for the cursor: if the
-        // byte limit cut it, send fewer chunks next time instead.
-        if used < points.len() && !is_fallback && max_points > 1 {
-            max_points = (used.max(1)).min(max_points / 2).max(1);
-            continue;
+        // byte limit cut it, send fewer chunks next time instead; a single chunk over the
+        // limit goes whole. (Rollup batches have no chunks: the rest goes next time.)
+        if used < points.len() && !is_fallback {
+            if max_points > 1 {
+                max_points = (used.max(1)).min(max_points / 2).max(1);
+                continue;
+            }
+            (payload, used) = body(&points, uint_as_int, usize::MAX);
         }
+        let points = &points[..used];
         let wait = rate.reserve(started.elapsed().as_secs_f64(), points.len());
         if !wait.is_zero() && !nap(&stop, wait) {
             break;
@@ -234,15 +278,26 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         if retrying {
             let _ = cur.count_replay();
         }
-        let _ = cur.mark_inflight(last);
+        if !is_fallback {
+            let _ = cur.mark_inflight(last);
+        }
         let outcome = send(&agent, &ctx.cfg, &url, &payload);
         let now = crate::now_ns();
         let n = points.len() as i64;
         let ts_max = points.iter().map(|p| p.ts).max().unwrap_or(0);
         let sleep = match outcome {
             Outcome::Ack => {
-                let r = if is_fallback {
-                    cur.fallback_done(last, n)
+                let r = if let Some(f) = fb.as_mut().filter(|_| is_fallback) {
+                    f.off += points.len();
+                    if f.off >= f.points.len() {
+                        let total = f.points.len() as i64;
+                        fb = None;
+                        last_refresh = None;
+                        tracing::info!(sink = %name, points = total, "eviction gap covered from the rollup tier");
+                        cur.fallback_ack(seq, Some((last, total)))
+                    } else {
+                        Ok(())
+                    }
                 } else {
                     seq += 1;
                     cur.ack(last, seq, n, ts_max, now)
@@ -269,9 +324,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                         s.cursor_chunk_id = cursor;
                         s.batch_seq = seq;
                         s.drain_rate_pps = rate_now;
-                        if is_fallback {
-                            s.fallback_points += n;
-                        } else {
+                        if !is_fallback {
                             s.forwarded_points += n;
                         }
                     });
@@ -281,17 +334,32 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
             Outcome::DeadLetter { status, reason } => {
                 seq += 1;
                 tracing::warn!(sink = %name, status, %reason, first_chunk = first, last_chunk = last, points = n, "batch refused as bad data; kept in dead_letters");
-                let r = cur.dead_letter(first, last, seq, n, status, &reason, &payload, now);
+                let r = cur.dead_letter(
+                    first,
+                    last,
+                    seq,
+                    n,
+                    status,
+                    &reason,
+                    &payload,
+                    now,
+                    is_fallback,
+                );
                 ctx.status.error(&reason);
                 if let Err(e) = r {
                     tracing::warn!(sink = %name, error = %e, "cannot record the dead letter (will retry)");
                     seq -= 1;
                     Some(Duration::from_millis(200))
                 } else {
-                    if !is_fallback {
-                        cursor = last;
+                    if let Some(f) = fb.as_mut().filter(|_| is_fallback) {
+                        f.off += points.len();
+                        if f.off >= f.points.len() {
+                            let total = f.points.len() as i64;
+                            fb = None;
+                            let _ = cur.fallback_ack(seq, Some((last, total)));
+                        }
                     } else {
-                        let _ = cur.fallback_done(last, 0);
+                        cursor = last;
                     }
                     retrying = false;
                     pending_since = None;

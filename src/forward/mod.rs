@@ -380,16 +380,36 @@ pub(crate) fn refresh_backlog(
     }
 }
 
-/// If retention or the disk budget evicted raw chunks this sink had not forwarded, sends
-/// the rollup rows of the lost span instead (tagged `edgewatch_rollup`). The span runs from
-/// the newest point acknowledged to the oldest raw point still pending.
-/// Returns the points to send and the chunk id they cover, or None.
+/// If retention or the disk budget evicted raw chunks this sink had not forwarded, the
+/// rollup rows of the lost span, to send instead (see [`fallback_span`]).
 pub(crate) fn fallback_due(
     ctx: &SinkCtx,
     src: &store::Source,
     cursor: &store::Cursor,
 ) -> Option<(Vec<encode::Point>, i64)> {
-    let tier = ctx.fallback_tier_s?;
+    fallback_span(ctx.fallback_tier_s, &ctx.identity, src, cursor)
+}
+
+/// The eviction fallback. When eviction took raw chunks this sink had not sent (chunk ids up
+/// to `evicted_through`, above both its cursor and the last gap already covered), the span
+/// runs from the start of the finest-tier bucket holding the newest point the sink
+/// acknowledged to the oldest raw point still pending after the evicted chunks (or to the
+/// end, when none is left). Every bucket that starts in that span is returned, one point
+/// per series, field and bucket, tagged `edgewatch_rollup=<tier>s`, with fields
+/// `<field>_mean`, `_min`, `_max` and `_count` (see [`store::Cursor::fallback_points`]).
+///
+/// The edges overlap the raw data on purpose (a bucket partly sent raw is sent whole as a
+/// rollup point too): the contract is no silent hole, not no overlap. Rollup points are
+/// distinct series (the tag), so they never overwrite raw points. Only numeric fields have
+/// rollups; evicted strings and booleans are counted (`evicted_unforwarded_points`) but
+/// cannot be replaced. Returns the points and the chunk id they cover through.
+pub(crate) fn fallback_span(
+    tier: Option<i64>,
+    identity: &[(String, String)],
+    src: &store::Source,
+    cursor: &store::Cursor,
+) -> Option<(Vec<encode::Point>, i64)> {
+    let tier = tier?;
     let d = cursor.load().ok()?;
     if d.evicted_through <= d.cursor.max(d.fallback_through) {
         return None;
@@ -404,7 +424,7 @@ pub(crate) fn fallback_due(
     } else {
         i64::MIN
     };
-    let pts = cursor.fallback_points(tier, from, to, &ctx.identity).ok()?;
+    let pts = cursor.fallback_points(tier, from, to, identity).ok()?;
     Some((pts, d.evicted_through))
 }
 

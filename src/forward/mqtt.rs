@@ -37,6 +37,19 @@ struct Flight {
     points: i64,
     ts_max: i64,
     remaining: usize,
+    /// A batch of rollup points covering an eviction gap: the job's offset once it is
+    /// acknowledged.
+    fallback_end: Option<usize>,
+}
+
+/// An eviction gap being covered from the rollup tier (see [`super::fallback_span`]).
+struct FallbackJob {
+    points: Vec<Point>,
+    /// Points acknowledged.
+    acked: usize,
+    /// Points published on this connection.
+    sent: usize,
+    through: i64,
 }
 
 fn qos(q: u8) -> QoS {
@@ -253,7 +266,9 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     tracing::info!(sink = %name, url = %ctx.cfg.url, cursor = d.cursor, "mqtt sink started");
     let db = Arc::new(Mutex::new((src, cur)));
     let q = qos(ctx.cfg.qos.unwrap_or(1));
-    let window = ctx.cfg.inflight.unwrap_or(4);
+    // One batch in flight by default: a fault then duplicates at most one batch (the
+    // issue's guarantee); a larger window drains faster over high-latency links.
+    let window = ctx.cfg.inflight.unwrap_or(1);
     let status_topic = status_topic(&ctx);
     let mut jitter = Jitter::new(&name);
     let started = Instant::now();
@@ -269,8 +284,12 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         .0
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
     let mut last_refresh: Option<Instant> = None;
+    let mut fb: Option<FallbackJob> = None;
 
     'connections: while !stop.is_cancelled() {
+        if let Some(job) = fb.as_mut() {
+            job.sent = job.acked;
+        }
         let (client, el) = AsyncClient::new(opts.clone(), 64);
         let (tx, mut rx) = mpsc::unbounded_channel();
         let closing = CancellationToken::new();
@@ -333,8 +352,13 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             }
             // Move the cursor over the acknowledged prefix.
             let mut done: Option<(i64, i64, i64, i64)> = None;
+            let mut fb_acked: Option<(i64, usize)> = None;
             while inflight.front().is_some_and(|f| f.remaining == 0) {
                 let Some(f) = inflight.pop_front() else { break };
+                if let Some(end) = f.fallback_end {
+                    fb_acked = Some((f.seq, end));
+                    continue;
+                }
                 let d = done.get_or_insert((0, 0, 0, i64::MIN));
                 *d = (f.last, f.seq, d.2 + f.points, d.3.max(f.ts_max));
             }
@@ -366,6 +390,62 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                     Err(_) => {}
                 }
             }
+            if let (Some((seq, end)), Some(job)) = (fb_acked, fb.as_mut()) {
+                job.acked = end;
+                let finished =
+                    (end >= job.points.len()).then_some((job.through, job.points.len() as i64));
+                if finished.is_some() {
+                    fb = None;
+                    last_refresh = None;
+                    tracing::info!(sink = %name, "eviction gap covered from the rollup tier");
+                }
+                let db2 = db.clone();
+                let r = tokio::task::spawn_blocking(move || {
+                    let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                    g.1.fallback_ack(seq, finished)
+                })
+                .await;
+                if let Ok(Err(e)) = r {
+                    ctx.status.error(&e.to_string());
+                }
+                acked_seq = acked_seq.max(seq);
+                ctx.status.update(|s| {
+                    s.batch_seq = acked_seq;
+                    s.last_success_ns = Some(crate::now_ns());
+                });
+            }
+            // Eviction took raw data this sink never sent: cover that span from the rollup
+            // tier first, alone in the window.
+            if connected && fb.is_none() && inflight.is_empty() && !stop.is_cancelled() {
+                let db2 = db.clone();
+                let tier = ctx.fallback_tier_s;
+                let ident = ctx.identity.clone();
+                let seq = acked_seq;
+                let r = tokio::task::spawn_blocking(move || {
+                    let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                    let due = super::fallback_span(tier, &ident, &g.0, &g.1);
+                    if let Some((pts, through)) = &due {
+                        if pts.is_empty() {
+                            let _ = g.1.fallback_ack(seq, Some((*through, 0)));
+                        }
+                    }
+                    due
+                })
+                .await;
+                if let Ok(Some((pts, through))) = r {
+                    if pts.is_empty() {
+                        tracing::warn!(sink = %name, through_chunk = through, "raw data this sink had not sent was evicted and the rollup tier has no rows for that span; counted in evicted_unforwarded_points");
+                    } else {
+                        tracing::warn!(sink = %name, points = pts.len(), through_chunk = through, "raw data this sink had not sent was evicted; sending that span from the rollup tier (tag edgewatch_rollup)");
+                        fb = Some(FallbackJob {
+                            points: pts,
+                            acked: 0,
+                            sent: 0,
+                            through,
+                        });
+                    }
+                }
+            }
             {
                 let db2 = db.clone();
                 let mut lr = last_refresh;
@@ -382,6 +462,42 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             }
             // Publish more while the window has room.
             while connected && inflight.len() < window && !stop.is_cancelled() {
+                if let Some(job) = fb.as_mut() {
+                    if job.sent >= job.points.len() {
+                        break;
+                    }
+                    let end = (job.sent + ctx.cfg.max_points).min(job.points.len());
+                    let pts = &job.points[job.sent..end];
+                    let wait = rate.reserve(started.elapsed().as_secs_f64(), pts.len());
+                    if !wait.is_zero() {
+                        tokio::select! {
+                            _ = stop.cancelled() => break,
+                            _ = tokio::time::sleep(wait) => {}
+                        }
+                    }
+                    next_seq += 1;
+                    let msgs = messages(&ctx, next_seq, acked_cursor, job.through, pts);
+                    inflight.push_back(Flight {
+                        seq: next_seq,
+                        last: job.through,
+                        points: pts.len() as i64,
+                        ts_max: pts.iter().map(|p| p.ts).max().unwrap_or(0),
+                        remaining: msgs.len(),
+                        fallback_end: Some(end),
+                    });
+                    job.sent = end;
+                    for (topic, payload) in msgs {
+                        unassigned.push_back(Some(next_seq));
+                        if let Err(e) = client.publish(topic, q, false, payload).await {
+                            down = Some(e.to_string());
+                            break;
+                        }
+                    }
+                    if down.is_some() {
+                        break;
+                    }
+                    continue;
+                }
                 let db2 = db.clone();
                 let max_points = ctx.cfg.max_points;
                 let after = read_cursor;
@@ -403,12 +519,14 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                     break;
                 }
                 let since = *pending_since.get_or_insert_with(Instant::now);
-                if !batch_ready(
-                    chunks.points.len(),
-                    max_points,
-                    since.elapsed(),
-                    ctx.cfg.max_delay.0,
-                ) {
+                if !chunks.full
+                    && !batch_ready(
+                        chunks.points.len(),
+                        max_points,
+                        since.elapsed(),
+                        ctx.cfg.max_delay.0,
+                    )
+                {
                     break;
                 }
                 let wait = rate.reserve(started.elapsed().as_secs_f64(), chunks.points.len());
@@ -426,6 +544,7 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                     points: chunks.points.len() as i64,
                     ts_max: chunks.points.iter().map(|p| p.ts).max().unwrap_or(0),
                     remaining: msgs.len(),
+                    fallback_end: None,
                 });
                 {
                     let db2 = db.clone();
@@ -489,6 +608,23 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 }
             })
             .await;
+        }
+        {
+            // The backlog keeps growing while the link is down: keep the status current.
+            let db2 = db.clone();
+            let mut lr = last_refresh;
+            let st = ctx.status.clone();
+            if let Ok(lr) = tokio::task::spawn_blocking(move || {
+                let g = db2.lock().unwrap_or_else(|p| p.into_inner());
+                super::refresh_backlog(&g.0, &g.1, &st, &mut lr, Duration::from_secs(1));
+                lr
+            })
+            .await
+            {
+                last_refresh = lr;
+            }
+            let r = meter.rate(started.elapsed().as_secs_f64());
+            ctx.status.update(|s| s.drain_rate_pps = r);
         }
         let wait = backoff(
             failures,

@@ -29,6 +29,9 @@ pub struct Chunks {
     pub last: i64,
     /// Points, in chunk-id order.
     pub points: Vec<Point>,
+    /// The read stopped because the next chunk would not fit in `max_points`: the batch is
+    /// as full as whole chunks allow (send it now, do not wait for `max_delay`).
+    pub full: bool,
 }
 
 /// Reads raw chunks in id order.
@@ -95,6 +98,7 @@ impl Source {
     /// least one chunk).
     pub fn read(&mut self, after: i64, max_points: usize) -> Result<Chunks, StoreError> {
         let mut rows: Vec<(i64, i64, i64, i64, Vec<u8>)> = Vec::new();
+        let mut full = false;
         {
             let e = sq(&self.path);
             let mut st = self
@@ -110,6 +114,7 @@ impl Source {
             while let Some(r) = q.next().map_err(&e)? {
                 let n: i64 = r.get(3).map_err(&e)?;
                 if !rows.is_empty() && points + n.max(0) as usize > max_points {
+                    full = true;
                     break;
                 }
                 points += n.max(0) as usize;
@@ -121,11 +126,15 @@ impl Source {
                     r.get(4).map_err(&e)?,
                 ));
                 if points >= max_points {
+                    full = true;
                     break;
                 }
             }
         }
-        let mut out = Chunks::default();
+        let mut out = Chunks {
+            full,
+            ..Chunks::default()
+        };
         for (id, tagset, ts_min, n, data) in rows {
             if !self.tagsets.contains_key(&tagset) {
                 self.reload()?;
@@ -341,7 +350,8 @@ impl Cursor {
     }
 
     /// The remote end refused the batch as bad data: keeps it in `dead_letters` and moves the
-    /// cursor past it, in one transaction.
+    /// cursor past it, in one transaction. A refused batch of rollup points (`fallback`) is
+    /// kept the same way, but the raw cursor stays where it is.
     #[allow(clippy::too_many_arguments)]
     pub fn dead_letter(
         &mut self,
@@ -353,6 +363,7 @@ impl Cursor {
         reason: &str,
         payload: &[u8],
         now_ns: i64,
+        fallback: bool,
     ) -> Result<(), StoreError> {
         let e = sq(&self.path);
         let tx = self
@@ -368,7 +379,7 @@ impl Cursor {
         tx.execute(
             "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
              dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
-            params![self.name, through, seq, points],
+            params![self.name, if fallback { 0 } else { through }, seq, points],
         )
         .map_err(&e)?;
         tx.commit().map_err(&e)
@@ -457,14 +468,19 @@ impl Cursor {
         Ok(out)
     }
 
-    /// Records that the eviction gap through chunk `through` was covered with `points`
-    /// rollup points.
-    pub fn fallback_done(&mut self, through: i64, points: i64) -> Result<(), StoreError> {
+    /// A batch of rollup points sent in place of evicted raw data was acknowledged: records
+    /// its sequence number (MQTT consumers drop duplicates by it, so a number is never
+    /// reused) and, with `done = Some((through, points))`, that the eviction gap through
+    /// chunk `through` is covered, with `points` rollup points in all. The raw cursor does
+    /// not move: raw chunks that survived below `through` are still sent.
+    pub fn fallback_ack(&mut self, seq: i64, done: Option<(i64, i64)>) -> Result<(), StoreError> {
+        let (through, points) = done.unwrap_or((0, 0));
         self.conn
             .execute(
-                "UPDATE sinks SET fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?2), \
-                 fallback_points = fallback_points + ?3 WHERE name = ?1",
-                params![self.name, through, points],
+                "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
+                 fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
+                 fallback_points = fallback_points + ?4 WHERE name = ?1",
+                params![self.name, seq, through, points],
             )
             .map(|_| ())
             .map_err(sq(&self.path))

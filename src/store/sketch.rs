@@ -81,14 +81,14 @@ impl Store {
             self.counts[base + i] += c;
         }
     }
-
-    fn total(&self) -> u64 {
-        self.counts.iter().sum()
-    }
 }
 
 /// A DDSketch of `f64` values with exact count, min and max.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// A decoded sketch keeps its bins in their encoded (varint) form, `packed`, until it is
+/// changed: a quantile of a decoded bucket (the common query case, one bucket per step) is
+/// read straight from those bytes, without building the dense stores.
+#[derive(Debug, Clone)]
 pub struct Sketch {
     positive: Store,
     negative: Store,
@@ -96,6 +96,21 @@ pub struct Sketch {
     count: u64,
     min: f64,
     max: f64,
+    /// When set, the stores are these bytes (validated, exactly as in the encoded form from
+    /// the positive store's offset to the end) and `positive`/`negative` are empty.
+    packed: Option<Box<[u8]>>,
+}
+
+impl PartialEq for Sketch {
+    fn eq(&self, other: &Sketch) -> bool {
+        let (a, b) = (self.stores(), other.stores());
+        self.zero == other.zero
+            && self.count == other.count
+            && self.min == other.min
+            && self.max == other.max
+            && *a.0 == *b.0
+            && *a.1 == *b.1
+    }
 }
 
 impl Default for Sketch {
@@ -107,8 +122,44 @@ impl Default for Sketch {
             count: 0,
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
+            packed: None,
         }
     }
+}
+
+/// Parses the packed stores (positive, then negative).
+fn unpack_stores(p: &[u8]) -> Result<[Store; 2], SketchError> {
+    let mut pos = 0usize;
+    let mut stores = [Store::default(), Store::default()];
+    for store in &mut stores {
+        let (offset, len) = store_header(p, &mut pos)?;
+        store.offset = offset;
+        store.counts.reserve(len);
+        for _ in 0..len {
+            store.counts.push(get_varint(p, &mut pos)?);
+        }
+    }
+    Ok(stores)
+}
+
+/// A store's offset and length; anything out of range is corrupt.
+fn store_header(buf: &[u8], pos: &mut usize) -> Result<(i32, usize), SketchError> {
+    let offset =
+        i32::try_from(unzigzag(get_varint(buf, pos)?)).map_err(|_| SketchError { offset: *pos })?;
+    let len = get_varint(buf, pos)? as usize;
+    // Bounded by construction (see the module docs); anything larger is corrupt.
+    if len > 20_000 {
+        return Err(SketchError { offset: *pos });
+    }
+    Ok((offset, len))
+}
+
+/// Skips `len` varints.
+fn skip_varints(buf: &[u8], pos: &mut usize, len: usize) -> Result<(), SketchError> {
+    for _ in 0..len {
+        get_varint(buf, pos)?;
+    }
+    Ok(())
 }
 
 fn key_of(magnitude: f64) -> i32 {
@@ -132,6 +183,7 @@ impl Sketch {
         if !v.is_finite() {
             return;
         }
+        self.unpack();
         self.count += 1;
         self.min = self.min.min(v);
         self.max = self.max.max(v);
@@ -149,8 +201,23 @@ impl Sketch {
         if other.count == 0 {
             return;
         }
-        self.positive.merge(&other.positive);
-        self.negative.merge(&other.negative);
+        if self.count == 0
+            && self.packed.is_none()
+            && self.positive.counts.is_empty()
+            && self.negative.counts.is_empty()
+        {
+            // Merging into an empty sketch: a copy (of the packed bytes, when decoded).
+            let (zero, min, max) = (self.zero, self.min, self.max);
+            *self = other.clone();
+            self.zero += zero;
+            self.min = min.min(other.min);
+            self.max = max.max(other.max);
+            return;
+        }
+        self.unpack();
+        let (pos, neg) = other.stores();
+        self.positive.merge(&pos);
+        self.negative.merge(&neg);
         self.zero += other.zero;
         self.count += other.count;
         self.min = self.min.min(other.min);
@@ -175,42 +242,101 @@ impl Sketch {
             return Some(self.max);
         }
         let rank = q * (self.count - 1) as f64;
+        let answer = match &self.packed {
+            None => self.rank_value(&self.positive, &self.negative, rank),
+            Some(p) => match self.packed_rank_value(p, rank) {
+                Ok(Some(a)) => a,
+                // A negative store (rare): build the stores.
+                Ok(None) | Err(_) => {
+                    let (pos, neg) = self.stores();
+                    self.rank_value(&pos, &neg, rank)
+                }
+            },
+        };
+        Some(answer.unwrap_or(self.max).clamp(self.min, self.max))
+    }
+
+    /// The value of the bin holding `rank`, walking negatives, zeros, then positives.
+    fn rank_value(&self, positive: &Store, negative: &Store, rank: f64) -> Option<f64> {
         let mut cum = 0u64;
-        let mut answer = None;
-        for (i, c) in self.negative.counts.iter().enumerate().rev() {
+        for (i, c) in negative.counts.iter().enumerate().rev() {
             cum += c;
             if *c > 0 && cum as f64 > rank {
-                answer = Some(-value_of(self.negative.offset + i as i32));
-                break;
+                return Some(-value_of(negative.offset + i as i32));
             }
         }
-        if answer.is_none() {
-            cum += self.zero;
-            if self.zero > 0 && cum as f64 > rank {
-                answer = Some(0.0);
+        cum += self.zero;
+        if self.zero > 0 && cum as f64 > rank {
+            return Some(0.0);
+        }
+        for (i, c) in positive.counts.iter().enumerate() {
+            cum += c;
+            if *c > 0 && cum as f64 > rank {
+                return Some(value_of(positive.offset + i as i32));
             }
         }
-        if answer.is_none() {
-            for (i, c) in self.positive.counts.iter().enumerate() {
-                cum += c;
-                if *c > 0 && cum as f64 > rank {
-                    answer = Some(value_of(self.positive.offset + i as i32));
-                    break;
-                }
+        None
+    }
+
+    /// [`Sketch::rank_value`] straight from the packed bytes when the negative store is
+    /// empty (`Ok(None)` when it is not: the caller builds the stores).
+    #[allow(clippy::type_complexity)]
+    fn packed_rank_value(&self, p: &[u8], rank: f64) -> Result<Option<Option<f64>>, SketchError> {
+        let mut pos = 0usize;
+        let (offset, len) = store_header(p, &mut pos)?;
+        let counts_at = pos;
+        skip_varints(p, &mut pos, len)?;
+        let (_, neg_len) = store_header(p, &mut pos)?;
+        if neg_len > 0 {
+            return Ok(None);
+        }
+        let mut cum = self.zero;
+        if self.zero > 0 && cum as f64 > rank {
+            return Ok(Some(Some(0.0)));
+        }
+        let mut pos = counts_at;
+        for i in 0..len {
+            let c = get_varint(p, &mut pos)?;
+            cum += c;
+            if c > 0 && cum as f64 > rank {
+                return Ok(Some(Some(value_of(offset + i as i32))));
             }
         }
-        Some(answer.unwrap_or(self.max).clamp(self.min, self.max))
+        Ok(Some(None))
+    }
+
+    /// The stores, borrowed, or built from the packed bytes.
+    fn stores(&self) -> (std::borrow::Cow<'_, Store>, std::borrow::Cow<'_, Store>) {
+        use std::borrow::Cow;
+        match &self.packed {
+            None => (Cow::Borrowed(&self.positive), Cow::Borrowed(&self.negative)),
+            Some(p) => {
+                // Validated when decoded, so this cannot fail.
+                let [pos, neg] = unpack_stores(p).unwrap_or_default();
+                (Cow::Owned(pos), Cow::Owned(neg))
+            }
+        }
+    }
+
+    /// Builds the stores from the packed bytes, before a change.
+    fn unpack(&mut self) {
+        if let Some(p) = self.packed.take() {
+            let [pos, neg] = unpack_stores(&p).unwrap_or_default();
+            self.positive = pos;
+            self.negative = neg;
+        }
     }
 
     /// The versioned BLOB form.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.positive.counts.len());
+        let (positive, negative) = self.stores();
+        let mut out = Vec::with_capacity(32 + positive.counts.len());
         out.push(FORMAT_VERSION);
         put_varint(&mut out, self.count);
         out.extend_from_slice(&self.min.to_le_bytes());
         out.extend_from_slice(&self.max.to_le_bytes());
         put_varint(&mut out, self.zero);
-        for store in [&self.positive, &self.negative] {
+        for store in [&*positive, &*negative] {
             put_varint(&mut out, zigzag(i64::from(store.offset)));
             put_varint(&mut out, store.counts.len() as u64);
             for c in &store.counts {
@@ -240,32 +366,26 @@ impl Sketch {
         let min = f(&mut pos)?;
         let max = f(&mut pos)?;
         let zero = get_varint(buf, &mut pos)?;
-        let mut stores = [Store::default(), Store::default()];
-        for store in &mut stores {
-            let offset =
-                i32::try_from(unzigzag(get_varint(buf, &mut pos)?)).map_err(|_| err(pos))?;
-            let len = get_varint(buf, &mut pos)? as usize;
-            // Bounded by construction (see the module docs); anything larger is corrupt.
-            if len > 20_000 {
-                return Err(err(pos));
-            }
-            store.offset = offset;
-            store.counts.reserve(len);
+        // Validate the stores (bounds, total) without building them; keep them packed.
+        let start = pos;
+        let mut total = zero;
+        for _ in 0..2 {
+            let (_, len) = store_header(buf, &mut pos)?;
             for _ in 0..len {
-                store.counts.push(get_varint(buf, &mut pos)?);
+                total = total.wrapping_add(get_varint(buf, &mut pos)?);
             }
         }
-        let [positive, negative] = stores;
-        if pos != buf.len() || positive.total() + negative.total() + zero != count {
+        if pos != buf.len() || total != count {
             return Err(err(pos));
         }
         Ok(Sketch {
-            positive,
-            negative,
+            positive: Store::default(),
+            negative: Store::default(),
             zero,
             count,
             min,
             max,
+            packed: Some(buf[start..].into()),
         })
     }
 }
@@ -278,7 +398,19 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+#[inline]
 fn get_varint(buf: &[u8], pos: &mut usize) -> Result<u64, SketchError> {
+    // Fast path: most bin counts fit in one byte.
+    if let Some(&b) = buf.get(*pos) {
+        if b < 0x80 {
+            *pos += 1;
+            return Ok(u64::from(b));
+        }
+    }
+    get_varint_long(buf, pos)
+}
+
+fn get_varint_long(buf: &[u8], pos: &mut usize) -> Result<u64, SketchError> {
     let mut v: u64 = 0;
     let mut shift = 0u32;
     loop {
@@ -397,6 +529,42 @@ mod tests {
         assert!(Sketch::decode(&[9, 0]).is_err());
         let empty = Sketch::new();
         assert_eq!(Sketch::decode(&empty.encode()).unwrap(), empty);
+    }
+
+    #[test]
+    fn quantiles_read_from_the_packed_form_equal_the_built_stores() {
+        let mut r = rng(5);
+        for (lo, with_neg, with_zero) in
+            [(5.0, false, false), (5.0, true, true), (0.1, false, true)]
+        {
+            let mut s = Sketch::new();
+            for i in 0..3000 {
+                s.add(lo + r() * 95.0);
+                if with_neg && i % 5 == 0 {
+                    s.add(-r() * 10.0 - 0.5);
+                }
+                if with_zero && i % 7 == 0 {
+                    s.add(0.0);
+                }
+            }
+            let packed = Sketch::decode(&s.encode()).unwrap();
+            assert!(packed.packed.is_some());
+            for q in [0.0, 0.001, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0, 1.5] {
+                assert_eq!(packed.quantile(q), s.quantile(q), "q={q}");
+            }
+            // Merging and adding from the packed form match too.
+            let mut a = packed.clone();
+            a.merge(&packed);
+            a.add(7.0);
+            let mut b = s.clone();
+            b.merge(&s);
+            b.add(7.0);
+            assert_eq!(a, b);
+            assert_eq!(a.encode(), b.encode());
+            let mut e = Sketch::new();
+            e.merge(&packed);
+            assert_eq!(e.encode(), s.encode());
+        }
     }
 
     #[test]

@@ -384,8 +384,7 @@ impl FaultProxy {
     pub fn start(upstream: SocketAddr) -> FaultProxy {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let script: Script =
-            Default::default();
+        let script: Script = Default::default();
         let requests: Arc<Mutex<Vec<(u16, usize)>>> = Default::default();
         let (s2, r2) = (script.clone(), requests.clone());
         std::thread::spawn(move || {
