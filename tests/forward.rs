@@ -383,7 +383,8 @@ fn status_command_sends_the_token() {
                 if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                     break;
                 }
-                authorized |= line.to_ascii_lowercase().trim() == "authorization: bearer s3cret-t0ken";
+                authorized |=
+                    line.to_ascii_lowercase().trim() == "authorization: bearer s3cret-t0ken";
             }
             let (status, body) = if authorized {
                 ("200 OK", r#"{"version":"test","ok":true}"#)
