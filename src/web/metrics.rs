@@ -453,14 +453,14 @@ fn health(s: &mut Scrape, status: &J) {
     for t in rollup["tiers"].as_array().into_iter().flatten() {
         let tier = t["name"].as_str().unwrap_or("");
         let l = [("tier", tier)];
-        if let Some(v) = num(&t["lag_s"]) {
-            s.gauge(
-                "edgewatch_rollup_lag_seconds",
-                "How far the tier's rollup is behind (0: caught up).",
-                &l,
-                v,
-            );
-        }
+        // NaN (unknown) while data waits for the job's first run, rather than no series.
+        let lag = num(&t["lag_s"]).unwrap_or(f64::NAN);
+        s.gauge(
+            "edgewatch_rollup_lag_seconds",
+            "How far the tier's rollup is behind (0: caught up; NaN: not run yet).",
+            &l,
+            lag,
+        );
         if let Some(v) = num(&t["pending_chunks"]) {
             s.gauge(
                 "edgewatch_rollup_pending_chunks",
