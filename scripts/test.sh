@@ -41,4 +41,6 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "==> cargo test"
 cargo test --workspace --locked
+echo "==> aarch64 cross build, emulated smoke test and .deb check"
+./scripts/smoke-aarch64.sh
 echo "==> all tests passed"

@@ -216,6 +216,18 @@ impl Writer {
         let e = sql_err(&err_path);
         let mut conn = Connection::open(&path).map_err(&e)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
+        // Refuse a newer database before anything below could modify it (the one-time
+        // VACUUM, the journal mode, migrations).
+        let version: u32 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(&e)?;
+        if version > latest_version() {
+            return Err(StoreError::TooNew {
+                path,
+                found: version,
+                supported: latest_version(),
+            });
+        }
         ensure_incremental_vacuum(&conn, &path)?;
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(&e)?;
@@ -635,11 +647,21 @@ mod tests {
         drop(Writer::open(dir.path(), 10, Synchronous::Normal).unwrap());
         let conn = Connection::open(db_path(dir.path())).unwrap();
         conn.pragma_update(None, "user_version", 999).unwrap();
+        // A database without incremental auto-vacuum, as older stores are: refusing it must
+        // not run the one-time VACUUM (or anything else that writes).
+        conn.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA auto_vacuum = NONE; VACUUM;")
+            .unwrap();
         drop(conn);
+        let before = std::fs::read(db_path(dir.path())).unwrap();
         let e = Writer::open(dir.path(), 10, Synchronous::Normal)
             .err()
             .unwrap();
         assert!(matches!(e, StoreError::TooNew { found: 999, .. }), "{e}");
+        assert_eq!(
+            std::fs::read(db_path(dir.path())).unwrap(),
+            before,
+            "refused but modified"
+        );
         assert!(e.to_string().contains("upgrade edgewatch"));
         assert!(Reader::open(dir.path()).is_err());
     }
