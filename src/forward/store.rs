@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::encode::{series, Point, Series};
 use crate::store::{codec, db_path, StoreError};
@@ -46,16 +46,8 @@ pub struct Source {
 impl Source {
     /// Opens `dir`'s store read-only; `identity` tags are added to every point.
     pub fn open(dir: &Path, identity: Vec<(String, String)>) -> Result<Source, StoreError> {
-        let path = db_path(dir);
-        let p2 = path.clone();
-        let e = sq(&p2);
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(&e)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
-        conn.pragma_update(None, "cache_size", -1024).map_err(&e)?;
+        // The store's own read-only handle: same flags, cache and schema-version check.
+        let crate::store::Reader { conn, path } = crate::store::Reader::open(dir)?;
         Ok(Source {
             conn,
             path,
