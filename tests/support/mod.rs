@@ -250,7 +250,12 @@ impl Influxd {
     }
 
     pub fn start(dir: &Path) -> Influxd {
-        let http: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Self::start_on(dir, free_port())
+    }
+
+    /// On a given port (forwarding tests start it where a sink already points).
+    pub fn start_on(dir: &Path, port: u16) -> Influxd {
+        let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let rpc = free_port();
         std::fs::create_dir_all(dir).unwrap();
         let cfg = dir.join("influxdb.conf");
@@ -261,7 +266,7 @@ impl Influxd {
                  [meta]\n  dir = \"{d}/meta\"\n\
                  [data]\n  dir = \"{d}/data\"\n  wal-dir = \"{d}/wal\"\n  query-log-enabled = false\n  \
                  cache-snapshot-write-cold-duration = \"2s\"\n  compact-full-write-cold-duration = \"4s\"\n\
-                 [http]\n  bind-address = \"{http}\"\n  log-enabled = false\n\
+                 [http]\n  bind-address = \"{http}\"\n  log-enabled = false\n  max-body-size = 0\n\
                  [monitor]\n  store-enabled = false\n[continuous_queries]\n  enabled = false\n",
                 d = dir.display()
             ),

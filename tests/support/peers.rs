@@ -104,42 +104,9 @@ pub fn sink_status(agent: &Agent, name: &str) -> serde_json::Value {
 
 /// InfluxDB 1.x on `port`.
 pub fn influxd_on(dir: &Path, port: u16) -> Influxd {
-    let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let rpc = free_port();
-    std::fs::create_dir_all(dir).unwrap();
-    let cfg = dir.join("influxdb.conf");
-    std::fs::write(
-        &cfg,
-        format!(
-            "reporting-disabled = true\nbind-address = \"127.0.0.1:{rpc}\"\n[meta]\n  dir = \"{d}/meta\"\n\
-             [data]\n  dir = \"{d}/data\"\n  wal-dir = \"{d}/wal\"\n  query-log-enabled = false\n\
-             [http]\n  bind-address = \"{http}\"\n  log-enabled = false\n  max-body-size = 0\n\
-             [monitor]\n  store-enabled = false\n[continuous_queries]\n  enabled = false\n",
-            d = dir.display()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("influxd.log")).unwrap();
-    let child = Command::new("influxd")
-        .arg("-config")
-        .arg(&cfg)
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("spawn influxd");
-    let i = Influxd {
-        child,
-        http,
-        dir: dir.to_path_buf(),
-    };
-    let ok = wait_for(Duration::from_secs(30), || {
-        ureq::get(&format!("http://{http}/ping")).call().ok()
-    });
-    assert!(ok.is_some(), "influxd did not start");
-    i
+    Influxd::start_on(dir, port)
 }
 
-/// `SELECT count(v) FROM m` in `db`.
 pub fn influx_count(i: &Influxd, db: &str, m: &str) -> i64 {
     let r = ureq::post(&format!("http://{}/query", i.http))
         .query("db", db)
