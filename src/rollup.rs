@@ -343,6 +343,44 @@ pub fn open_conn(dir: &Path) -> Result<(Connection, PathBuf), RollupError> {
     Ok((conn, path))
 }
 
+/// The buckets one rollup step is building for one tier, in first-seen order, with an index
+/// by `(series_id, bucket)` and the last one used: points of a chunk come series by series in
+/// time order, so most land in the bucket of the point before and skip the hash lookup.
+#[derive(Default)]
+struct Fresh {
+    accs: Vec<((i64, i64), Acc)>,
+    index: HashMap<(i64, i64), usize>,
+    last: Option<((i64, i64), usize)>,
+}
+
+impl Fresh {
+    fn at(&mut self, key: (i64, i64)) -> &mut Acc {
+        let i = match self.last {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let accs = &mut self.accs;
+                let i = *self.index.entry(key).or_insert_with(|| {
+                    accs.push((key, Acc::default()));
+                    accs.len() - 1
+                });
+                self.last = Some((key, i));
+                i
+            }
+        };
+        &mut self.accs[i].1
+    }
+
+    /// The buckets sorted by key (sorting indices, not the large accumulators).
+    fn into_sorted(mut self) -> Vec<((i64, i64), Acc)> {
+        let mut order: Vec<usize> = (0..self.accs.len()).collect();
+        order.sort_unstable_by_key(|&i| self.accs[i].0);
+        order
+            .into_iter()
+            .map(|i| (self.accs[i].0, std::mem::take(&mut self.accs[i].1)))
+            .collect()
+    }
+}
+
 impl Job {
     /// Opens the job on the store in `dir`.
     pub fn open(dir: &Path, plan: Plan) -> Result<Job, RollupError> {
@@ -468,7 +506,7 @@ impl Job {
         let Some(last_id) = chunks.last().map(|c| c.0) else {
             return Ok(None);
         };
-        let mut fresh: Vec<HashMap<(i64, i64), Acc>> = vec![HashMap::new(); plan.tiers.len()];
+        let mut fresh: Vec<Fresh> = (0..plan.tiers.len()).map(|_| Fresh::default()).collect();
         let mut values: Vec<(i64, i64, f64)> = Vec::new();
         for (id, ts_min, data) in &chunks {
             values.clear();
@@ -494,7 +532,7 @@ impl Job {
                         state.late += 1;
                     }
                     state.watermark = state.watermark.max(ts.min(now));
-                    fresh[ti].entry((sid, b)).or_default().add(ts, f);
+                    fresh[ti].at((sid, b)).add(ts, f);
                 }
             }
         }
@@ -526,8 +564,7 @@ impl Job {
             for (ti, tier) in plan.tiers.iter().enumerate() {
                 let key = tier.key();
                 // Sorted, so the write order (and the file) is the same on every run.
-                let mut accs: Vec<_> = std::mem::take(&mut fresh[ti]).into_iter().collect();
-                accs.sort_by_key(|(k, _)| *k);
+                let accs = std::mem::take(&mut fresh[ti]).into_sorted();
                 // The existing rows of each series: one range read over its buckets (rows
                 // in the range that are not being written are skipped undecoded), or point
                 // reads when the buckets are sparse in a wide range (e.g. one late point).
@@ -1244,7 +1281,7 @@ mod tests {
                     t0,
                     end - 1,
                     HOUR,
-                    true,
+                    crate::engine::Need::All,
                     end,
                 )
                 .unwrap();
@@ -1428,8 +1465,19 @@ mod tests {
         assert_eq!(chunk_ids(dir.path()), vec![2]);
         // The 1 min and 1 h rows are within their retention and stay.
         let reader = Reader::open(dir.path()).unwrap();
-        let c = crate::engine::collect(&reader, &job.plan, "m", "v", &[], 0, now, HOUR, false, now)
-            .unwrap();
+        let c = crate::engine::collect(
+            &reader,
+            &job.plan,
+            "m",
+            "v",
+            &[],
+            0,
+            now,
+            HOUR,
+            crate::engine::Need::Sum,
+            now,
+        )
+        .unwrap();
         assert_eq!(c.tier, "1h");
         let counts: Vec<u64> = c.sets[0].1.values().map(|s| s.acc.count).collect();
         assert_eq!(counts, vec![2, 1]);
@@ -1477,7 +1525,7 @@ mod tests {
             0,
             now - 1,
             MIN,
-            false,
+            crate::engine::Need::Sum,
             now,
         )
         .unwrap();

@@ -521,6 +521,9 @@ impl Reader {
         .map_err(&e)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
         conn.pragma_update(None, "cache_size", -1024).map_err(&e)?;
+        // Every query shape the API and the engine run stays prepared (the default 16 is
+        // fewer than the shapes there are: each eviction is a re-parse on the next query).
+        conn.set_prepared_statement_cache_capacity(64);
         let version: u32 = conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(&e)?;

@@ -99,6 +99,19 @@ pub struct Sketch {
     /// When set, the stores are these bytes (validated, exactly as in the encoded form from
     /// the positive store's offset to the end) and `positive`/`negative` are empty.
     packed: Option<Box<[u8]>>,
+    /// Where the positive counts lie in `packed` (found once, when decoded).
+    layout: Layout,
+}
+
+/// The shape of a packed form: the positive store's first key, the byte range of its
+/// counts, and the negative store's length.
+#[derive(Debug, Clone, Copy, Default)]
+struct Layout {
+    pos_offset: i32,
+    pos_len: u32,
+    counts_start: u32,
+    counts_end: u32,
+    neg_len: u32,
 }
 
 impl PartialEq for Sketch {
@@ -123,6 +136,7 @@ impl Default for Sketch {
             min: f64::INFINITY,
             max: f64::NEG_INFINITY,
             packed: None,
+            layout: Layout::default(),
         }
     }
 }
@@ -154,12 +168,60 @@ fn store_header(buf: &[u8], pos: &mut usize) -> Result<(i32, usize), SketchError
     Ok((offset, len))
 }
 
-/// Skips `len` varints.
-fn skip_varints(buf: &[u8], pos: &mut usize, len: usize) -> Result<(), SketchError> {
-    for _ in 0..len {
-        get_varint(buf, pos)?;
+/// Reads past `len` varint counts and returns their sum. The common case, every count
+/// under 128 (one byte each), is checked and summed eight bytes at a time (SWAR: the
+/// release build is size-optimised, so the byte loop is not vectorised for us); anything
+/// else takes the varint loop.
+fn scan_counts(buf: &[u8], pos: &mut usize, len: usize) -> Result<u64, SketchError> {
+    if let Some(s) = buf.get(*pos..pos.saturating_add(len)) {
+        const LOW: u64 = 0x00FF_00FF_00FF_00FF;
+        let (mut high, mut total) = (0u64, 0u64);
+        let mut words = s.chunks_exact(8);
+        for w in &mut words {
+            let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
+            high |= w;
+            // Four 16-bit lanes of byte-pair sums (each <= 510), then their sum in the
+            // top lane (<= 2040, no carry between lanes).
+            let pairs = (w & LOW) + ((w >> 8) & LOW);
+            total += pairs.wrapping_mul(0x0001_0001_0001_0001) >> 48;
+        }
+        for &b in words.remainder() {
+            high |= u64::from(b);
+            total += u64::from(b);
+        }
+        if high & 0x8080_8080_8080_8080 == 0 {
+            *pos += len;
+            return Ok(total);
+        }
     }
-    Ok(())
+    let mut total = 0u64;
+    for _ in 0..len {
+        total = total.wrapping_add(get_varint(buf, pos)?);
+    }
+    Ok(total)
+}
+
+/// The varint that ends just before `end`, reading backwards no further than `start`
+/// (the last byte of a varint is the only one under 0x80); returns it and where it starts.
+fn varint_before(buf: &[u8], start: usize, end: usize) -> Result<(u64, usize), SketchError> {
+    let err = SketchError { offset: end };
+    let last = end.checked_sub(1).filter(|&l| l >= start).ok_or(err)?;
+    // Fast path: a one-byte count after the start or after another varint's last byte.
+    if let Some(&b) = buf.get(last) {
+        if b < 0x80 && (last == start || buf.get(last - 1).is_some_and(|&p| p < 0x80)) {
+            return Ok((u64::from(b), last));
+        }
+    }
+    let mut from = last;
+    while from > start && buf.get(from - 1).is_some_and(|&b| b >= 0x80) {
+        from -= 1;
+    }
+    let mut pos = from;
+    let v = get_varint(buf, &mut pos)?;
+    if pos != end {
+        return Err(SketchError { offset: pos });
+    }
+    Ok((v, from))
 }
 
 fn key_of(magnitude: f64) -> i32 {
@@ -229,6 +291,16 @@ impl Sketch {
         self.count
     }
 
+    /// Smallest value added (`+inf` when empty).
+    pub fn min(&self) -> f64 {
+        self.min
+    }
+
+    /// Largest value added (`-inf` when empty).
+    pub fn max(&self) -> f64 {
+        self.max
+    }
+
     /// The `q`-quantile (`0 <= q <= 1`): within [`ALPHA`] relative of the exact order
     /// statistic of rank `floor(q * (count - 1))`; `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<f64> {
@@ -279,27 +351,49 @@ impl Sketch {
     }
 
     /// [`Sketch::rank_value`] straight from the packed bytes when the negative store is
-    /// empty (`Ok(None)` when it is not: the caller builds the stores).
+    /// empty (`Ok(None)` when it is not: the caller builds the stores). Ranks in the upper
+    /// half are found walking down from the largest bin, so a p99 reads a few bytes, not
+    /// every bin.
     #[allow(clippy::type_complexity)]
     fn packed_rank_value(&self, p: &[u8], rank: f64) -> Result<Option<Option<f64>>, SketchError> {
-        let mut pos = 0usize;
-        let (offset, len) = store_header(p, &mut pos)?;
-        let counts_at = pos;
-        skip_varints(p, &mut pos, len)?;
-        let (_, neg_len) = store_header(p, &mut pos)?;
-        if neg_len > 0 {
+        let l = self.layout;
+        if l.neg_len > 0 {
             return Ok(None);
         }
-        let mut cum = self.zero;
-        if self.zero > 0 && cum as f64 > rank {
+        if self.zero > 0 && self.zero as f64 > rank {
             return Ok(Some(Some(0.0)));
         }
-        let mut pos = counts_at;
-        for i in 0..len {
+        let (start, end) = (l.counts_start as usize, l.counts_end as usize);
+        // Without negatives, the positive bins hold every value but the zeros.
+        let positives = self.count - self.zero;
+        if rank >= self.zero as f64 + positives as f64 / 2.0 {
+            // The answer is the lowest non-empty bin whose cumulative count (zeros + every
+            // bin up to it) still exceeds `rank`.
+            let mut above = 0u64;
+            let mut answer = None;
+            let mut at = end;
+            for i in (0..l.pos_len).rev() {
+                let (c, from) = varint_before(p, start, at)?;
+                at = from;
+                if c == 0 {
+                    continue;
+                }
+                if (self.count - above) as f64 > rank {
+                    answer = Some(i);
+                } else {
+                    break;
+                }
+                above += c;
+            }
+            return Ok(Some(answer.map(|i| value_of(l.pos_offset + i as i32))));
+        }
+        let mut cum = self.zero;
+        let mut pos = start;
+        for i in 0..l.pos_len {
             let c = get_varint(p, &mut pos)?;
             cum += c;
             if c > 0 && cum as f64 > rank {
-                return Ok(Some(Some(value_of(offset + i as i32))));
+                return Ok(Some(Some(value_of(l.pos_offset + i as i32))));
             }
         }
         Ok(Some(None))
@@ -368,16 +462,17 @@ impl Sketch {
         let zero = get_varint(buf, &mut pos)?;
         // Validate the stores (bounds, total) without building them; keep them packed.
         let start = pos;
-        let mut total = zero;
-        for _ in 0..2 {
-            let (_, len) = store_header(buf, &mut pos)?;
-            for _ in 0..len {
-                total = total.wrapping_add(get_varint(buf, &mut pos)?);
-            }
-        }
+        let (pos_offset, pos_len) = store_header(buf, &mut pos)?;
+        let counts_start = pos;
+        let mut total = zero.wrapping_add(scan_counts(buf, &mut pos, pos_len)?);
+        let counts_end = pos;
+        let (_, neg_len) = store_header(buf, &mut pos)?;
+        total = total.wrapping_add(scan_counts(buf, &mut pos, neg_len)?);
         if pos != buf.len() || total != count {
             return Err(err(pos));
         }
+        // Offsets into the packed copy, which starts at `start`; all fit u32 (bounded lens).
+        let rel = |at: usize| u32::try_from(at - start).map_err(|_| err(at));
         Ok(Sketch {
             positive: Store::default(),
             negative: Store::default(),
@@ -386,6 +481,13 @@ impl Sketch {
             min,
             max,
             packed: Some(buf[start..].into()),
+            layout: Layout {
+                pos_offset,
+                pos_len: pos_len as u32,
+                counts_start: rel(counts_start)?,
+                counts_end: rel(counts_end)?,
+                neg_len: neg_len as u32,
+            },
         })
     }
 }
@@ -564,6 +666,36 @@ mod tests {
             let mut e = Sketch::new();
             e.merge(&packed);
             assert_eq!(e.encode(), s.encode());
+        }
+    }
+
+    #[test]
+    fn packed_quantiles_match_the_built_stores_at_every_rank() {
+        let mut r = rng(11);
+        // A 1-minute bucket of 1 Hz latencies; one with bins over 127 (multi-byte counts);
+        // one with zeros; one value.
+        let cases: Vec<Vec<f64>> = vec![
+            (0..60).map(|_| (2.0 + r() * 0.7).exp()).collect(),
+            (0..50_000).map(|i| 10.0 + (i % 7) as f64 * 0.3).collect(),
+            (0..500)
+                .map(|i| if i % 3 == 0 { 0.0 } else { r() * 50.0 })
+                .collect(),
+            vec![4.2],
+        ];
+        for values in cases {
+            let mut s = Sketch::new();
+            values.iter().for_each(|&v| s.add(v));
+            let packed = Sketch::decode(&s.encode()).unwrap();
+            assert!(packed.packed.is_some());
+            for k in 0..=1000 {
+                let q = f64::from(k) / 1000.0;
+                assert_eq!(
+                    packed.quantile(q),
+                    s.quantile(q),
+                    "q={q} n={}",
+                    values.len()
+                );
+            }
         }
     }
 
