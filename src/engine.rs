@@ -984,32 +984,17 @@ mod agg_tests {
     //! same agg computed directly from the points.
     use super::*;
     use crate::config::Synchronous;
-    use crate::model::{Batch, Line, Value};
+    use crate::rollup::tests::write;
     use crate::rollup::{Job, RetentionConfig, RollupConfig};
     use crate::store::Writer;
 
     const NOW: i64 = 400 * 86_400 * NS;
 
-    fn write(w: &mut Writer, key: &str, pts: &[(i64, f64)]) {
-        let batch = Batch {
-            lines: pts
-                .iter()
-                .map(|(ts, v)| Line {
-                    key: key.to_string(),
-                    fields: vec![("v".to_string(), Value::F64(*v))],
-                    ts: *ts,
-                    line_no: 0,
-                })
-                .collect(),
-        };
-        w.write(&[&batch]).unwrap();
-    }
-
     /// The agg of `pts` (time-ordered) by itself, as the engine defines it.
-    fn expected(agg: Agg, pts: &[(i64, f64)], prev_last: Option<(i64, f64)>) -> Option<f64> {
+    fn expected(agg: Agg, pts: &[(i64, f64)], prev_last: Option<(i64, f64)>) -> f64 {
         let vals: Vec<f64> = pts.iter().map(|p| p.1).collect();
-        let (first, last) = (*pts.first()?, *pts.last()?);
-        Some(match agg {
+        let (first, last) = (pts[0], pts[pts.len() - 1]);
+        match agg {
             Agg::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
             Agg::Min => vals.iter().copied().fold(f64::INFINITY, f64::min),
             Agg::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
@@ -1025,7 +1010,41 @@ mod agg_tests {
                 v.sort_by(f64::total_cmp);
                 v[(q * (v.len() - 1) as f64).floor() as usize]
             }
-        })
+        }
+    }
+
+    /// `(step start, expected agg)` of time-ordered `pts` cut into steps.
+    fn expected_steps(agg: Agg, pts: &[(i64, f64)], step: i64) -> Vec<(i64, f64)> {
+        let mut out = Vec::new();
+        let (mut i, mut prev) = (0, None);
+        while i < pts.len() {
+            let s = bucket_start(pts[i].0, step);
+            let j = pts[i..]
+                .iter()
+                .position(|p| p.0 >= s + step)
+                .map_or(pts.len(), |k| i + k);
+            out.push((s, expected(agg, &pts[i..j], prev)));
+            prev = Some(pts[j - 1]);
+            i = j;
+        }
+        out
+    }
+
+    fn assert_close(what: &str, agg: Agg, got: &[(i64, f64)], want: &[(i64, f64)]) {
+        assert_eq!(got.len(), want.len(), "{what}");
+        // Percentiles come from sketches (0.5% relative); everything else is exact.
+        let tol = if matches!(agg, Agg::Quantile(_)) {
+            0.01
+        } else {
+            1e-9
+        };
+        for ((gt, gv), (wt, wv)) in got.iter().zip(want) {
+            assert_eq!(gt, wt, "{what}");
+            assert!(
+                (gv - wv).abs() <= tol * wv.abs().max(1.0),
+                "{what} at {gt}: {gv} vs {wv}"
+            );
+        }
     }
 
     #[test]
@@ -1048,15 +1067,14 @@ mod agg_tests {
         }
         // The first 50 minutes are rolled up; the last ~10 stay raw (the tail).
         let cut = t0 + 50 * 60 * NS;
+        let part = |pts: &[(i64, f64)], before: bool| -> Vec<(i64, f64)> {
+            pts.iter()
+                .copied()
+                .filter(|p| (p.0 < cut) == before)
+                .collect()
+        };
         for (key, pts) in &series {
-            write(
-                &mut w,
-                key,
-                &pts.iter()
-                    .copied()
-                    .filter(|p| p.0 < cut)
-                    .collect::<Vec<_>>(),
-            );
+            write(&mut w, key, &part(pts, true));
         }
         let plan = Plan::new(
             &RollupConfig {
@@ -1066,18 +1084,15 @@ mod agg_tests {
             &RetentionConfig::default(),
         )
         .unwrap();
-        let mut job = Job::open(dir.path(), plan.clone()).unwrap();
-        job.run_once(NOW, &|| false).unwrap();
+        Job::open(dir.path(), plan.clone())
+            .unwrap()
+            .run_once(NOW, &|| false)
+            .unwrap();
         for (key, pts) in &series {
-            write(
-                &mut w,
-                key,
-                &pts.iter()
-                    .copied()
-                    .filter(|p| p.0 >= cut)
-                    .collect::<Vec<_>>(),
-            );
+            write(&mut w, key, &part(pts, false));
         }
+        let mut all: Vec<(i64, f64)> = series.iter().flat_map(|s| s.1.clone()).collect();
+        all.sort_by_key(|p| p.0);
         let reader = Reader::open(dir.path()).unwrap();
         let aggs = [
             "mean", "min", "max", "sum", "count", "last", "rate", "p50", "p99",
@@ -1085,7 +1100,7 @@ mod agg_tests {
         for step in [60 * NS, 300 * NS] {
             for name in aggs {
                 let agg = Agg::parse(name).unwrap();
-                let q = AggQuery {
+                let mut q = AggQuery {
                     measurement: "m".into(),
                     field: "v".into(),
                     tags: vec![],
@@ -1099,70 +1114,18 @@ mod agg_tests {
                 let res = query(&reader, &plan, &q, NOW).unwrap();
                 assert_eq!(res.tier, "1m");
                 assert_eq!(res.series.len(), 2, "{name}");
-                for (got, (_, pts)) in res.series.iter().zip(&series) {
-                    let mut want = Vec::new();
-                    let mut prev = None;
-                    let mut i = 0;
-                    while i < pts.len() {
-                        let s = bucket_start(pts[i].0, step);
-                        let j = pts[i..]
-                            .iter()
-                            .position(|p| p.0 >= s + step)
-                            .map_or(pts.len(), |k| i + k);
-                        if let Some(v) = expected(agg, &pts[i..j], prev) {
-                            want.push((s, v));
-                        }
-                        prev = Some(pts[j - 1]);
-                        i = j;
-                    }
-                    assert_eq!(got.points.len(), want.len(), "{name} step {step}");
-                    for ((gt, gv), (wt, wv)) in got.points.iter().zip(&want) {
-                        assert_eq!(gt, wt, "{name}");
-                        let tol = if matches!(agg, Agg::Quantile(_)) {
-                            0.01
-                        } else {
-                            1e-9
-                        };
-                        assert!(
-                            (gv - wv).abs() <= tol * wv.abs().max(1.0),
-                            "{name} step {step} at {gt}: {gv} vs {wv}"
-                        );
-                    }
+                for (got, (key, pts)) in res.series.iter().zip(&series) {
+                    let what = format!("{name} step {step} {key}");
+                    assert_close(&what, agg, &got.points, &expected_steps(agg, pts, step));
                 }
-                // Grouped into one series: counts and sums add up, extremes hold.
-                let mut all = q.clone();
-                all.group_by = Some(vec![]);
-                let merged = query(&reader, &plan, &all, NOW).unwrap();
-                assert_eq!(merged.series.len(), 1);
-                let pts: Vec<(i64, f64)> = {
-                    let mut v: Vec<_> = series.iter().flat_map(|s| s.1.clone()).collect();
-                    v.sort_by_key(|p| p.0);
-                    v
-                };
-                if !matches!(agg, Agg::Rate) {
-                    let mut i = 0;
-                    let mut k = 0;
-                    while i < pts.len() {
-                        let s = bucket_start(pts[i].0, step);
-                        let j = pts[i..]
-                            .iter()
-                            .position(|p| p.0 >= s + step)
-                            .map_or(pts.len(), |k| i + k);
-                        let want = expected(agg, &pts[i..j], None).unwrap();
-                        let (gt, gv) = merged.series[0].points[k];
-                        assert_eq!(gt, s);
-                        let tol = if matches!(agg, Agg::Quantile(_)) {
-                            0.01
-                        } else {
-                            1e-9
-                        };
-                        assert!(
-                            (gv - want).abs() <= tol * want.abs().max(1.0),
-                            "grouped {name} step {step} at {gt}: {gv} vs {want}"
-                        );
-                        i = j;
-                        k += 1;
-                    }
+                // Grouped into one series (rates add per series, so they are left out).
+                if agg != Agg::Rate {
+                    q.group_by = Some(vec![]);
+                    let merged = query(&reader, &plan, &q, NOW).unwrap();
+                    assert_eq!(merged.series.len(), 1);
+                    let what = format!("grouped {name} step {step}");
+                    let want = expected_steps(agg, &all, step);
+                    assert_close(&what, agg, &merged.series[0].points, &want);
                 }
             }
         }

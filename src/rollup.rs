@@ -409,6 +409,12 @@ impl Job {
             self.enforce_budget(stop, &mut report)?;
         }
         report.db_bytes = self.db_bytes()?;
+        // Give the page cache back between runs (runs are seconds apart and touch pages
+        // the next run mostly does not need): the agent's steady RSS stays flat instead of
+        // holding this connection's cache full.
+        self.conn
+            .execute_batch("PRAGMA shrink_memory")
+            .map_err(self.sq())?;
         Ok(report)
     }
 
@@ -549,7 +555,14 @@ impl Job {
                      WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
                 )
                 .map_err(sq)?;
-            let mut put = tx
+            // A new bucket is a plain insert; an existing one is replaced by its merge.
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO rollups (tier, series_id, bucket, count, sum, min, max, \
+                     first_ts, first, last_ts, last, sketch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                )
+                .map_err(sq)?;
+            let mut replace = tx
                 .prepare_cached(
                     "INSERT OR REPLACE INTO rollups (tier, series_id, bucket, count, sum, min, max, \
                      first_ts, first, last_ts, last, sketch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -604,6 +617,11 @@ impl Job {
                         }
                     }
                     for ((bucket, acc), existing) in group.drain(..).zip(existing) {
+                        let put = if existing.is_some() {
+                            &mut replace
+                        } else {
+                            &mut insert
+                        };
                         let merged = match existing {
                             None => acc,
                             Some(Err(())) => {
@@ -1089,6 +1107,20 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<serde_json::Valu
     }))
 }
 
+/// Hands the heap pages a rollup run freed back to the OS. glibc keeps freed memory in its
+/// arenas, and a run's short-lived buffers (chunk blobs, bucket maps, SQLite's page cache,
+/// released by `PRAGMA shrink_memory`) leave holes that a later run does not always reuse:
+/// without this the agent's RSS crept up by ~0.4 MB/min under load
+/// (`FOOTPRINT_SECONDS=900 scripts/footprint.sh`).
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory back to the OS; glibc serialises it
+    // with every other allocator call.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Runs the job every `plan.interval` on the blocking pool until `shutdown`; missed ticks are
 /// skipped, failures back off (doubling, capped at 32 intervals) and are logged once per
 /// attempt with a running count.
@@ -1135,6 +1167,7 @@ pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
             Ok((j, Ok(report))) => {
                 job = Some(j);
                 failures = 0;
+                trim_heap();
                 if report.points > 0 || report.evicted_chunks > 0 || report.evicted_rows > 0 {
                     tracing::info!(
                         points = report.points,
@@ -1161,7 +1194,7 @@ pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::Synchronous;
     use crate::model::{Batch, Line, Value};
@@ -1170,7 +1203,8 @@ mod tests {
     const MIN: i64 = 60 * NS;
     const HOUR: i64 = 3600 * NS;
 
-    fn write(w: &mut Writer, key: &str, pts: &[(i64, f64)]) {
+    /// Writes `pts` as field `v` of the series `key`, in batches of 50,000 lines.
+    pub(crate) fn write(w: &mut Writer, key: &str, pts: &[(i64, f64)]) {
         for part in pts.chunks(50_000) {
             let batch = Batch {
                 lines: part

@@ -120,6 +120,21 @@ struct Fallback {
     through: i64,
 }
 
+/// Counts a store failure, shows it in the sink's status and sleeps the backoff it calls
+/// for; false when stopped meanwhile.
+fn fail_and_wait(
+    ctx: &SinkCtx,
+    stop: &CancellationToken,
+    jitter: &mut Jitter,
+    failures: &mut u32,
+    error: &str,
+) -> bool {
+    *failures += 1;
+    ctx.status.error(error);
+    let (min, max) = (ctx.cfg.min_backoff.0, ctx.cfg.max_backoff.0);
+    nap(stop, backoff(*failures, min, max, jitter.sample()))
+}
+
 /// The sink's thread.
 pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
     let name = ctx.cfg.name.clone();
@@ -132,18 +147,8 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         {
             Ok((s, c, d)) => break (s, c, d),
             Err(e) => {
-                failures += 1;
-                ctx.status.error(&e.to_string());
                 tracing::warn!(sink = %name, error = %e, "forwarder cannot open the store");
-                if !nap(
-                    &stop,
-                    backoff(
-                        failures,
-                        ctx.cfg.min_backoff.0,
-                        ctx.cfg.max_backoff.0,
-                        jitter.sample(),
-                    ),
-                ) {
+                if !fail_and_wait(&ctx, &stop, &mut jitter, &mut failures, &e.to_string()) {
                     return;
                 }
             }
@@ -216,18 +221,8 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                     (c.first, c.last, c.points, false)
                 }
                 Err(e) => {
-                    failures += 1;
-                    ctx.status.error(&e.to_string());
                     tracing::warn!(sink = %name, error = %e, "forwarder cannot read the store");
-                    if !nap(
-                        &stop,
-                        backoff(
-                            failures,
-                            ctx.cfg.min_backoff.0,
-                            ctx.cfg.max_backoff.0,
-                            jitter.sample(),
-                        ),
-                    ) {
+                    if !fail_and_wait(&ctx, &stop, &mut jitter, &mut failures, &e.to_string()) {
                         break;
                     }
                     continue;
