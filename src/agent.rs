@@ -79,6 +79,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         max_body: cfg.http.max_body_bytes,
     };
     let nvml_status = Arc::new(crate::collect::nvml::NvmlStatus::default());
+    let tegrastats_status = Arc::new(crate::collect::tegrastats::TegrastatsStatus::default());
     // Forwarders: their own store connections, their own token (stopped with the sources).
     let forward_stop = CancellationToken::new();
     let forwarders = crate::forward::start(
@@ -90,6 +91,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let api_ctx = crate::api::ApiCtx {
         forward: Arc::new(forwarders.status.clone()),
         nvml: nvml_status.clone(),
+        tegrastats: tegrastats_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
         plan: plan.clone(),
         inference: Arc::new(cfg.inference.clone()),
@@ -154,17 +156,17 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             )),
         ));
     }
-    if cfg.tegrastats.enabled {
-        tasks.push((
-            "tegrastats collector",
-            tokio::spawn(crate::collect::tegrastats::run(
-                cfg.tegrastats.clone(),
-                handle.clone(),
-                stats.clone(),
-                sources.clone(),
-            )),
-        ));
-    }
+    // Also when disabled: it then only records "off" in the status and returns.
+    tasks.push((
+        "tegrastats collector",
+        tokio::spawn(crate::collect::tegrastats::run(
+            cfg.tegrastats.clone(),
+            handle.clone(),
+            stats.clone(),
+            tegrastats_status,
+            sources.clone(),
+        )),
+    ));
     if cfg.nvml.enabled {
         tasks.push((
             "nvml collector",

@@ -47,6 +47,8 @@ pub struct ApiCtx {
     pub inference: Arc<crate::engine::InferenceConfig>,
     /// NVML collector state (GPUs, lost GPUs, unsupported metrics).
     pub nvml: Arc<crate::collect::nvml::NvmlStatus>,
+    /// The tegrastats collector's state.
+    pub tegrastats: Arc<crate::collect::tegrastats::TegrastatsStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
 }
@@ -322,6 +324,7 @@ pub async fn status_json(ctx: &ApiCtx) -> serde_json::Value {
         "collectors": {
             "errors": g(&s.collector_errors),
             "nvml": ctx.nvml.snapshot(),
+            "tegrastats": ctx.tegrastats.snapshot(crate::now_ns()),
         },
     })
 }

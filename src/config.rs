@@ -488,6 +488,7 @@ impl serde::Serialize for SerializableConfig<'_> {
                 V::String(c.tegrastats.path.to_string_lossy().into_owned()),
             ),
             ("interval", dur(c.tegrastats.interval.0)),
+            ("stall_timeout", dur(c.tegrastats.stall_timeout.0)),
         ];
         if let Some(r) = &c.tegrastats.replay {
             teg.push(("replay", V::String(r.to_string_lossy().into_owned())));

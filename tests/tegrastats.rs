@@ -337,6 +337,10 @@ fn replay_stores_samples_in_a_loop() {
     assert!(t.elapsed() < Duration::from_secs(15));
     assert!(points(&agent, "jetson_temp", "temp_c") >= 20);
     assert!(points(&agent, "jetson_gpu", "freq_mhz") >= 4);
+    let st = &agent.status()["collectors"]["tegrastats"];
+    assert_eq!(st["state"], "replaying", "{st}");
+    assert!(st["samples"].as_u64().unwrap() >= 4, "{st}");
+    assert!(st["last_sample_age_s"].as_f64().unwrap() < 5.0, "{st}");
     let log = agent.log_text();
     assert!(log.contains("replaying"), "{log}");
     assert!(!log.contains("Jetson collector off"), "{log}");
@@ -364,6 +368,20 @@ fn without_tegrastats_or_replay_the_collector_stays_off() {
     assert_eq!(log.matches("Jetson collector off").count(), 1, "{log}");
     assert_eq!(get(&agent.url("/health")).unwrap().0, 200);
     assert_eq!(points(&agent, "jetson_mem", "ram_used_mb"), 0);
+    let st = &agent.status()["collectors"]["tegrastats"];
+    assert_eq!(st["state"], "off", "{st}");
+    assert!(
+        st["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&missing.display().to_string()),
+        "{st}"
+    );
+    let (_, metrics) = get(&agent.url("/metrics")).unwrap();
+    assert!(
+        metrics.contains("edgewatch_tegrastats_state{state=\"off\"} 1"),
+        "{metrics}"
+    );
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
 }
@@ -421,6 +439,68 @@ fn tegrastats_that_closes_its_output_is_stopped_and_restarted() {
     assert!(log.contains("closed its output"), "{log}");
     assert!(points(&agent, "jetson_mem", "ram_used_mb") >= 2);
     // The first run's sleep went with it: at most the current run's is left.
+    assert!(
+        processes_with(&sleep).len() <= 1,
+        "{:?}",
+        processes_with(&sleep)
+    );
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    let gone = wait_for(Duration::from_secs(2), || {
+        (processes_with(&fake_name).is_empty() && processes_with(&sleep).is_empty()).then_some(())
+    });
+    assert!(gone.is_some(), "processes left behind");
+}
+
+#[test]
+fn tegrastats_that_goes_silent_is_stopped_and_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = install_fake(dir.path());
+    let fake_name = fake.file_name().unwrap().to_string_lossy().into_owned();
+    let started = dir.path().join("starts");
+    let sleep = format!("3598.{}", std::process::id());
+    // Prints its two lines, then stays alive and silent (a wedged tegrastats).
+    let agent = Agent::start_with_env(
+        dir.path(),
+        &format!(
+            "[host]\nenabled = false\n[tegrastats]\npath = \"{}\"\ninterval = \"100ms\"\nstall_timeout = \"1s\"\n",
+            fake.display()
+        ),
+        &[
+            ("FAKE_TEGRASTATS_STARTS", started.to_str().unwrap()),
+            (
+                "FAKE_TEGRASTATS_LOG",
+                data("agx-orin-jp6.log").to_str().unwrap(),
+            ),
+            ("FAKE_TEGRASTATS_MODE", "hang"),
+            ("FAKE_TEGRASTATS_SLEEP", &sleep),
+        ],
+    );
+    let restarted = wait_for(Duration::from_secs(20), || {
+        (starts(&started).len() >= 2).then_some(())
+    });
+    let log = agent.log_text();
+    assert!(
+        restarted.is_some(),
+        "a silent tegrastats was not restarted:\n{log}"
+    );
+    assert!(log.contains("printed nothing for"), "{log}");
+    // The samples of both runs are stored.
+    let stored = wait_for(Duration::from_secs(10), || {
+        (points(&agent, "jetson_mem", "ram_used_mb") >= 3).then_some(())
+    });
+    assert!(stored.is_some(), "{}", agent.log_text());
+    let st = agent.status()["collectors"]["tegrastats"].clone();
+    assert!(st["stalls"].as_u64().unwrap() >= 1, "{st}");
+    assert!(st["restarts"].as_u64().unwrap() >= 1, "{st}");
+    assert!(st["starts"].as_u64().unwrap() >= 2, "{st}");
+    assert!(st["samples"].as_u64().unwrap() >= 3, "{st}");
+    let (_, metrics) = get(&agent.url("/metrics")).unwrap();
+    assert!(
+        metrics.contains("edgewatch_tegrastats_stalls_total"),
+        "{metrics}"
+    );
+    // A stalled run's process group is gone: at most the current run sleeps.
     assert!(
         processes_with(&sleep).len() <= 1,
         "{:?}",

@@ -1,7 +1,8 @@
 //! The Jetson collector: runs NVIDIA's `tegrastats --interval <ms>`, parses each line it
 //! prints with the `tegrastats-parser` crate and submits the sample as `jetson_*` lines.
-//! If tegrastats exits, cannot be started, or closes its stdout without exiting (it is then
-//! stopped after 2 s), it is restarted with exponential backoff (1 s doubling to 60 s, minus
+//! If tegrastats exits, cannot be started, closes its stdout without exiting (it is then
+//! stopped after 2 s), or stays alive but prints nothing for `stall_timeout` (default 30 s,
+//! at least 5 intervals; it is then stopped), it is restarted with exponential backoff (1 s doubling to 60 s, minus
 //! up to 25 % jitter, back to 1 s after a run of a minute or more). Its stderr is logged at
 //! warn (at most 10 lines a minute). On shutdown it gets SIGTERM, then SIGKILL after a
 //! second, and is waited for; it runs in its own process group and both signals go to the
@@ -72,6 +73,9 @@ pub struct TegrastatsConfig {
     pub interval: Interval,
     /// A recorded tegrastats log to replay (looping) instead of running tegrastats.
     pub replay: Option<PathBuf>,
+    /// Restart a tegrastats that is alive but has printed nothing for this long (at least
+    /// [`STALL_INTERVALS`] sampling intervals are always allowed).
+    pub stall_timeout: Interval,
 }
 
 impl Default for TegrastatsConfig {
@@ -81,7 +85,18 @@ impl Default for TegrastatsConfig {
             path: PathBuf::from("/usr/bin/tegrastats"),
             interval: Interval(std::time::Duration::from_secs(1)),
             replay: None,
+            stall_timeout: Interval(std::time::Duration::from_secs(30)),
         }
+    }
+}
+
+impl TegrastatsConfig {
+    /// How long tegrastats may stay silent before it is restarted: `stall_timeout`, but
+    /// never under [`STALL_INTERVALS`] intervals (a slow interval is not a stall).
+    pub fn stall_after(&self) -> Duration {
+        self.stall_timeout
+            .0
+            .max(self.interval.0.saturating_mul(STALL_INTERVALS))
     }
 }
 
@@ -105,6 +120,12 @@ pub enum TegrastatsError {
     /// tegrastats closed its stdout but did not exit (it was stopped).
     #[error("tegrastats closed its output but kept running")]
     OutputClosed,
+    /// tegrastats kept running but printed no line for too long (it was stopped).
+    #[error("tegrastats printed nothing for {:.1}s (stall_timeout); stopped it", .silent.as_secs_f64())]
+    Stalled {
+        /// How long it had been silent.
+        silent: Duration,
+    },
     /// Waiting for tegrastats to exit failed.
     #[error("cannot wait for tegrastats: {source}")]
     Wait {
@@ -120,6 +141,92 @@ pub enum TegrastatsError {
         source: std::io::Error,
     },
 }
+
+/// The collector's state for `/api/v1/status` (`collectors.tegrastats`) and `/metrics`.
+#[derive(Debug)]
+pub struct TegrastatsStatus {
+    inner: std::sync::Mutex<StatusInner>,
+}
+
+#[derive(Debug, Default)]
+struct StatusInner {
+    state: &'static str,
+    detail: String,
+    pid: Option<u32>,
+    starts: u64,
+    stalls: u64,
+    restarts: u64,
+    samples: u64,
+    bad_lines: u64,
+    last_sample_ns: Option<i64>,
+}
+
+impl Default for TegrastatsStatus {
+    fn default() -> Self {
+        TegrastatsStatus {
+            inner: std::sync::Mutex::new(StatusInner {
+                state: "not started",
+                ..StatusInner::default()
+            }),
+        }
+    }
+}
+
+impl TegrastatsStatus {
+    fn with<R>(&self, f: impl FnOnce(&mut StatusInner) -> R) -> R {
+        // Plain counters: a panic elsewhere while holding the lock leaves them usable.
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut g)
+    }
+
+    /// Sets the state (`off`, `running`, `replaying`, `restarting`, `stopped`) and its detail.
+    fn set(&self, state: &'static str, detail: impl Into<String>) {
+        let detail = detail.into();
+        self.with(|i| {
+            i.state = state;
+            i.detail = detail;
+        });
+    }
+
+    /// The state word.
+    pub fn state(&self) -> &'static str {
+        self.with(|i| i.state)
+    }
+
+    fn sample(&self, ts: i64) {
+        self.with(|i| {
+            i.samples += 1;
+            i.last_sample_ns = Some(ts);
+        });
+    }
+
+    fn bad_lines(&self, n: u64) {
+        if n > 0 {
+            self.with(|i| i.bad_lines += n);
+        }
+    }
+
+    /// The JSON object of `/api/v1/status`; `now` (ns) dates the last sample.
+    pub fn snapshot(&self, now: i64) -> serde_json::Value {
+        self.with(|i| {
+            serde_json::json!({
+                "state": i.state,
+                "detail": i.detail,
+                "pid": i.pid,
+                "starts": i.starts,
+                "restarts": i.restarts,
+                "stalls": i.stalls,
+                "samples": i.samples,
+                "bad_lines": i.bad_lines,
+                "last_sample_age_s": i.last_sample_ns.map(|t| (now - t).max(0) as f64 / 1e9),
+            })
+        })
+    }
+}
+
+/// A silent tegrastats is given at least this many sampling intervals before it counts as
+/// stalled.
+pub const STALL_INTERVALS: u32 = 5;
 
 /// Longest line read from tegrastats or a replay file; real lines are below 2 KiB.
 pub const MAX_LINE_LEN: usize = 64 * 1024;
@@ -507,6 +614,7 @@ async fn run_replay(
     interval: Duration,
     handle: IngestHandle,
     stats: Arc<Stats>,
+    status: &TegrastatsStatus,
     shutdown: CancellationToken,
 ) {
     let opened = {
@@ -517,10 +625,12 @@ async fn run_replay(
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             tracing::error!(error = %e, "Jetson collector off");
+            status.set("off", e.to_string());
             return;
         }
         Err(e) => {
             tracing::error!(error = %e, "tegrastats replay task failed; Jetson collector off");
+            status.set("off", format!("replay task failed: {e}"));
             return;
         }
     };
@@ -529,7 +639,10 @@ async fn run_replay(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled() => {
+                status.set("stopped", "agent shutdown");
+                break;
+            }
             _ = tick.tick() => {}
         }
         let next = tokio::task::spawn_blocking(move || {
@@ -540,23 +653,29 @@ async fn run_replay(
         let sample = match next {
             Ok((r, res)) => {
                 replay = r;
-                Stats::add(&stats.collector_errors, replay.take_bad_lines());
+                let bad = replay.take_bad_lines();
+                Stats::add(&stats.collector_errors, bad);
+                status.bad_lines(bad);
                 res
             }
             Err(e) => {
                 tracing::error!(error = %e, "tegrastats replay task failed; Jetson collector off");
+                status.set("off", format!("replay task failed: {e}"));
                 return;
             }
         };
         match sample {
             Ok(s) => {
+                let ts = crate::now_ns();
+                status.sample(ts);
                 let batch = Batch {
-                    lines: sample_to_lines(&s, crate::now_ns()),
+                    lines: sample_to_lines(&s, ts),
                 };
                 super::submit(&handle, &stats, batch, "tegrastats");
             }
             Err(e) => {
                 tracing::error!(error = %e, "Jetson collector off");
+                status.set("off", e.to_string());
                 return;
             }
         }
@@ -720,11 +839,17 @@ enum RunEnd {
 }
 
 /// Handles one line of tegrastats' stdout.
-fn on_stdout_line(line: RawLine, handle: &IngestHandle, stats: &Arc<Stats>) {
+fn on_stdout_line(
+    line: RawLine,
+    handle: &IngestHandle,
+    stats: &Arc<Stats>,
+    status: &TegrastatsStatus,
+) {
     let bytes = match line {
         RawLine::Line(b) => b,
         RawLine::TooLong => {
             Stats::add(&stats.collector_errors, 1);
+            status.bad_lines(1);
             tracing::debug!(
                 limit = MAX_LINE_LEN,
                 "tegrastats printed an over-long line; skipped"
@@ -735,14 +860,17 @@ fn on_stdout_line(line: RawLine, handle: &IngestHandle, stats: &Arc<Stats>) {
     let text = String::from_utf8_lossy(&bytes);
     match tegrastats_parser::parse_line(&text) {
         Ok(sample) => {
+            let ts = crate::now_ns();
+            status.sample(ts);
             let batch = Batch {
-                lines: sample_to_lines(&sample, crate::now_ns()),
+                lines: sample_to_lines(&sample, ts),
             };
             super::submit(handle, stats, batch, "tegrastats");
         }
         Err(ParseError::Empty) => {}
         Err(e) => {
             Stats::add(&stats.collector_errors, 1);
+            status.bad_lines(1);
             tracing::debug!(error = %e, "unparseable tegrastats line");
         }
     }
@@ -795,6 +923,7 @@ async fn run_once(
     cfg: &TegrastatsConfig,
     handle: &IngestHandle,
     stats: &Arc<Stats>,
+    status: &TegrastatsStatus,
     shutdown: &CancellationToken,
 ) -> RunEnd {
     let ms = cfg.interval.0.as_millis().clamp(1, u128::from(u32::MAX));
@@ -818,6 +947,15 @@ async fn run_once(
         }
     };
     tracing::info!(pid = child.id(), path = %cfg.path.display(), interval_ms = %ms, "tegrastats started");
+    status.with(|i| {
+        i.state = "running";
+        i.detail = cfg.path.display().to_string();
+        i.pid = child.id();
+        i.starts += 1;
+    });
+    let stall_after = cfg.stall_after();
+    // Any line on stdout counts as a sign of life; stderr alone does not.
+    let mut last_output = tokio::time::Instant::now();
     let mut out = child
         .stdout
         .take()
@@ -836,6 +974,7 @@ async fn run_once(
             closed_deadline = Some(tokio::time::Instant::now() + CLOSED_OUTPUT_GRACE);
         }
         let deadline = closed_deadline.unwrap_or_else(tokio::time::Instant::now);
+        let stall_at = last_output + stall_after;
         tokio::select! {
             biased;
             _ = shutdown.cancelled() => {
@@ -844,7 +983,10 @@ async fn run_once(
             }
             line = async { out.as_mut()?.next_line().await.transpose() }, if out_live => {
                 match line {
-                    Some(Ok(l)) => on_stdout_line(l, handle, stats),
+                    Some(Ok(l)) => {
+                        last_output = tokio::time::Instant::now();
+                        on_stdout_line(l, handle, stats, status);
+                    }
                     Some(Err(e)) => tracing::warn!(error = %e, "reading tegrastats output failed"),
                     None => {}
                 }
@@ -860,18 +1002,18 @@ async fn run_once(
                     }
                 }
             }
-            status = child.wait() => {
+            exit = child.wait() => {
                 // Lines it printed just before exiting may still be in the pipe.
                 if let Some(o) = out.as_mut() {
                     let end = tokio::time::Instant::now() + Duration::from_millis(200);
                     while !o.done {
                         match tokio::time::timeout_at(end, o.next_line()).await {
-                            Ok(Ok(Some(l))) => on_stdout_line(l, handle, stats),
+                            Ok(Ok(Some(l))) => on_stdout_line(l, handle, stats, status),
                             _ => break,
                         }
                     }
                 }
-                return match status {
+                return match exit {
                     Ok(s) => RunEnd::Exited(s),
                     Err(source) => RunEnd::Failed(TegrastatsError::Wait { source }),
                 };
@@ -879,6 +1021,12 @@ async fn run_once(
             _ = tokio::time::sleep_until(deadline), if closed_deadline.is_some() => {
                 stop(&mut child).await;
                 return RunEnd::Failed(TegrastatsError::OutputClosed);
+            }
+            _ = tokio::time::sleep_until(stall_at), if out_live => {
+                let silent = last_output.elapsed();
+                stop(&mut child).await;
+                status.with(|i| i.stalls += 1);
+                return RunEnd::Failed(TegrastatsError::Stalled { silent });
             }
         }
     }
@@ -889,27 +1037,40 @@ async fn run_process(
     cfg: TegrastatsConfig,
     handle: IngestHandle,
     stats: Arc<Stats>,
+    status: &TegrastatsStatus,
     shutdown: CancellationToken,
 ) {
     let mut failures = 0u32;
     loop {
         let started = Instant::now();
-        let end = run_once(&cfg, &handle, &stats, &shutdown).await;
+        let end = run_once(&cfg, &handle, &stats, status, &shutdown).await;
         if started.elapsed() >= HEALTHY_RUN {
             failures = 0;
         }
         let delay = backoff_delay(failures, jitter());
         failures = failures.saturating_add(1);
         let delay_s = format!("{:.1}s", delay.as_secs_f64());
-        match end {
-            RunEnd::Shutdown => return,
-            RunEnd::Exited(status) => {
-                tracing::warn!(%status, restart_in = %delay_s, "tegrastats exited; restarting");
+        let why = match end {
+            RunEnd::Shutdown => {
+                status.set("stopped", "agent shutdown");
+                status.with(|i| i.pid = None);
+                return;
+            }
+            RunEnd::Exited(code) => {
+                tracing::warn!(status = %code, restart_in = %delay_s, "tegrastats exited; restarting");
+                format!("tegrastats exited ({code}); restart in {delay_s}")
             }
             RunEnd::Failed(e) => {
                 tracing::warn!(error = %e, restart_in = %delay_s, "tegrastats failed; restarting");
+                format!("{e}; restart in {delay_s}")
             }
-        }
+        };
+        status.with(|i| {
+            i.state = "restarting";
+            i.detail = why;
+            i.pid = None;
+            i.restarts += 1;
+        });
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
@@ -917,18 +1078,21 @@ async fn run_process(
     }
 }
 
-/// Runs until `shutdown`.
+/// Runs until `shutdown`, keeping `status` current.
 pub async fn run(
     cfg: TegrastatsConfig,
     handle: IngestHandle,
     stats: Arc<Stats>,
+    status: Arc<TegrastatsStatus>,
     shutdown: CancellationToken,
 ) {
     if !cfg.enabled {
+        status.set("off", "disabled in the configuration");
         return;
     }
     if let Some(file) = cfg.replay.clone() {
-        run_replay(file, cfg.interval.0, handle, stats, shutdown).await;
+        status.set("replaying", file.display().to_string());
+        run_replay(file, cfg.interval.0, handle, stats, &status, shutdown).await;
         return;
     }
     if !tokio::fs::try_exists(&cfg.path).await.unwrap_or(false) {
@@ -936,9 +1100,13 @@ pub async fn run(
             "tegrastats not found at {}; Jetson collector off",
             cfg.path.display()
         );
+        status.set(
+            "off",
+            format!("tegrastats not found at {}", cfg.path.display()),
+        );
         return;
     }
-    run_process(cfg, handle, stats, shutdown).await;
+    run_process(cfg, handle, stats, &status, shutdown).await;
 }
 
 #[cfg(test)]
@@ -1374,6 +1542,43 @@ mod tests {
             r.next_sample(),
             Err(TegrastatsError::ReplayEmpty { .. })
         ));
+    }
+
+    #[test]
+    fn stall_timeout_is_never_under_five_intervals() {
+        let mut cfg = TegrastatsConfig::default();
+        assert_eq!(cfg.stall_after(), Duration::from_secs(30));
+        cfg.interval = Interval(Duration::from_secs(10));
+        assert_eq!(cfg.stall_after(), Duration::from_secs(50));
+        cfg.interval = Interval(Duration::from_millis(100));
+        cfg.stall_timeout = Interval(Duration::from_secs(1));
+        assert_eq!(cfg.stall_after(), Duration::from_secs(1));
+        let text = "[tegrastats]\nstall_timeout = \"2m\"\n";
+        let parsed = crate::config::Config::from_toml_str(text, "test").unwrap();
+        assert_eq!(parsed.tegrastats.stall_timeout.0, Duration::from_secs(120));
+        let zero = "[tegrastats]\nstall_timeout = \"0s\"\n";
+        let err = crate::config::Config::from_toml_str(zero, "test").unwrap_err();
+        assert!(err.to_string().contains("stall_timeout"), "{err}");
+    }
+
+    #[test]
+    fn status_counts_samples_and_dates_the_last_one() {
+        let st = TegrastatsStatus::default();
+        assert_eq!(st.state(), "not started");
+        let v = st.snapshot(0);
+        assert_eq!(v["samples"], 0);
+        assert!(v["last_sample_age_s"].is_null());
+        st.set("running", "/usr/bin/tegrastats");
+        st.sample(1_000_000_000);
+        st.sample(2_000_000_000);
+        st.bad_lines(3);
+        st.bad_lines(0);
+        let v = st.snapshot(4_500_000_000);
+        assert_eq!(v["state"], "running");
+        assert_eq!(v["detail"], "/usr/bin/tegrastats");
+        assert_eq!(v["samples"], 2);
+        assert_eq!(v["bad_lines"], 3);
+        assert_eq!(v["last_sample_age_s"], 2.5);
     }
 
     #[test]

@@ -449,6 +449,49 @@ fn health(s: &mut Scrape, status: &J) {
             gpus as f64,
         );
     }
+    let teg = &collectors["tegrastats"];
+    if let Some(state) = teg["state"].as_str() {
+        s.gauge(
+            "edgewatch_tegrastats_state",
+            "tegrastats collector state (1 for the current one).",
+            &[("state", state)],
+            1.0,
+        );
+        for (key, name, help) in [
+            (
+                "samples",
+                "edgewatch_tegrastats_samples_total",
+                "tegrastats lines parsed and submitted.",
+            ),
+            (
+                "bad_lines",
+                "edgewatch_tegrastats_bad_lines_total",
+                "tegrastats lines that could not be parsed.",
+            ),
+            (
+                "restarts",
+                "edgewatch_tegrastats_restarts_total",
+                "Times tegrastats exited, failed or stalled and was restarted.",
+            ),
+            (
+                "stalls",
+                "edgewatch_tegrastats_stalls_total",
+                "Times tegrastats printed nothing for stall_timeout and was stopped.",
+            ),
+        ] {
+            if let Some(v) = num(&teg[key]) {
+                s.counter(name, help, &[], v);
+            }
+        }
+        if let Some(v) = num(&teg["last_sample_age_s"]) {
+            s.gauge(
+                "edgewatch_tegrastats_last_sample_age_seconds",
+                "Seconds since the last tegrastats sample.",
+                &[],
+                v,
+            );
+        }
+    }
     let rollup = &status["rollup"];
     for t in rollup["tiers"].as_array().into_iter().flatten() {
         let tier = t["name"].as_str().unwrap_or("");
