@@ -262,6 +262,19 @@ fn main() {
         ),
     ];
 
+    // The rollup part of /api/v1/status (read on every status and /metrics request).
+    let mut status_ms: Vec<f64> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            let v = edgewatch::rollup::status(&reader, &plan, edgewatch::now_ns())
+                .expect("rollup status");
+            std::hint::black_box(v);
+            ms(t.elapsed())
+        })
+        .collect();
+    let status_first = status_ms[0];
+    let status_median = median(&mut status_ms);
+
     // 4. The table.
     println!(
         "\n{:<24} {:>10} {:>10} {:>12} {:>14}",
@@ -366,6 +379,10 @@ fn main() {
             }
         );
     }
+    println!(
+        "{:<24} {:>5} {:>6} {:>7} {:>9.2} {:>10.2}",
+        "status (rollup part)", "", "", "", status_first, status_median
+    );
     println!(
         "({runs} runs per query; median/max over all runs including the first; engine time = \
          agg_query_from_params + engine::query; json = serializing the reply, not included)"

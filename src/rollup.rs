@@ -576,6 +576,7 @@ impl Job {
                 .map_err(sq)?;
             for (ti, tier) in plan.tiers.iter().enumerate() {
                 let key = tier.key();
+                let mut inserted = 0i64;
                 // Sorted, so the write order (and the file) is the same on every run.
                 let accs = std::mem::take(&mut fresh[ti]).into_sorted();
                 // The existing rows of each series: one range read over its buckets (rows
@@ -620,6 +621,7 @@ impl Job {
                         let put = if existing.is_some() {
                             &mut replace
                         } else {
+                            inserted += 1;
                             &mut insert
                         };
                         let merged = match existing {
@@ -654,6 +656,7 @@ impl Job {
                         .map_err(sq)?;
                     }
                 }
+                bump(&tx, &rows_counter(key), inserted).map_err(sq)?;
                 let s = &states[ti];
                 if s.cursor < last_id {
                     put_state
@@ -842,6 +845,7 @@ impl Job {
                 .map_err(sq)?,
         };
         bump(&tx, &format!("evicted_rows_{}", tier.key()), n as i64).map_err(sq)?;
+        bump(&tx, &rows_counter(tier.key()), -(n as i64)).map_err(sq)?;
         tx.commit().map_err(sq)?;
         report.evicted_rows += n as u64;
         Ok(n as u64)
@@ -954,6 +958,11 @@ impl Job {
     }
 }
 
+/// The `counters` entry holding a tier's live row count (migration 0004).
+fn rows_counter(tier_key: i64) -> String {
+    format!("rows_{tier_key}")
+}
+
 fn bump(tx: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
     if n == 0 {
         return Ok(());
@@ -1001,6 +1010,20 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<serde_json::Valu
     let newest: i64 = conn
         .query_row("SELECT COALESCE(MAX(id), 0) FROM chunks", [], |r| r.get(0))
         .map_err(sq)?;
+    let mut counters: HashMap<String, i64> = HashMap::new();
+    {
+        let mut st = conn
+            .prepare_cached("SELECT name, value FROM counters")
+            .map_err(sq)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+            .map_err(sq)?;
+        for row in rows {
+            let (k, v) = row.map_err(sq)?;
+            counters.insert(k, v);
+        }
+    }
+    let c = |k: &str| counters.get(k).copied().unwrap_or(0);
     let mut tiers = Vec::new();
     for t in &plan.tiers {
         let (cursor, watermark, late, updated): (i64, i64, i64, i64) = conn
@@ -1012,13 +1035,7 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<serde_json::Valu
             .optional()
             .map_err(sq)?
             .unwrap_or((0, i64::MIN, 0, 0));
-        let rows: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM rollups WHERE tier = ?1",
-                params![t.key()],
-                |r| r.get(0),
-            )
-            .map_err(sq)?;
+        let rows = c(&rows_counter(t.key()));
         let pending: i64 = conn
             .query_row(
                 "SELECT COUNT(*) FROM chunks WHERE id > ?1",
@@ -1047,21 +1064,7 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<serde_json::Valu
             "rows": rows,
         }));
     }
-    let mut counters: HashMap<String, i64> = HashMap::new();
-    {
-        let mut st = conn
-            .prepare_cached("SELECT name, value FROM counters")
-            .map_err(sq)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-            .map_err(sq)?;
-        for row in rows {
-            let (k, v) = row.map_err(sq)?;
-            counters.insert(k, v);
-        }
-    }
     let mut evicted = serde_json::Map::new();
-    let c = |k: &str| counters.get(k).copied().unwrap_or(0);
     evicted.insert("raw_chunks".into(), c("evicted_raw_chunks").into());
     evicted.insert("raw_points".into(), c("evicted_raw_points").into());
     for t in &plan.tiers {
@@ -1459,6 +1462,9 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(again.points, 0);
         assert_eq!(dump(&a), dump(&b));
+        // Merged buckets (late points, resumed steps) are not counted twice.
+        assert_rows_counted(&a, &plan_with(&["1m", "1h"], 7_000, 0));
+        assert_rows_counted(&b, &plan_with(&["1m", "1h"], 7_000, 0));
         // The late points were merged into their minute and counted.
         let conn = Connection::open(db_path(&a)).unwrap();
         let (count, late): (i64, i64) = conn
@@ -1472,6 +1478,23 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(count, 180 + 2);
         assert_eq!(late, 2);
+    }
+
+    /// The row count of every tier in the status equals the table's.
+    fn assert_rows_counted(dir: &Path, plan: &Plan) {
+        let conn = Connection::open(db_path(dir)).unwrap();
+        let reader = Reader::open(dir).unwrap();
+        let st = status(&reader, plan, 0).unwrap();
+        for (i, t) in plan.tiers.iter().enumerate() {
+            let n: i64 = conn
+                .query_row(
+                    "SELECT COUNT(*) FROM rollups WHERE tier = ?1",
+                    [t.key()],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            assert_eq!(st["tiers"][i]["rows"], n, "tier {}", t.name);
+        }
     }
 
     fn chunk_ids(dir: &Path) -> Vec<i64> {
@@ -1585,6 +1608,73 @@ pub(crate) mod tests {
         let status = status(&reader, &job.plan, now).unwrap();
         assert_eq!(status["evicted"]["raw_chunks"], rep.evicted_chunks);
         assert_eq!(status["tiers"][0]["rows"], 10_000);
+        assert_rows_counted(dir.path(), &job.plan);
+    }
+
+    #[test]
+    fn tier_row_counts_follow_inserts_merges_and_evictions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        for s in 0..3 {
+            let pts: Vec<(i64, f64)> = (0..7_200).map(|i| (i * NS, f64::from(s))).collect();
+            write(&mut w, &format!("m,s={s}"), &pts);
+        }
+        let plan = plan_with(&["1m", "1h"], 5_000, 0);
+        let mut job = Job::open(dir.path(), plan.clone()).unwrap();
+        job.run_once(2 * HOUR, &|| false).unwrap();
+        assert_rows_counted(dir.path(), &plan);
+        let reader = Reader::open(dir.path()).unwrap();
+        assert_eq!(status(&reader, &plan, 0).unwrap()["tiers"][0]["rows"], 360);
+        // Late points into existing buckets add no rows; one into a new minute adds one.
+        write(&mut w, "m,s=0", &[(5 * NS, 1.0), (3 * HOUR, 2.0)]);
+        job.run_once(3 * HOUR, &|| false).unwrap();
+        assert_rows_counted(dir.path(), &plan);
+        assert_eq!(status(&reader, &plan, 0).unwrap()["tiers"][0]["rows"], 361);
+        // Tier retention deletes the old rows and the count follows.
+        let mut short = plan.clone();
+        short.tiers[0].retention_ns = Some(HOUR);
+        let mut job = Job::open(dir.path(), short.clone()).unwrap();
+        let rep = job.run_once(3 * HOUR + 30 * MIN, &|| false).unwrap();
+        assert!(rep.evicted_rows > 0, "{rep:?}");
+        assert_rows_counted(dir.path(), &short);
+        // So does the budget, squeezing into the tiers once raw data is gone.
+        let mut tight = short.clone();
+        tight.max_bytes = 1;
+        Job::open(dir.path(), tight.clone())
+            .unwrap()
+            .run_once(3 * HOUR + 30 * MIN, &|| false)
+            .unwrap();
+        assert_rows_counted(dir.path(), &tight);
+    }
+
+    #[test]
+    fn migration_4_counts_the_rows_of_an_older_store() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+            let pts: Vec<(i64, f64)> = (0..600).map(|i| (i * NS, 1.0)).collect();
+            write(&mut w, "m", &pts);
+        }
+        let plan = plan_with(&["1m", "1h"], 5_000, 0);
+        Job::open(dir.path(), plan.clone())
+            .unwrap()
+            .run_once(HOUR, &|| false)
+            .unwrap();
+        // Back to version 3: no row counters.
+        {
+            let conn = Connection::open(db_path(dir.path())).unwrap();
+            conn.execute("DELETE FROM counters WHERE name LIKE 'rows_%'", [])
+                .unwrap();
+            conn.execute("DELETE FROM schema_migrations WHERE version = 4", [])
+                .unwrap();
+            conn.pragma_update(None, "user_version", 3).unwrap();
+        }
+        drop(Writer::open(dir.path(), 100, Synchronous::Normal).unwrap());
+        let reader = Reader::open(dir.path()).unwrap();
+        let st = status(&reader, &plan, 0).unwrap();
+        assert_eq!(st["tiers"][0]["rows"], 10);
+        assert_eq!(st["tiers"][1]["rows"], 1);
+        assert_rows_counted(dir.path(), &plan);
     }
 
     #[test]
