@@ -231,6 +231,20 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         r["failure"]
     );
     assert_eq!(r["errors"], serde_json::json!([]), "console errors");
+    // The page ran under its CSP, and the CSSOM-set colours took effect.
+    assert!(
+        r["csp"]
+            .as_str()
+            .unwrap_or("")
+            .contains("script-src 'self'"),
+        "{}",
+        r["csp"]
+    );
+    let swatch = r["swatch"].as_str().unwrap_or("");
+    assert!(
+        swatch.starts_with("rgb") && swatch != "rgba(0, 0, 0, 0)",
+        "legend swatch not coloured: {swatch:?}"
+    );
 
     // 15 minutes at 10 s steps: ~84 steps of data per latency line.
     let charts = &r["charts"];

@@ -32,6 +32,12 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
     ),
 ];
 
+/// The UI's Content-Security-Policy: scripts, styles, data and images from the agent only;
+/// no inline script or style attribute, no plugins, not framable.
+pub const CSP: &str =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+     connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
 /// Total size of the embedded UI in bytes.
 pub fn ui_bytes() -> usize {
     ASSETS.iter().map(|a| a.2.len()).sum()
@@ -48,6 +54,10 @@ fn asset(path: &str) -> Option<Response> {
         "X-Content-Type-Options",
         HeaderValue::from_static("nosniff"),
     );
+    // Everything the UI loads is this agent's own: no inline code, no other origin, no frames.
+    h.insert("Content-Security-Policy", HeaderValue::from_static(CSP));
+    h.insert("X-Frame-Options", HeaderValue::from_static("DENY"));
+    h.insert("Referrer-Policy", HeaderValue::from_static("no-referrer"));
     Some(r)
 }
 

@@ -38,6 +38,9 @@ try {
   await page.waitForSelector('#tip:not([hidden])', { timeout: T });
   report.tip = await page.textContent('#tip');
   report.tempLegendHover = await page.textContent('#chart-gpu_temp .legend');
+  // Legend swatches are coloured through CSSOM (the CSP forbids inline style attributes).
+  report.swatch = await page.$eval('#chart-gpu_temp .legend i', (i) => getComputedStyle(i).backgroundColor);
+  report.csp = await page.evaluate(async () => (await fetch('/')).headers.get('content-security-policy'));
   report.crosshairs = await page.$$eval('line.xh[visibility="visible"]', (l) => l.length);
   await page.screenshot({ path: shot, fullPage: true });
   await page.mouse.move(5, 5);

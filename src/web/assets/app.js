@@ -43,10 +43,19 @@ const $ = (s) => document.querySelector(s);
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === 'class') e.className = v; else if (k.startsWith('on')) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+    if (k === 'class') e.className = v;
+    else if (k === 'style') setStyle(e, v); // CSSOM: the CSP allows no inline style attributes
+    else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
   }
   for (const k of kids.flat()) if (k != null) e.append(k.nodeType ? k : String(k));
   return e;
+}
+function setStyle(e, css) {
+  for (const decl of css.split(';')) {
+    const i = decl.indexOf(':');
+    if (i > 0) e.style.setProperty(decl.slice(0, i).trim(), decl.slice(i + 1).trim());
+  }
 }
 function sv(tag, attrs) {
   const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
