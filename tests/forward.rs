@@ -68,7 +68,7 @@ fn influx_backlog_of_100k_points_written_while_down_arrives_exactly_once() {
 }
 
 #[test]
-fn influx_faults_500_429_400_401_lose_nothing_but_the_dead_letter() {
+fn influx_faults_500_429_503_400_401_lose_nothing_but_the_dead_letter() {
     if !Influxd::available() {
         eprintln!("skipped: no influxd");
         return;
@@ -79,6 +79,9 @@ fn influx_faults_500_429_400_401_lose_nothing_but_the_dead_letter() {
     let proxy = FaultProxy::start(influx.http);
     proxy.push(500, None);
     proxy.push(429, Some(("Retry-After", "1")));
+    // The HTTP-date form, one second ahead.
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(1));
+    proxy.push(503, Some(("Retry-After", Box::leak(date.into_boxed_str()))));
     proxy.push(400, None);
     proxy.push(401, None);
     let top = influx_sink(
@@ -104,7 +107,7 @@ fn influx_faults_500_429_400_401_lose_nothing_but_the_dead_letter() {
     assert_eq!(influx_count(&influx, "edge", "m"), 10_000 - dead);
     assert!(s["replayed_batches"].as_i64().unwrap() >= 2, "{s}");
     let statuses: Vec<u16> = proxy.requests.lock().unwrap().iter().map(|r| r.0).collect();
-    assert_eq!(&statuses[..4], &[500, 429, 400, 401], "{statuses:?}");
+    assert_eq!(&statuses[..5], &[500, 429, 503, 400, 401], "{statuses:?}");
     assert!(
         agent.log_text().contains("credentials refused"),
         "{}",

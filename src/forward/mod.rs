@@ -65,9 +65,23 @@ pub enum Outcome {
     },
 }
 
-/// Parses a `Retry-After` value in seconds (HTTP dates are not supported: `None`).
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+/// The longest wait a `Retry-After` can impose (a misconfigured proxy must not silence a
+/// sink for days).
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+
+/// Parses a `Retry-After` value, delay-seconds or an HTTP date (RFC 9110: IMF-fixdate and the
+/// two obsolete forms), into a wait from `now`: a date in the past waits zero; any wait is
+/// capped at [`MAX_RETRY_AFTER`]. `None` when it is neither.
+pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = v.trim();
+    let wait = match v.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(v)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or(Duration::ZERO),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// Classifies an HTTP answer from an InfluxDB write endpoint.
@@ -88,7 +102,7 @@ pub fn classify_http(status: u16, retry_after: Option<&str>, body: &str) -> Outc
             reason: format!("{reason} (credentials refused: check the sink's username/password or token; data is kept)"),
         },
         413 => Outcome::Shrink { reason },
-        429 | 503 => match retry_after.and_then(parse_retry_after) {
+        429 | 503 => match retry_after.and_then(|v| parse_retry_after(v, std::time::SystemTime::now())) {
             Some(after) => Outcome::RetryAfter { after, reason },
             None => Outcome::Retry { reason },
         },
@@ -540,8 +554,16 @@ mod tests {
                 reason: "HTTP 429".into()
             }
         );
-        assert!(matches!(
+        // A date in the past: retry at once, as the server asked.
+        assert_eq!(
             classify_http(503, Some("Wed, 21 Oct 2015 07:28:00 GMT"), ""),
+            Outcome::RetryAfter {
+                after: Duration::ZERO,
+                reason: "HTTP 503".into()
+            }
+        );
+        assert!(matches!(
+            classify_http(503, Some("soon"), ""),
             Outcome::Retry { .. }
         ));
         assert!(matches!(
@@ -552,6 +574,33 @@ mod tests {
             classify_http(413, None, ""),
             Outcome::Shrink { .. }
         ));
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_and_http_dates_and_is_capped() {
+        use std::time::UNIX_EPOCH;
+        // Wed, 21 Oct 2015 07:28:00 GMT
+        let now = UNIX_EPOCH + Duration::from_secs(1_445_412_480);
+        let p = |v| parse_retry_after(v, now);
+        assert_eq!(p(" 120 "), Some(Duration::from_secs(120)));
+        assert_eq!(p("0"), Some(Duration::ZERO));
+        assert_eq!(
+            p("Wed, 21 Oct 2015 07:29:30 GMT"),
+            Some(Duration::from_secs(90))
+        );
+        // RFC 850 and asctime forms.
+        assert_eq!(
+            p("Wednesday, 21-Oct-15 07:28:10 GMT"),
+            Some(Duration::from_secs(10))
+        );
+        assert_eq!(p("Wed Oct 21 07:28:05 2015"), Some(Duration::from_secs(5)));
+        assert_eq!(p("Wed, 21 Oct 2015 07:00:00 GMT"), Some(Duration::ZERO));
+        assert_eq!(p("999999999999"), Some(MAX_RETRY_AFTER));
+        assert_eq!(p("Thu, 22 Oct 2015 07:28:00 GMT"), Some(MAX_RETRY_AFTER));
+        assert_eq!(p("-5"), None);
+        assert_eq!(p("1.5"), None);
+        assert_eq!(p(""), None);
+        assert_eq!(p("in a minute"), None);
     }
 
     #[test]
