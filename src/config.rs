@@ -308,6 +308,19 @@ impl Config {
                 message,
             };
             match parts.as_slice() {
+                // The device's identity: always a string, whatever it looks like.
+                ["device_id"] => {
+                    table.insert("device_id".into(), toml::Value::String(raw.clone()));
+                }
+                // Static tags: any key (`EDGEWATCH_TAGS__SITE=lab` adds or replaces `site`).
+                ["tags", key] if !key.is_empty() => {
+                    let tags = table
+                        .entry("tags")
+                        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                    if let Some(t) = tags.as_table_mut() {
+                        t.insert((*key).to_string(), toml::Value::String(raw.clone()));
+                    }
+                }
                 [section, key] if !section.is_empty() && !key.is_empty() => {
                     let sec = table
                         .get_mut(*section)
@@ -320,7 +333,9 @@ impl Config {
                 }
                 _ => {
                     return Err(env_err(
-                        "expected EDGEWATCH_<SECTION>__<KEY>, e.g. EDGEWATCH_HTTP__LISTEN".into(),
+                        "expected EDGEWATCH_<SECTION>__<KEY> (e.g. EDGEWATCH_HTTP__LISTEN), \
+                         EDGEWATCH_DEVICE_ID or EDGEWATCH_TAGS__<TAG>"
+                            .into(),
                     ))
                 }
             }
@@ -681,6 +696,35 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("database") && e.contains("f.toml"), "{e}");
+    }
+
+    #[test]
+    fn device_id_and_tags_come_from_the_environment_as_strings() {
+        let c = Config::from_toml_str("[tags]\nsite = \"lab\"\nline = \"3\"\n", "f").unwrap();
+        let c = c
+            .with_env(env(&[
+                ("EDGEWATCH_DEVICE_ID", "0042"),
+                ("EDGEWATCH_TAGS__SITE", "plant-7"),
+                ("EDGEWATCH_TAGS__RACK", "12"),
+            ]))
+            .unwrap();
+        assert_eq!(c.device_id.as_deref(), Some("0042"));
+        assert_eq!(c.tags["site"], "plant-7");
+        assert_eq!(c.tags["rack"], "12");
+        assert_eq!(c.tags["line"], "3");
+        // Without a [tags] table in the file.
+        let c = Config::builtin()
+            .with_env(env(&[("EDGEWATCH_TAGS__SITE", "x")]))
+            .unwrap();
+        assert_eq!(c.tags["site"], "x");
+        let e = Config::builtin()
+            .with_env(env(&[("EDGEWATCH_TAGS", "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("EDGEWATCH_TAGS") && e.contains("EDGEWATCH_DEVICE_ID"),
+            "{e}"
+        );
     }
 
     #[test]
