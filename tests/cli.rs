@@ -87,6 +87,18 @@ fn environment_overrides_are_checked_and_named() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("max_series: 77"));
     let out = Command::new(bin())
         .args(["check-config", f.to_str().unwrap()])
+        .env("EDGEWATCH_DEVICE_ID", "jetson-0042")
+        .env("EDGEWATCH_TAGS__SITE", "plant-7")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("jetson-0042") && text.contains("plant-7"),
+        "{text}"
+    );
+    let out = Command::new(bin())
+        .args(["check-config", f.to_str().unwrap()])
         .env("EDGEWATCH_HTTP__LISTEN", "not-an-address")
         .output()
         .unwrap();
