@@ -240,6 +240,9 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         "{}",
         r["csp"]
     );
+    // A store of a few hundred KB against the 1 GB default budget: an all but empty meter.
+    let fill = r["meterFill"].as_f64().unwrap_or(1.0);
+    assert!(fill < 0.05, "budget meter {fill}");
     let swatch = r["swatch"].as_str().unwrap_or("");
     assert!(
         swatch.starts_with("rgb") && swatch != "rgba(0, 0, 0, 0)",

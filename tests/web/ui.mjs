@@ -78,6 +78,8 @@ try {
   await page.click('#tabs a[data-tab="storage"]');
   await page.waitForSelector('#db-size', { timeout: T });
   report.storage = await page.textContent('#storage');
+  // The budget meter's fill, as a share of its track (set through CSSOM under the CSP).
+  report.meterFill = await page.$eval('#storage .meter div', (d) => d.offsetWidth / d.parentElement.offsetWidth);
   await page.setViewportSize({ width: 1400, height: 700 });
   await page.screenshot({ path: shot.replace(/\.png$/, '-storage.png') });
 
