@@ -178,6 +178,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 sources.clone(),
             )),
         ));
+    } else {
+        nvml_status.set_state("off: disabled in the configuration");
     }
     drop(handle);
     // The rollup job: a second writer connection in small transactions, on its own token

@@ -337,13 +337,13 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         empty_inf.contains("curl -XPOST") && empty_inf.contains("inference,model="),
         "{empty_inf}"
     );
+    // The empty state says why: both GPU collectors are off in this agent's config.
+    let empty_gpu = r["emptyGpu"].as_str().unwrap_or("");
     assert!(
-        r["emptyGpu"]
-            .as_str()
-            .unwrap_or("")
-            .contains("No GPU found"),
-        "{}",
-        r["emptyGpu"]
+        empty_gpu.contains("No GPU found")
+            && empty_gpu.contains("NVML collector: off: disabled in the configuration")
+            && empty_gpu.contains("tegrastats collector: off (disabled in the configuration)"),
+        "{empty_gpu}"
     );
     assert!(shot.exists());
     eprintln!("screenshot: {}", shot.display());

@@ -347,8 +347,10 @@ function renderOverview(inf, res, where, status) {
     if (!list && sec !== 'GPU') continue;
     secs.append(el('h2', {}, sec));
     if (!list) {
-      const nv = status.collectors && status.collectors.nvml ? status.collectors.nvml.state : 'unknown';
-      secs.append(el('div', { class: 'empty', id: 'empty-gpu' }, `No GPU found: no gpu (NVML) or jetson_gpu (tegrastats) data in this range. NVML collector: ${nv}. On a Jetson, check [tegrastats] path; on x86, the NVIDIA driver.`));
+      const col = status.collectors || {};
+      const nv = col.nvml ? col.nvml.state : 'unknown';
+      const tg = col.tegrastats ? col.tegrastats.state + (col.tegrastats.detail ? ` (${col.tegrastats.detail})` : '') : 'unknown';
+      secs.append(el('div', { class: 'empty', id: 'empty-gpu' }, `No GPU found: no gpu (NVML) or jetson_gpu (tegrastats) data in this range. NVML collector: ${nv}. tegrastats collector: ${tg}. On a Jetson, check [tegrastats] path; on x86, the NVIDIA driver.`));
       continue;
     }
     const grid = el('div', { class: 'grid' });
