@@ -6,6 +6,19 @@ use std::path::Path;
 
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
+    // The earliest the clock can plausibly read where this binary runs: when it was built
+    // (SOURCE_DATE_EPOCH for reproducible builds). Below it, the device's clock is not set.
+    println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
+    let built = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0)
+        });
+    println!("cargo:rustc-env=EW_BUILD_UNIX_S={built}");
     let dir = Path::new("migrations");
     let mut files: Vec<(u32, String)> = Vec::new();
     for entry in std::fs::read_dir(dir).expect("migrations/ must exist") {

@@ -38,6 +38,81 @@ pub enum AgentError {
     },
 }
 
+/// Before ingest starts: if the clock is not set, records this boot so the points stamped by
+/// it can be corrected later (see [`crate::clock`]). A failure here is logged, not fatal: the
+/// agent then simply does not hold anything back.
+async fn note_clock(dir: &std::path::Path, floor: i64) -> bool {
+    let dir = dir.to_path_buf();
+    let noted = tokio::task::spawn_blocking(move || {
+        let now = crate::now_ns();
+        let (mut conn, _) = crate::rollup::open_conn(&dir).map_err(|e| e.to_string())?;
+        let unset =
+            crate::clock::note_start(&mut conn, floor, now, &crate::clock::Machine::read(now))
+                .map_err(|e| e.to_string())?;
+        // A hold left by an earlier run (the clock got set while the agent was down) still
+        // needs settling.
+        let left = crate::clock::hold_from(&conn).map_err(|e| e.to_string())?;
+        Ok::<_, String>((unset, left.is_some()))
+    })
+    .await;
+    match noted {
+        Ok(Ok((false, left))) => left,
+        Ok(Ok((true, _))) => {
+            tracing::warn!(
+                min_valid = %humantime::format_rfc3339(
+                    std::time::UNIX_EPOCH + Duration::from_nanos(floor.max(0) as u64)
+                ),
+                "the clock is not set (earlier than min_valid): storing as usual, holding rollup \
+                 and forwarding until it is set, then correcting the times"
+            );
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot record the clock state");
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "clock check failed");
+            false
+        }
+    }
+}
+
+/// While a hold is recorded: checks every 2 s whether the clock is set and, once it is,
+/// corrects the held points and lifts the hold (whether or not the rollup job runs).
+async fn watch_clock(dir: std::path::PathBuf, floor: i64, stop: CancellationToken) {
+    let mut failures = 0u32;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+        }
+        let dir = dir.clone();
+        let step = tokio::task::spawn_blocking(move || {
+            let now = crate::now_ns();
+            let (mut conn, _) = crate::rollup::open_conn(&dir).map_err(|e| e.to_string())?;
+            crate::clock::settle(&mut conn, floor, now, &crate::clock::Machine::read(now))
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+        match step {
+            Ok((crate::clock::Settle::Ready, _)) => {
+                tracing::info!("clock set: held points released to rollup and forwarding");
+                return;
+            }
+            Ok(_) => failures = 0,
+            Err(e) => {
+                failures += 1;
+                if failures.is_power_of_two() {
+                    tracing::warn!(error = %e, failures, "cannot settle the clock hold; retrying");
+                }
+            }
+        }
+    }
+}
+
 /// Total time allowed for shutdown.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(4);
 
@@ -59,6 +134,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let db_path = store.path().to_path_buf();
     tracing::info!(db = %db_path.display(), series = store.series_count(), "store open");
     let reader = Reader::open(&cfg.storage.data_dir)?;
+    let clock_held = note_clock(&cfg.storage.data_dir, plan.clock_floor_ns).await;
 
     let (handle, rx) = crate::queue::channel(cfg.ingest.queue_points.get());
     let writer_stats = stats.clone();
@@ -125,6 +201,16 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     tracing::info!(addr = %http_addr, "http listening");
 
     let mut tasks = Vec::new();
+    if clock_held {
+        tasks.push((
+            "clock watch",
+            tokio::spawn(watch_clock(
+                cfg.storage.data_dir.clone(),
+                plan.clock_floor_ns,
+                sources.clone(),
+            )),
+        ));
+    }
     if cfg.udp.enabled {
         let sock = tokio::net::UdpSocket::bind(cfg.udp.listen)
             .await

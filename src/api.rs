@@ -294,6 +294,17 @@ pub async fn status_json(ctx: &ApiCtx) -> serde_json::Value {
     })
     .await
     .unwrap_or(serde_json::Value::Null);
+    let floor = ctx.plan.clock_floor_ns;
+    let clock = with_reader(&ctx, move |r| {
+        crate::clock::status(&r.conn, floor, crate::now_ns()).map_err(|source| {
+            crate::store::StoreError::Sqlite {
+                path: r.path.clone(),
+                source,
+            }
+        })
+    })
+    .await
+    .unwrap_or(serde_json::Value::Null);
     let s = &ctx.stats;
     let g = Stats::get;
     json!({
@@ -320,6 +331,7 @@ pub async fn status_json(ctx: &ApiCtx) -> serde_json::Value {
             "max_series": ctx.max_series,
         },
         "rollup": rollup,
+        "clock": clock,
         "forward": ctx.forward.snapshot(),
         "collectors": {
             "errors": g(&s.collector_errors),

@@ -43,6 +43,8 @@ pub struct Config {
     pub inference: crate::engine::InferenceConfig,
     /// `[log]`
     pub log: LogConfig,
+    /// `[clock]`
+    pub clock: crate::clock::ClockConfig,
     /// Top-level `device_id`: added to every forwarded point (unset: `/etc/machine-id`, else
     /// the host name).
     pub device_id: Option<String>,
@@ -552,6 +554,14 @@ impl serde::Serialize for SerializableConfig<'_> {
             )],
         );
         sec("log", vec![("level", V::String(c.log.level.clone()))]);
+        sec(
+            "clock",
+            c.clock
+                .min_valid
+                .iter()
+                .map(|t| ("min_valid", V::String(t.text.clone())))
+                .collect(),
+        );
         if let Some(id) = &c.device_id {
             root.insert("device_id".into(), V::String(id.clone()));
         }

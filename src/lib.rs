@@ -1,9 +1,11 @@
 //! edgewatch: a telemetry agent for edge-AI devices. See `ARCHITECTURE.md` for the map;
 //! data flows one way: collectors/ingest -> [`queue`] -> [`writer`] -> [`store`] ->
-//! [`api`] (and, later, rollup, forward and the web UI).
+//! ([`rollup`], [`forward`], [`engine`]) -> [`api`] and [`web`]. [`clock`] holds rollup and
+//! forwarding back while the device's clock is not set.
 
 pub mod agent;
 pub mod api;
+pub mod clock;
 pub mod collect;
 pub mod config;
 pub mod engine;

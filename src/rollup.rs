@@ -216,6 +216,8 @@ pub struct Plan {
     pub interval: Duration,
     /// Whether the agent runs the job.
     pub enabled: bool,
+    /// The earliest time a set clock can read (`[clock] min_valid`), ns.
+    pub clock_floor_ns: i64,
 }
 
 fn dur_ns(d: Duration) -> i64 {
@@ -266,12 +268,15 @@ impl Plan {
             max_bytes: retention.max_bytes,
             interval: rollup.interval.0,
             enabled: rollup.enabled,
+            clock_floor_ns: crate::clock::ClockConfig::default().floor_ns(),
         })
     }
 
     /// From the whole config.
     pub fn from_config(cfg: &crate::config::Config) -> Result<Plan, RollupError> {
-        Plan::new(&cfg.rollup, &cfg.retention)
+        let mut plan = Plan::new(&cfg.rollup, &cfg.retention)?;
+        plan.clock_floor_ns = cfg.clock.floor_ns();
+        Ok(plan)
     }
 }
 
@@ -294,6 +299,10 @@ pub struct Report {
     pub db_bytes: u64,
     /// True when stopped early by the stop flag.
     pub interrupted: bool,
+    /// Rollup and retention waited for the device's clock to be set (see [`crate::clock`]).
+    pub clock_held: bool,
+    /// Points whose times were corrected after the clock was set.
+    pub clock_fixed_points: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -403,10 +412,22 @@ impl Job {
     /// Rollup, then retention, then the budget. `stop` is polled between transactions.
     pub fn run_once(&mut self, now: i64, stop: &dyn Fn() -> bool) -> Result<Report, RollupError> {
         let mut report = Report::default();
-        self.rollup(now, stop, &mut report)?;
-        if !report.interrupted {
-            self.enforce_retention(now, &mut report)?;
+        // A clock that is not set (or was just set) holds rollup and retention: the times of
+        // the held points are wrong until corrected. The budget still protects the disk.
+        let machine = crate::clock::Machine::read(now);
+        let (clock, fixed) =
+            crate::clock::settle(&mut self.conn, self.plan.clock_floor_ns, now, &machine)
+                .map_err(self.sq())?;
+        report.clock_fixed_points = fixed.points;
+        report.clock_held = clock != crate::clock::Settle::Ready;
+        if report.clock_held {
             self.enforce_budget(stop, &mut report)?;
+        } else {
+            self.rollup(now, stop, &mut report)?;
+            if !report.interrupted {
+                self.enforce_retention(now, &mut report)?;
+                self.enforce_budget(stop, &mut report)?;
+            }
         }
         report.db_bytes = self.db_bytes()?;
         // Give the page cache back between runs (runs are seconds apart and touch pages
@@ -486,16 +507,20 @@ impl Job {
             .map_err(sq)?;
         let mut states = Self::load_states(&tx, plan).map_err(sq)?;
         let min_cursor = states.iter().map(|s| s.cursor).min().unwrap_or(i64::MAX);
+        // Chunks stamped by a clock that is not set yet wait (see crate::clock).
+        let hold = crate::clock::hold_from(&tx)
+            .map_err(sq)?
+            .unwrap_or(i64::MAX);
         // The batch: whole chunks by id until `batch_points` (at least one chunk).
         let mut chunks: Vec<(i64, i64, Vec<u8>)> = Vec::new();
         let mut points = 0u64;
         {
             let mut st = tx
                 .prepare_cached(
-                    "SELECT id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT 5000",
+                    "SELECT id, ts_min, n, data FROM chunks WHERE id > ?1 AND id < ?2 ORDER BY id LIMIT 5000",
                 )
                 .map_err(sq)?;
-            let mut rows = st.query(params![min_cursor]).map_err(sq)?;
+            let mut rows = st.query(params![min_cursor, hold]).map_err(sq)?;
             while let Some(r) = rows.next().map_err(sq)? {
                 if points >= plan.batch_points as u64 {
                     break;
@@ -1665,8 +1690,9 @@ pub(crate) mod tests {
             let conn = Connection::open(db_path(dir.path())).unwrap();
             conn.execute("DELETE FROM counters WHERE name LIKE 'rows_%'", [])
                 .unwrap();
-            conn.execute("DELETE FROM schema_migrations WHERE version = 4", [])
+            conn.execute("DELETE FROM schema_migrations WHERE version >= 4", [])
                 .unwrap();
+            conn.execute("DROP TABLE clock_fix", []).unwrap();
             conn.pragma_update(None, "user_version", 3).unwrap();
         }
         drop(Writer::open(dir.path(), 100, Synchronous::Normal).unwrap());

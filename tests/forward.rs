@@ -605,3 +605,65 @@ fn influx_batches_as_full_as_whole_chunks_allow_do_not_wait_for_max_delay() {
     });
     assert!(ok.is_some(), "{}", sink_status(&agent, "i"));
 }
+
+/// A device whose clock is not set yet (here: `[clock] min_valid` a few seconds ahead of the
+/// real clock, the only way to stage it without changing the machine's clock): writes are
+/// stored and acknowledged, nothing is forwarded (nor rolled up) while the clock is not set;
+/// once it is, everything goes, in order and exactly once. The rollup job is off (QUIET):
+/// the hold must lift without it.
+#[test]
+fn while_the_clock_is_not_set_writes_are_kept_and_held_then_all_forwarded() {
+    if !Influxd::available() {
+        eprintln!("skipped: no influxd");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let influx = Influxd::start(&dir.path().join("influx"));
+    influx_create_db(&influx, "edge");
+    let set_at = std::time::SystemTime::now() + Duration::from_secs(4);
+    let top = format!(
+        "{}\n[clock]\nmin_valid = \"{}\"\n",
+        influx_sink("influx", &format!("http://{}", influx.http), ""),
+        humantime::format_rfc3339_nanos(set_at)
+    );
+    let agent = agent_with(dir.path(), &top);
+    // Stamped by a local app on the same "unset" clock.
+    let t0 = edgewatch_now() - 10_000_000_000;
+    let body: String = (0..500)
+        .map(|i| format!("m,k=v v={i}i {}\n", t0 + i * 1000))
+        .collect();
+    let (code, resp) = post(&agent.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{resp}");
+    let st = agent.status();
+    assert_eq!(st["clock"]["set"], false, "{st}");
+    assert!(st["clock"]["held_from_chunk_id"].is_i64(), "{st}");
+    let (_, metrics) = get(&agent.url("/metrics")).unwrap();
+    assert!(metrics.contains("edgewatch_clock_holding 1"), "{metrics}");
+    // Held: the sink is healthy and idle, the points wait in the store.
+    std::thread::sleep(Duration::from_millis(1500));
+    if std::time::SystemTime::now() < set_at {
+        assert_eq!(influx_count(&influx, "edge", "m"), 0);
+        assert_eq!(sink_status(&agent, "influx")["forwarded_points"], 0);
+    }
+    // The clock passes min_valid: the hold lifts (after the grace period) and all arrive.
+    let all = wait_for(Duration::from_secs(40), || {
+        (influx_count(&influx, "edge", "m") == 500).then_some(())
+    });
+    assert!(
+        all.is_some(),
+        "{} {}",
+        influx_count(&influx, "edge", "m"),
+        agent.log_text()
+    );
+    let st = agent.status();
+    assert_eq!(st["clock"]["set"], true, "{st}");
+    assert!(st["clock"]["held_from_chunk_id"].is_null(), "{st}");
+    let log = agent.log_text();
+    assert!(log.contains("the clock is not set"), "{log}");
+    assert!(log.contains("held points released"), "{log}");
+    // Exactly once, and where they were written (the clock took no real step here).
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(influx_count(&influx, "edge", "m"), 500);
+    let v = influx.query("edge", "SELECT last(v) FROM m");
+    assert_eq!(v["results"][0]["series"][0]["values"][0][1], 499, "{v}");
+}

@@ -93,14 +93,18 @@ impl Source {
         let mut full = false;
         {
             let e = sq(&self.path);
+            // Chunks stamped by a clock that is not set yet wait (see crate::clock).
+            let hold = crate::clock::hold_from(&self.conn)
+                .map_err(&e)?
+                .unwrap_or(i64::MAX);
             let mut st = self
                 .conn
                 .prepare_cached(
-                    "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2",
+                    "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id > ?1 AND id < ?3 ORDER BY id LIMIT ?2",
                 )
                 .map_err(&e)?;
             let mut q = st
-                .query(params![after, max_points.clamp(1, 100_000) as i64])
+                .query(params![after, max_points.clamp(1, 100_000) as i64, hold])
                 .map_err(&e)?;
             let mut points = 0usize;
             while let Some(r) = q.next().map_err(&e)? {

@@ -107,6 +107,46 @@ pub fn decode_chunk(
     Ok(())
 }
 
+/// Re-times a chunk: every point's timestamp `t` becomes `map(t)`, values untouched (copied
+/// byte for byte). Returns the new data with its new `(ts_min, ts_max)` and how many points
+/// `map` moved. The point count and order are kept.
+pub fn retime_chunk(
+    buf: &[u8],
+    ts_min: i64,
+    map: impl Fn(i64) -> i64,
+) -> Result<(Vec<u8>, i64, i64, u64), CodecError> {
+    // Pass 1: the points (new time, value bytes).
+    let mut points: Vec<(i64, u64, std::ops::Range<usize>)> = Vec::new();
+    let mut pos = 0usize;
+    let mut ts = ts_min;
+    let mut moved = 0u64;
+    while pos < buf.len() {
+        ts = ts.wrapping_add(unzigzag(get_varint(buf, &mut pos)?));
+        let n = get_varint(buf, &mut pos)?;
+        let start = pos;
+        for _ in 0..n {
+            decode_value(buf, &mut pos)?;
+        }
+        let t = map(ts);
+        if t != ts {
+            moved += 1;
+        }
+        points.push((t, n, start..pos));
+    }
+    let lo = points.iter().map(|p| p.0).min().unwrap_or(ts_min);
+    let hi = points.iter().map(|p| p.0).max().unwrap_or(ts_min);
+    // Pass 2: the same points from the new base.
+    let mut out = Vec::with_capacity(buf.len() + 8);
+    let mut prev = lo;
+    for (t, n, bytes) in points {
+        put_varint(&mut out, zigzag(t.wrapping_sub(prev)));
+        put_varint(&mut out, n);
+        out.extend_from_slice(&buf[bytes]);
+        prev = t;
+    }
+    Ok((out, lo, hi, moved))
+}
+
 /// Decodes a sequence of values with no point headers, calling `f` for each.
 pub fn decode(buf: &[u8], mut f: impl FnMut(i64, Value)) -> Result<(), CodecError> {
     let mut pos = 0usize;
@@ -168,6 +208,50 @@ mod tests {
         let mut got = Vec::new();
         decode(&buf, |id, v| got.push((id, v))).unwrap();
         assert_eq!(got, vals);
+    }
+
+    #[test]
+    fn retime_moves_only_what_the_map_moves_and_keeps_points_and_values() {
+        // Two points share a time (kept apart), one has two values, one is a string.
+        let pts: [(i64, &[(i64, Value)]); 4] = [
+            (1_000, &[(1, Value::F64(1.5)), (2, Value::I64(-3))]),
+            (1_000, &[(1, Value::F64(2.5))]),
+            (9_000_000_000_000_000_000, &[(3, Value::Str("ok".into()))]),
+            (500, &[(1, Value::Bool(true))]),
+        ];
+        let mut buf = Vec::new();
+        let mut prev = 500;
+        for (ts, vals) in &pts {
+            encode_point_header(&mut buf, prev, *ts, vals.len());
+            for (sid, v) in *vals {
+                encode_value(&mut buf, *sid, v);
+            }
+            prev = *ts;
+        }
+        let floor = 1_000_000_000_000_000_000;
+        let step = 1_764_000_000_000_000_000;
+        let (out, lo, hi, moved) =
+            retime_chunk(&buf, 500, |t| if t < floor { t + step } else { t }).unwrap();
+        assert_eq!(moved, 3);
+        assert_eq!((lo, hi), (step + 500, 9_000_000_000_000_000_000));
+        let mut got = Vec::new();
+        decode_chunk(&out, lo, |ts, sid, v| got.push((ts, sid, v))).unwrap();
+        let want: Vec<(i64, i64, Value)> = pts
+            .iter()
+            .flat_map(|(ts, vals)| {
+                let t = if *ts < floor { ts + step } else { *ts };
+                vals.iter().map(move |(sid, v)| (t, *sid, v.clone()))
+            })
+            .collect();
+        assert_eq!(got, want);
+        // Identity: the same bytes back.
+        let (same, lo, hi, moved) = retime_chunk(&buf, 500, |t| t).unwrap();
+        assert_eq!(
+            (same, lo, hi, moved),
+            (buf.clone(), 500, 9_000_000_000_000_000_000, 0)
+        );
+        // Corrupt input is an error, not a panic.
+        assert!(retime_chunk(&buf[..buf.len() - 3], 500, |t| t + 1).is_err());
     }
 
     #[test]

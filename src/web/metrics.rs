@@ -492,6 +492,29 @@ fn health(s: &mut Scrape, status: &J) {
             );
         }
     }
+    let clock = &status["clock"];
+    if let Some(set) = clock["set"].as_bool() {
+        s.gauge(
+            "edgewatch_clock_set",
+            "1 when the clock reads later than [clock] min_valid (0: not set; rollup and forwarding wait).",
+            &[],
+            if set { 1.0 } else { 0.0 },
+        );
+        s.gauge(
+            "edgewatch_clock_holding",
+            "1 while points stamped before the clock was set are held back from rollup and forwarding.",
+            &[],
+            if clock["held_from_chunk_id"].is_null() { 0.0 } else { 1.0 },
+        );
+        if let Some(v) = num(&clock["fixed_points"]) {
+            s.counter(
+                "edgewatch_clock_fixed_points_total",
+                "Points whose times were corrected once the clock was set.",
+                &[],
+                v,
+            );
+        }
+    }
     let rollup = &status["rollup"];
     for t in rollup["tiers"].as_array().into_iter().flatten() {
         let tier = t["name"].as_str().unwrap_or("");
