@@ -205,12 +205,24 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     feed(&agent.url(""), &incident(now_ms()), &[]);
     let empty_dir = tempfile::tempdir().unwrap();
     let empty = Agent::start(empty_dir.path(), FED);
+    // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML.
+    let jet_dir = tempfile::tempdir().unwrap();
+    let jetson = Agent::start(
+        jet_dir.path(),
+        &format!(
+            "[host]\nenabled = false\n[nvml]\nenabled = false\n[tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/tegrastats/agx-orin-jp6.log")
+                .display()
+        ),
+    );
     let shot = target_dir().join("ui-screenshot.png");
     let out = Command::new("node")
         .arg(&script)
         .arg(agent.url(""))
         .arg(empty.url(""))
         .arg(&shot)
+        .arg(jetson.url(""))
         .output()
         .expect("node");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -344,6 +356,25 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
             && empty_gpu.contains("NVML collector: off: disabled in the configuration")
             && empty_gpu.contains("tegrastats collector: off (disabled in the configuration)"),
         "{empty_gpu}"
+    );
+    // The Jetson's panels, drawn from tegrastats alone.
+    let jc = &r["jetsonCharts"];
+    for (chart, series) in [
+        ("j_power", "VDD_GPU_SOC"),
+        ("j_power", "VIN_SYS_5V0"),
+        ("j_temp", "tj"),
+        ("j_emc", "EMC"),
+        ("j_engine", "NVENC"),
+        ("gpu_util", "GR3D"),
+        ("mem", "RAM"),
+    ] {
+        let n = jc[chart][series].as_i64().unwrap_or(0);
+        assert!(n >= 1, "{chart}/{series}: {n} points: {jc}");
+    }
+    let sections = r["jetsonSections"].to_string();
+    assert!(
+        sections.contains("Jetson") && sections.contains("GPU"),
+        "{sections}"
     );
     assert!(shot.exists());
     eprintln!("screenshot: {}", shot.display());

@@ -1,9 +1,10 @@
 // Drives Debian's chromium (headless, through playwright-core) against a running agent and
 // prints one JSON report on stdout; tests/web.rs starts the agents, feeds them and asserts.
 // Usage: node ui.mjs <agent URL with data> <agent URL without data> <screenshot.png>
+//        [<agent URL replaying tegrastats>]
 import { chromium } from 'playwright-core';
 
-const [url, emptyUrl, shot] = process.argv.slice(2);
+const [url, emptyUrl, shot, jetsonUrl] = process.argv.slice(2);
 const T = 20000;
 const report = { errors: [], charts: {}, ranges: {}, steps: [] };
 
@@ -92,6 +93,22 @@ try {
   report.emptyInference = await empty.textContent('#empty-inference');
   report.emptyGpu = await empty.textContent('#empty-gpu');
   await empty.screenshot({ path: shot.replace(/\.png$/, '-empty-phone.png'), fullPage: true });
+
+  // A Jetson (tegrastats replay, no NVML): the GPU panels come from GR3D, the Jetson ones
+  // from rails, SoC zones, EMC and engines.
+  if (jetsonUrl) {
+    const jet = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+    jet.on('console', (m) => { if (m.type() === 'error') report.errors.push('jetson: ' + m.text()); });
+    jet.on('pageerror', (e) => report.errors.push('jetson: ' + String(e)));
+    await jet.goto(jetsonUrl + '/?range=15m', { waitUntil: 'load' });
+    await jet.waitForSelector('svg[data-chart="j_power"] path[data-series]', { state: 'attached', timeout: T });
+    report.jetsonCharts = await jet.$$eval('svg[data-chart]', (svgs) => Object.fromEntries(svgs.map((s) => [
+      s.dataset.chart,
+      Object.fromEntries([...s.querySelectorAll('[data-series]')].map((p) => [p.dataset.series, +p.dataset.points])),
+    ])));
+    report.jetsonSections = await jet.$$eval('h2', (h) => h.map((x) => x.textContent));
+    await jet.screenshot({ path: shot.replace(/\.png$/, '-jetson.png'), fullPage: true });
+  }
 } catch (e) {
   report.failure = String(e && e.stack || e);
 } finally {
