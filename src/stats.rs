@@ -26,10 +26,33 @@ pub struct Stats {
     pub commit_errors: AtomicU64,
     /// Duration of the last commit, microseconds.
     pub last_commit_us: AtomicU64,
+    /// Every commit's duration (exported on `/metrics` as a histogram).
+    pub commit_seconds: CommitHistogram,
     /// UDP datagrams received.
     pub udp_datagrams: AtomicU64,
     /// Collector samples that failed.
     pub collector_errors: AtomicU64,
+}
+
+/// The writer's commit durations: a Prometheus histogram (atomic buckets; clones share them).
+#[derive(Debug, Clone)]
+pub struct CommitHistogram(pub prometheus::Histogram);
+
+/// Bucket bounds of [`CommitHistogram`], seconds: 0.5 ms to 2.5 s (eMMC and SD cards).
+pub const COMMIT_BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
+impl Default for CommitHistogram {
+    fn default() -> Self {
+        let opts = prometheus::HistogramOpts::new(
+            "edgewatch_commit_duration_seconds",
+            "Duration of the writer's commits (one transaction per batch of writes).",
+        )
+        .buckets(COMMIT_BUCKETS.to_vec());
+        // Constant, valid options (name, help, increasing buckets): this cannot fail.
+        CommitHistogram(prometheus::Histogram::with_opts(opts).expect("valid histogram options"))
+    }
 }
 
 impl Stats {

@@ -47,6 +47,7 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
         elapsed.as_micros() as u64,
         std::sync::atomic::Ordering::Relaxed,
     );
+    stats.commit_seconds.0.observe(elapsed.as_secs_f64());
     match result {
         Ok(summaries) => {
             Stats::add(&stats.commits, 1);

@@ -162,9 +162,21 @@ fn metrics_of_a_fed_agent_pass_promtool_check() {
         "edgewatch_rollup_lag_seconds{tier=\"1m\"} ",
         "edgewatch_collector_errors_total 0",
         "edgewatch_build_info{version=",
+        "# TYPE edgewatch_commit_duration_seconds histogram",
+        "edgewatch_commit_duration_seconds_bucket{le=\"+Inf\"} ",
+        "edgewatch_clock_set 1",
+        "edgewatch_clock_holding 0",
+        "# TYPE edgewatch_tegrastats_state gauge",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
+    // Every commit of the fed data was observed.
+    let commits: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("edgewatch_commit_duration_seconds_count "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(commits >= 2.0, "{commits} commits:\n{text}");
     assert!(!text.contains("label"), "strings are not metrics:\n{text}");
     std::fs::write(target_dir().join("metrics-sample.txt"), &text).unwrap();
 

@@ -635,9 +635,13 @@ fn sinks(s: &mut Scrape, status: &J) {
 /// The whole exposition: the agent's health, then one gauge family per measurement and
 /// field (label names: the union of the family's tag keys; a missing tag is an empty label,
 /// which Prometheus treats as absent).
-pub fn render(status: &J, latest: &[Latest]) -> String {
+pub fn render(status: &J, latest: &[Latest], commits: Option<&prometheus::Histogram>) -> String {
     let mut s = Scrape::new();
     health(&mut s, status);
+    if let Some(h) = commits {
+        // A clone shares the writer's buckets; a name clash only leaves it out.
+        let _ = s.reg.register(Box::new(h.clone()));
+    }
     let mut families: BTreeMap<(String, u64), Vec<&Latest>> = BTreeMap::new();
     for l in latest {
         let (name, factor) = base_unit(&metric_name(&format!("{}_{}", l.measurement, l.field)));
@@ -745,6 +749,7 @@ mod tests {
                     30.0,
                 ),
             ],
+            None,
         );
         assert!(text.contains("# TYPE gpu_temp_c gauge"), "{text}");
         assert!(
@@ -769,7 +774,7 @@ mod tests {
             "sinks": [{"name": "influx", "backlog_points": 12, "connected": true, "last_error": "x"}],
             "forward": {"mqtt": {"backlog_points": 3, "oldest_unsent_age_s": 4.5}},
         });
-        let text = render(&status, &[]);
+        let text = render(&status, &[], None);
         assert!(
             text.contains(r#"edgewatch_sink_backlog_points{sink="influx"} 12"#),
             "{text}"
@@ -789,8 +794,28 @@ mod tests {
         let text = render(
             &serde_json::json!({"ingest": {"queue_points": 2}}),
             &[l("edgewatch_queue", &[], "points", 9.0)],
+            None,
         );
         assert!(text.contains("edgewatch_queue_points 2"), "{text}");
         assert!(!text.contains(" 9"), "{text}");
+    }
+
+    #[test]
+    fn commit_durations_are_a_histogram() {
+        let h = crate::stats::CommitHistogram::default();
+        for secs in [0.0002, 0.003, 0.003, 0.2, 4.0] {
+            h.0.observe(secs);
+        }
+        let text = render(&serde_json::json!({}), &[], Some(&h.0));
+        for want in [
+            "# TYPE edgewatch_commit_duration_seconds histogram",
+            r#"edgewatch_commit_duration_seconds_bucket{le="0.0005"} 1"#,
+            r#"edgewatch_commit_duration_seconds_bucket{le="0.005"} 3"#,
+            r#"edgewatch_commit_duration_seconds_bucket{le="0.25"} 4"#,
+            r#"edgewatch_commit_duration_seconds_bucket{le="+Inf"} 5"#,
+            "edgewatch_commit_duration_seconds_count 5",
+        ] {
+            assert!(text.contains(want), "{want}:\n{text}");
+        }
     }
 }

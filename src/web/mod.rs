@@ -97,7 +97,7 @@ async fn scrape(ctx: ApiCtx) -> Response {
             Vec::new()
         }
     };
-    let text = metrics::render(&status, &latest);
+    let text = metrics::render(&status, &latest, Some(&ctx.stats.commit_seconds.0));
     let mut r = Response::new(text.into());
     r.headers_mut().insert(
         CONTENT_TYPE,
