@@ -278,13 +278,23 @@ fn mqtt_over_tls_with_a_test_ca() {
     let cfg = mqtt_sink(
         port,
         "mqtts",
-        &format!("ca_file = \"{}\"\n", ca.ca.display()),
+        // Small messages: every batch goes as several parts.
+        &format!("ca_file = \"{}\"\nmax_bytes = 8192\n", ca.ca.display()),
     );
     let agent = agent_with(dir.path(), &cfg);
     write_points(&agent, "m", 0, 3_000, T0);
     let ok = wait_for(Duration::from_secs(20), || {
         (parse_mqtt(&sub.text()).1.len() >= 3_000).then_some(())
     });
+    let text = sub.text();
+    let (_, ts) = parse_mqtt(&text);
+    let want: Vec<i64> = (0..3_000).map(|i| T0 + i * 1000).collect();
+    assert_eq!(ts, want, "every point once, in order");
+    assert!(
+        text.contains(" part=2/"),
+        "no batch was split:\n{}",
+        &text[..text.len().min(2000)]
+    );
     assert!(
         ok.is_some(),
         "{}\n{}",

@@ -51,7 +51,7 @@ pub enum SinkKind {
 pub enum Format {
     /// InfluxDB line protocol (Telegraf `data_format = "influx"`).
     Line,
-    /// `{"device_id", "seq", "points": [{measurement, tags, fields, time}]}`.
+    /// `{"device_id", "seq", "part", "parts", "points": [{measurement, tags, fields, time}]}`.
     Json,
 }
 

@@ -94,9 +94,10 @@ pub fn line(out: &mut Vec<u8>, p: &Point, uint_as_int: bool) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// The JSON form of a batch: `{"device_id", "seq", "points": [{"measurement", "tags",
-/// "fields", "time"}]}`; `time` is ns since the epoch.
-pub fn json(device_id: &str, seq: i64, points: &[&Point]) -> Vec<u8> {
+/// The JSON form of (part `part.0` of `part.1` of) a batch: `{"device_id", "seq", "part",
+/// "parts", "points": [{"measurement", "tags", "fields", "time"}]}`; `time` is ns since the
+/// epoch. A batch's parts share its `seq`: consumers drop duplicates by `(seq, part)`.
+pub fn json(device_id: &str, seq: i64, part: (usize, usize), points: &[&Point]) -> Vec<u8> {
     let pts: Vec<serde_json::Value> = points
         .iter()
         .map(|p| {
@@ -131,6 +132,8 @@ pub fn json(device_id: &str, seq: i64, points: &[&Point]) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "device_id": device_id,
         "seq": seq,
+        "part": part.0,
+        "parts": part.1,
         "points": pts,
     }))
     .unwrap_or_default()
@@ -232,8 +235,12 @@ mod tests {
             ts: 5,
             fields: vec![("v".into(), Value::I64(2))],
         };
-        let j: serde_json::Value = serde_json::from_slice(&json("d", 9, &[&p])).unwrap();
+        let j: serde_json::Value = serde_json::from_slice(&json("d", 9, (2, 3), &[&p])).unwrap();
         assert_eq!(j["seq"], 9);
+        assert_eq!(
+            (j["part"].as_u64(), j["parts"].as_u64()),
+            (Some(2), Some(3))
+        );
         assert_eq!(j["points"][0]["tags"]["device_id"], "jet 1");
         assert_eq!(j["points"][0]["fields"]["v"], 2);
         assert_eq!(

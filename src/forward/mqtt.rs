@@ -148,51 +148,107 @@ fn messages(
     last: i64,
     points: &[Point],
 ) -> Vec<(String, Vec<u8>)> {
-    let template = ctx.cfg.topic.as_deref().unwrap_or("edgewatch/{device_id}");
-    let mut groups: Vec<(String, Vec<&Point>)> = Vec::new();
-    if template.contains("{measurement}") {
-        let mut index: HashMap<&str, usize> = HashMap::new();
-        for p in points {
-            let i = *index
-                .entry(p.series.measurement.as_str())
-                .or_insert_with(|| {
-                    groups.push((
-                        encode::topic(template, &ctx.device_id, &p.series.measurement),
-                        Vec::new(),
-                    ));
-                    groups.len() - 1
-                });
-            groups[i].1.push(p);
-        }
-    } else {
-        groups.push((
-            encode::topic(template, &ctx.device_id, ""),
-            points.iter().collect(),
-        ));
-    }
-    let parts = groups.len();
-    groups
-        .into_iter()
-        .enumerate()
-        .map(|(i, (topic, pts))| {
-            let body = match ctx.cfg.format.unwrap_or(Format::Line) {
-                Format::Line => {
-                    let mut b = encode::seq_comment(seq, first, last, i + 1, parts).into_bytes();
-                    for p in pts {
-                        encode::line(&mut b, p, false);
-                    }
-                    b
+    let shape = Shape {
+        template: ctx.cfg.topic.as_deref().unwrap_or("edgewatch/{device_id}"),
+        device_id: &ctx.device_id,
+        format: ctx.cfg.format.unwrap_or(Format::Line),
+        gzip: ctx.cfg.gzip(),
+        max_bytes: ctx.cfg.max_bytes,
+    };
+    shape.messages(seq, first, last, points)
+}
+
+/// How a sink turns a batch into MQTT messages.
+struct Shape<'a> {
+    template: &'a str,
+    device_id: &'a str,
+    format: Format,
+    gzip: bool,
+    /// Largest payload before compression; a batch over it goes as several parts (a single
+    /// point over it goes alone).
+    max_bytes: usize,
+}
+
+impl Shape<'_> {
+    fn body(
+        &self,
+        seq: i64,
+        first: i64,
+        last: i64,
+        part: (usize, usize),
+        pts: &[&Point],
+    ) -> Vec<u8> {
+        match self.format {
+            Format::Line => {
+                let mut b = encode::seq_comment(seq, first, last, part.0, part.1).into_bytes();
+                for p in pts {
+                    encode::line(&mut b, p, false);
                 }
-                Format::Json => encode::json(&ctx.device_id, seq, &pts),
-            };
-            let body = if ctx.cfg.gzip() {
-                encode::gzip(&body)
-            } else {
-                body
-            };
-            (topic, body)
-        })
-        .collect()
+                b
+            }
+            Format::Json => encode::json(self.device_id, seq, part, pts),
+        }
+    }
+
+    /// Splits `pts` in halves until each part's body fits `max_bytes`.
+    fn fit<'p>(&self, pts: Vec<&'p Point>, out: &mut Vec<Vec<&'p Point>>) {
+        // The part header is written with the final numbering; leave room for it.
+        let budget = self.max_bytes.saturating_sub(96).max(1);
+        if pts.len() > 1 && self.body(0, 0, 0, (0, 0), &pts).len() > budget {
+            let mut left = pts;
+            let right = left.split_off(left.len() / 2);
+            self.fit(left, out);
+            self.fit(right, out);
+        } else {
+            out.push(pts);
+        }
+    }
+
+    fn messages(
+        &self,
+        seq: i64,
+        first: i64,
+        last: i64,
+        points: &[Point],
+    ) -> Vec<(String, Vec<u8>)> {
+        let mut groups: Vec<(String, Vec<&Point>)> = Vec::new();
+        if self.template.contains("{measurement}") {
+            let mut index: HashMap<&str, usize> = HashMap::new();
+            for p in points {
+                let i = *index
+                    .entry(p.series.measurement.as_str())
+                    .or_insert_with(|| {
+                        groups.push((
+                            encode::topic(self.template, self.device_id, &p.series.measurement),
+                            Vec::new(),
+                        ));
+                        groups.len() - 1
+                    });
+                groups[i].1.push(p);
+            }
+        } else {
+            groups.push((
+                encode::topic(self.template, self.device_id, ""),
+                points.iter().collect(),
+            ));
+        }
+        let mut parts: Vec<(String, Vec<&Point>)> = Vec::new();
+        for (topic, pts) in groups {
+            let mut fitted = Vec::new();
+            self.fit(pts, &mut fitted);
+            parts.extend(fitted.into_iter().map(|p| (topic.clone(), p)));
+        }
+        let n = parts.len();
+        parts
+            .into_iter()
+            .enumerate()
+            .map(|(i, (topic, pts))| {
+                let body = self.body(seq, first, last, (i + 1, n), &pts);
+                let body = if self.gzip { encode::gzip(&body) } else { body };
+                (topic, body)
+            })
+            .collect()
+    }
 }
 
 /// Connects and polls one connection until it dies or `closing` is cancelled.
@@ -638,4 +694,107 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         }
     }
     tracing::info!(sink = %name, cursor = acked_cursor, "mqtt sink stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Value;
+
+    fn points(n: usize) -> Vec<Point> {
+        let gpu = Arc::new(encode::series("gpu,gpu=0", &[]));
+        let inf = Arc::new(encode::series("inference,model=yolo", &[]));
+        (0..n)
+            .map(|i| Point {
+                series: if i % 3 == 0 { gpu.clone() } else { inf.clone() },
+                ts: 1_764_000_000_000_000_000 + i as i64,
+                fields: vec![("v".into(), Value::I64(i as i64))],
+            })
+            .collect()
+    }
+
+    fn shape(template: &str, format: Format, max_bytes: usize) -> Shape<'_> {
+        Shape {
+            template,
+            device_id: "d1",
+            format,
+            gzip: false,
+            max_bytes,
+        }
+    }
+
+    /// Timestamps per (seq, part) of line-format payloads.
+    fn line_parts(msgs: &[(String, Vec<u8>)]) -> Vec<(String, Vec<i64>)> {
+        msgs.iter()
+            .map(|(_, body)| {
+                let text = String::from_utf8(body.clone()).unwrap();
+                let mut lines = text.lines();
+                let head = lines.next().unwrap().to_string();
+                let ts = lines
+                    .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+                    .collect();
+                (head, ts)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_fits_one_message_when_it_can() {
+        let pts = points(100);
+        let msgs = shape("e/{device_id}", Format::Line, 1 << 20).messages(7, 1, 2, &pts);
+        assert_eq!(msgs.len(), 1);
+        assert_eq!(msgs[0].0, "e/d1");
+        let parts = line_parts(&msgs);
+        assert_eq!(parts[0].0, "# edgewatch seq=7 chunks=1-2 part=1/1");
+        assert_eq!(parts[0].1.len(), 100);
+    }
+
+    #[test]
+    fn a_batch_over_max_bytes_goes_as_numbered_parts_in_order() {
+        let pts = points(1000);
+        let max = 4096;
+        let msgs = shape("e/{device_id}", Format::Line, max).messages(7, 1, 2, &pts);
+        assert!(msgs.len() > 5, "{} parts", msgs.len());
+        assert!(msgs.iter().all(|(_, b)| b.len() <= max));
+        let parts = line_parts(&msgs);
+        let n = parts.len();
+        for (i, (head, _)) in parts.iter().enumerate() {
+            assert_eq!(
+                head,
+                &format!("# edgewatch seq=7 chunks=1-2 part={}/{n}", i + 1)
+            );
+        }
+        let all: Vec<i64> = parts.into_iter().flat_map(|p| p.1).collect();
+        let want: Vec<i64> = pts.iter().map(|p| p.ts).collect();
+        assert_eq!(all, want, "every point once, in order");
+        // Per measurement too, numbered across the whole batch.
+        let msgs = shape("e/{device_id}/{measurement}", Format::Line, max).messages(8, 1, 2, &pts);
+        let topics: std::collections::BTreeSet<&str> =
+            msgs.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(topics.len(), 2);
+        assert!(msgs.iter().all(|(_, b)| b.len() <= max));
+        let count: usize = line_parts(&msgs).iter().map(|p| p.1.len()).sum();
+        assert_eq!(count, 1000);
+        // A single point larger than the limit still goes (alone).
+        let msgs = shape("e/{device_id}", Format::Line, 10).messages(9, 1, 2, &pts[..3]);
+        assert_eq!(msgs.len(), 3);
+    }
+
+    #[test]
+    fn json_parts_carry_their_number() {
+        let pts = points(600);
+        let max = 8192;
+        let msgs = shape("e/{device_id}", Format::Json, max).messages(3, 1, 2, &pts);
+        assert!(msgs.len() > 2);
+        let mut seen = 0;
+        for (i, (_, body)) in msgs.iter().enumerate() {
+            assert!(body.len() <= max);
+            let j: serde_json::Value = serde_json::from_slice(body).unwrap();
+            assert_eq!(j["seq"], 3);
+            assert_eq!(j["part"], i + 1);
+            assert_eq!(j["parts"], msgs.len());
+            seen += j["points"].as_array().unwrap().len();
+        }
+        assert_eq!(seen, 600);
+    }
 }
