@@ -182,7 +182,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             crate::ingest::http::routes(write_ctx)
                 .or(crate::api::routes(api_ctx.clone()))
                 .unify()
-                .or(crate::web::routes(api_ctx))
+                .or(crate::web::routes(api_ctx.clone()))
                 .unify(),
         )
         .recover(crate::web::auth::recover);
@@ -238,6 +238,22 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 cfg.host.interval.0,
                 handle.clone(),
                 stats.clone(),
+                sources.clone(),
+            )),
+        ));
+    }
+    if cfg.health.enabled {
+        tasks.push((
+            "health collector",
+            tokio::spawn(crate::collect::own::run(
+                cfg.health.interval.0,
+                handle.clone(),
+                stats.clone(),
+                crate::collect::own::Sources {
+                    handle: handle.clone(),
+                    db_path: api_ctx.db_path.clone(),
+                    forward: api_ctx.forward.clone(),
+                },
                 sources.clone(),
             )),
         ));

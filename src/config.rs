@@ -45,6 +45,8 @@ pub struct Config {
     pub log: LogConfig,
     /// `[clock]`
     pub clock: crate::clock::ClockConfig,
+    /// `[health]`
+    pub health: crate::collect::own::HealthConfig,
     /// Top-level `device_id`: added to every forwarded point (unset: `/etc/machine-id`, else
     /// the host name).
     pub device_id: Option<String>,
@@ -554,6 +556,13 @@ impl serde::Serialize for SerializableConfig<'_> {
             )],
         );
         sec("log", vec![("level", V::String(c.log.level.clone()))]);
+        sec(
+            "health",
+            vec![
+                ("enabled", V::Boolean(c.health.enabled)),
+                ("interval", dur(c.health.interval.0)),
+            ],
+        );
         sec(
             "clock",
             c.clock

@@ -193,3 +193,54 @@ fn a_busy_port_is_a_clear_startup_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot listen on http"), "{err}");
 }
+
+/// The agent's own health is stored as data (and so forwarded and rolled up like any
+/// sample), and every start leaves an `edgewatch_event,event=start` point: a restart shows up
+/// in the data next to the latency it may explain.
+#[test]
+fn own_health_is_stored_and_each_start_is_an_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!("{QUIET}[health]\nenabled = true\ninterval = \"200ms\"\n");
+    let agent = Agent::start(dir.path(), &cfg);
+    let body: String = (0..100).map(|i| format!("m v={i}\n")).collect();
+    assert_eq!(
+        post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
+        204
+    );
+    let seen = wait_for(Duration::from_secs(10), || {
+        (count(&agent, "measurement=edgewatch_agent&field=cpu_pct") >= 2).then_some(())
+    });
+    assert!(seen.is_some(), "{}", agent.log_text());
+    let (_, body) = get(&agent
+        .url("/api/v1/query?measurement=edgewatch_agent&field=points_written&from=-1h&to=now"))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let written = v["series"][0]["points"]
+        .as_array()
+        .and_then(|p| p.last())
+        .and_then(|p| p[1].as_f64())
+        .unwrap_or(0.0);
+    assert!(written >= 100.0, "{body}");
+    assert!(count(&agent, "measurement=edgewatch_agent&field=rss_bytes") >= 2);
+    // /metrics exposes the same health natively, not these series again.
+    let (_, metrics) = get(&agent.url("/metrics")).unwrap();
+    assert!(!metrics.contains("edgewatch_agent_"), "{metrics}");
+    let first_pid = agent.pid();
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    let agent = Agent::start(dir.path(), &cfg);
+    let events = wait_for(Duration::from_secs(10), || {
+        let n = count(
+            &agent,
+            "measurement=edgewatch_event&tag.event=start&field=pid",
+        );
+        (n >= 2).then_some(n)
+    });
+    assert_eq!(events, Some(2), "{}", agent.log_text());
+    let (_, body) = get(&agent.url(
+        "/api/v1/query?measurement=edgewatch_event&tag.event=start&field=pid&from=-1h&to=now",
+    ))
+    .unwrap();
+    assert!(body.contains(&first_pid.to_string()), "{body}");
+    assert!(body.contains(&agent.pid().to_string()), "{body}");
+}

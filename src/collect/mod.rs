@@ -4,6 +4,7 @@
 
 pub mod host;
 pub mod nvml;
+pub mod own;
 pub mod tegrastats;
 
 use std::sync::Arc;

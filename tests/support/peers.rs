@@ -13,7 +13,7 @@ use std::time::Duration;
 use super::*;
 
 /// Collectors and rollup off.
-pub const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n";
+pub const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n[health]\nenabled = false\n";
 
 /// Starts the agent with `top` (top-level keys, `[tags]`, `[[sink]]` tables) after the base
 /// sections; the data dir is `dir/data`.

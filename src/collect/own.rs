@@ -1,0 +1,260 @@
+//! The agent's own health as data: every `[health] interval` one `edgewatch_agent` point
+//! (uptime, memory, CPU, ingest counters, queue, last commit, database size, forwarding
+//! backlog), and one `edgewatch_event,event=start` point when the agent starts. They go
+//! through the queue like any sample, so they are stored, rolled up and forwarded with the
+//! rest: the fleet sees in InfluxDB/Grafana when an agent restarted, fell behind or dropped
+//! data, next to the latency it explains. (`/metrics` exposes the same health natively and
+//! leaves these series out.)
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Interval;
+use crate::model::{series_key, Batch, Line, Value};
+use crate::queue::IngestHandle;
+use crate::stats::Stats;
+
+/// `[health]`
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Write `edgewatch_agent` / `edgewatch_event` points.
+    pub enabled: bool,
+    /// How often.
+    pub interval: Interval,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            enabled: true,
+            interval: Interval(Duration::from_secs(10)),
+        }
+    }
+}
+
+/// What the collector reads besides the shared counters.
+pub struct Sources {
+    /// The ingest queue (its depth).
+    pub handle: IngestHandle,
+    /// The database file (its size, with the WAL).
+    pub db_path: PathBuf,
+    /// The forwarders (their backlog).
+    pub forward: Arc<crate::forward::ForwardStatus>,
+}
+
+/// Resident set size in bytes from `/proc/self/status` text.
+pub fn parse_rss_bytes(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// User + system CPU time in clock ticks from `/proc/self/stat` text.
+pub fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    // After ")": state is field 3, so utime (14) and stime (15) are the 12th and 13th.
+    let utime: u64 = f.nth(11)?.parse().ok()?;
+    let stime: u64 = f.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_s() -> f64 {
+    // SAFETY: sysconf reads a constant of the running system; no memory is passed.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// The sampler: keeps the previous CPU reading for a rate.
+pub struct Own {
+    version: &'static str,
+    started: Instant,
+    ticks_per_s: f64,
+    last_cpu: Option<(Instant, u64)>,
+}
+
+impl Own {
+    /// A sampler whose uptime counts from now.
+    pub fn new() -> Own {
+        Own {
+            version: env!("CARGO_PKG_VERSION"),
+            started: Instant::now(),
+            ticks_per_s: clock_ticks_per_s(),
+            last_cpu: None,
+        }
+    }
+
+    /// The start event.
+    pub fn start_event(&self, ts: i64) -> Line {
+        Line {
+            key: series_key(
+                "edgewatch_event",
+                &[("event", "start"), ("version", self.version)],
+            ),
+            fields: vec![("pid".into(), Value::I64(i64::from(std::process::id())))],
+            ts,
+            line_no: 0,
+        }
+    }
+
+    /// One `edgewatch_agent` point.
+    pub fn sample(&mut self, ts: i64, stats: &Stats, src: &Sources) -> Line {
+        let g = |c: &std::sync::atomic::AtomicU64| {
+            Value::I64(i64::try_from(Stats::get(c)).unwrap_or(i64::MAX))
+        };
+        let int = |n: u64| Value::I64(i64::try_from(n).unwrap_or(i64::MAX));
+        let mut fields: Vec<(String, Value)> = vec![
+            (
+                "uptime_s".into(),
+                Value::F64(self.started.elapsed().as_secs_f64()),
+            ),
+            ("points_written".into(), g(&stats.points_written)),
+            ("points_rejected".into(), g(&stats.points_rejected)),
+            ("points_dropped".into(), g(&stats.points_dropped)),
+            ("writes_throttled".into(), g(&stats.writes_throttled)),
+            ("commit_errors".into(), g(&stats.commit_errors)),
+            ("collector_errors".into(), g(&stats.collector_errors)),
+            ("queue_points".into(), int(src.handle.queued() as u64)),
+            (
+                "commit_ms".into(),
+                Value::F64(Stats::get(&stats.last_commit_us) as f64 / 1000.0),
+            ),
+            (
+                "db_bytes".into(),
+                int(crate::store::disk_bytes(&src.db_path)),
+            ),
+        ];
+        if let Some(rss) = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| parse_rss_bytes(&s))
+        {
+            fields.push(("rss_bytes".into(), int(rss)));
+        }
+        if let Some(ticks) = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| parse_cpu_ticks(&s))
+        {
+            let now = Instant::now();
+            if let Some((then, before)) = self.last_cpu {
+                let wall = now.duration_since(then).as_secs_f64();
+                if wall > 0.0 {
+                    let cpu = ticks.saturating_sub(before) as f64 / self.ticks_per_s;
+                    fields.push(("cpu_pct".into(), Value::F64(100.0 * cpu / wall)));
+                }
+            }
+            self.last_cpu = Some((now, ticks));
+        }
+        if !src.forward.sinks.is_empty() {
+            let sinks: Vec<_> = src.forward.sinks.iter().map(|s| s.get()).collect();
+            let backlog: i64 = sinks.iter().map(|s| s.backlog_points.max(0)).sum();
+            fields.push(("forward_backlog_points".into(), Value::I64(backlog)));
+            let oldest = sinks
+                .iter()
+                .filter_map(|s| s.oldest_unsent_age_s)
+                .fold(0.0f64, f64::max);
+            fields.push(("forward_oldest_unsent_s".into(), Value::F64(oldest)));
+        }
+        Line {
+            key: series_key("edgewatch_agent", &[("version", self.version)]),
+            fields,
+            ts,
+            line_no: 0,
+        }
+    }
+}
+
+impl Default for Own {
+    fn default() -> Self {
+        Own::new()
+    }
+}
+
+/// Runs until `shutdown`: the start event, then a sample every `interval`.
+pub async fn run(
+    interval: Duration,
+    handle: IngestHandle,
+    stats: Arc<Stats>,
+    src: Sources,
+    shutdown: CancellationToken,
+) {
+    let mut own = Own::new();
+    let start = Batch {
+        lines: vec![own.start_event(crate::now_ns())],
+    };
+    super::submit(&handle, &stats, start, "health");
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let line = own.sample(crate::now_ns(), &stats, &src);
+        super::submit(&handle, &stats, Batch { lines: vec![line] }, "health");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_and_cpu_from_proc_text() {
+        let status = "Name:\tedgewatch\nVmHWM:\t   20000 kB\nVmRSS:\t   11456 kB\nThreads:\t9\n";
+        assert_eq!(parse_rss_bytes(status), Some(11456 * 1024));
+        assert_eq!(parse_rss_bytes("Name: x\n"), None);
+        // A command name with spaces and parentheses; utime 250, stime 50.
+        let stat =
+            "4242 (edge (watch) x) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 50 0 0 20 0 9 0 100 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(300));
+        assert_eq!(parse_cpu_ticks("4242 (x) S 1"), None);
+        assert_eq!(parse_cpu_ticks("garbage"), None);
+    }
+
+    #[test]
+    fn samples_carry_the_counters_and_a_cpu_rate_from_the_second_on() {
+        let (handle, _rx) = crate::queue::channel(100);
+        let stats = Stats::default();
+        Stats::add(&stats.points_written, 42);
+        Stats::add(&stats.points_dropped, 3);
+        let dir = tempfile::tempdir().unwrap();
+        let src = Sources {
+            handle,
+            db_path: dir.path().join("none.db"),
+            forward: Arc::new(crate::forward::ForwardStatus::default()),
+        };
+        let mut own = Own::new();
+        let first = own.sample(1, &stats, &src);
+        assert!(
+            first.key.starts_with("edgewatch_agent,version="),
+            "{}",
+            first.key
+        );
+        let field = |l: &Line, k: &str| l.fields.iter().find(|f| f.0 == k).map(|f| f.1.clone());
+        assert_eq!(field(&first, "points_written"), Some(Value::I64(42)));
+        assert_eq!(field(&first, "points_dropped"), Some(Value::I64(3)));
+        assert_eq!(field(&first, "queue_points"), Some(Value::I64(0)));
+        assert!(matches!(field(&first, "rss_bytes"), Some(Value::I64(n)) if n > 1_000_000));
+        assert_eq!(field(&first, "cpu_pct"), None, "no rate from one reading");
+        assert_eq!(field(&first, "forward_backlog_points"), None, "no sinks");
+        std::thread::sleep(Duration::from_millis(20));
+        let second = own.sample(2, &stats, &src);
+        assert!(matches!(field(&second, "cpu_pct"), Some(Value::F64(p)) if p >= 0.0));
+        let ev = own.start_event(5);
+        assert!(
+            ev.key.starts_with("edgewatch_event,event=start,version="),
+            "{}",
+            ev.key
+        );
+    }
+}
