@@ -214,7 +214,17 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     );
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), FED);
-    feed(&agent.url(""), &incident(now_ms()), &[]);
+    let now = now_ms();
+    feed(&agent.url(""), &incident(now), &[]);
+    // The agent "restarted" 12 minutes ago (ms precision, as the feed).
+    feed(
+        &agent.url(""),
+        &format!(
+            "edgewatch_event,event=start,version=0.1.0 pid=4242i {}\n",
+            now - 12 * 60_000
+        ),
+        &[],
+    );
     let empty_dir = tempfile::tempdir().unwrap();
     let empty = Agent::start(empty_dir.path(), FED);
     // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML.
@@ -307,6 +317,10 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     let findings = r["findings"].to_string();
     assert!(
         findings.contains("yolov8n: p99 peaked") && findings.contains("throttled (sw thermal)"),
+        "{findings}"
+    );
+    assert!(
+        findings.contains("edgewatch agent started at"),
         "{findings}"
     );
     let tip = r["tip"].as_str().unwrap_or("");

@@ -263,7 +263,14 @@ async function loadOverview() {
     jobs.push(() => getJSON(`/api/v1/query?measurement=${encodeURIComponent(qq.m)}&field=${encodeURIComponent(qq.f)}&${q}&agg=${qq.agg || 'mean'}${g}`));
     where.push([pi, qq]);
   }));
+  // Agent (re)starts in the range: one point each (measurement edgewatch_event).
+  const starts = have.has('edgewatch_event/pid')
+    ? getJSON(`/api/v1/query?measurement=edgewatch_event&tag.event=start&field=pid&from=-${S.range}`)
+      .then((r) => (r.series || []).flatMap((x) => x.points.map((p) => ms(p[0]))).sort((a, b) => a - b))
+      .catch(() => [])
+    : Promise.resolve([]);
   const res = await pool(jobs, 4);
+  S.starts = await starts;
   if (gen !== S.gen) return;
   S.status = status;
   const to = ms(inf.to || Date.now() * 1e6);
@@ -359,7 +366,7 @@ function renderOverview(inf, res, where, status) {
   }
   S.bands = throttleBands(sections);
   for (const c of S.charts) c.draw();
-  renderFindings(models, sections);
+  renderFindings(models, sections, S.starts || []);
 }
 
 // Time intervals in which any throttle reason was active.
@@ -377,7 +384,7 @@ function throttleBands(sections) {
 }
 
 // The answer to "is inference slow, and why" in a few lines.
-function renderFindings(models, sections) {
+function renderFindings(models, sections, starts) {
   const out = [];
   const find = (id) => Object.values(sections).flat().find((c) => c.o.id === id);
   const throttle = find('gpu_throttle');
@@ -398,6 +405,12 @@ function renderFindings(models, sections) {
     } else if (r >= 3) out.push(['bad', `${m.model}: long tail, p99 is ${num(r)}× p50`]);
     const share = m.summary.gpu_share;
     if (share != null && share < 0.6) out.push(['warn', `${m.model}: the GPU computes only ${Math.round(share * 100)}% of wall time; the rest is queueing, copies or CPU work`]);
+  }
+  // A restart explains a gap, a warm-up or a latency step: say when it happened.
+  if (starts.length) {
+    const when = starts.slice(-3).map((t) => clock(t, true)).join(', ');
+    out.push(['warn', starts.length === 1 ? `edgewatch agent started at ${when}`
+      : `edgewatch agent started ${starts.length}× in this range (${starts.length > 3 ? 'last: ' : ''}${when})`]);
   }
   for (const [n, on] of throttled) out.push(['bad', `GPU throttled (${n}) in ${on.length} step${on.length > 1 ? 's' : ''}, first at ${clock(on[0][0], true)}`]);
   const peakOf = (id, lim, what, unit) => {
