@@ -274,6 +274,7 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
                     "rolled_up_points": r.points, "rolled_up_chunks": r.chunks, "steps": r.steps,
                     "evicted_chunks": r.evicted_chunks, "evicted_points": r.evicted_points,
                     "evicted_rows": r.evicted_rows, "db_bytes": r.db_bytes,
+                    "clock_held": r.clock_held, "clock_fixed_points": r.clock_fixed_points,
                 })
             );
             Ok(ExitCode::SUCCESS)
