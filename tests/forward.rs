@@ -630,13 +630,18 @@ fn while_the_clock_is_not_set_writes_are_kept_and_held_then_all_forwarded() {
     let dir = tempfile::tempdir().unwrap();
     let influx = Influxd::start(&dir.path().join("influx"));
     influx_create_db(&influx, "edge");
-    let set_at = std::time::SystemTime::now() + Duration::from_secs(4);
+    // Ample for the agent to start on a busy 2-core machine (it takes well under a second).
+    let set_at = std::time::SystemTime::now() + Duration::from_secs(12);
     let top = format!(
         "{}\n[clock]\nmin_valid = \"{}\"\n",
         influx_sink("influx", &format!("http://{}", influx.http), ""),
         humantime::format_rfc3339_nanos(set_at)
     );
     let agent = agent_with(dir.path(), &top);
+    assert!(
+        std::time::SystemTime::now() < set_at,
+        "the agent took over 12 s to start: cannot stage an unset clock"
+    );
     // Stamped by a local app on the same "unset" clock.
     let t0 = edgewatch_now() - 10_000_000_000;
     let body: String = (0..500)
@@ -650,13 +655,13 @@ fn while_the_clock_is_not_set_writes_are_kept_and_held_then_all_forwarded() {
     let (_, metrics) = get(&agent.url("/metrics")).unwrap();
     assert!(metrics.contains("edgewatch_clock_holding 1"), "{metrics}");
     // Held: the sink is healthy and idle, the points wait in the store.
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(3000));
     if std::time::SystemTime::now() < set_at {
         assert_eq!(influx_count(&influx, "edge", "m"), 0);
         assert_eq!(sink_status(&agent, "influx")["forwarded_points"], 0);
     }
     // The clock passes min_valid: the hold lifts (after the grace period) and all arrive.
-    let all = wait_for(Duration::from_secs(40), || {
+    let all = wait_for(Duration::from_secs(60), || {
         (influx_count(&influx, "edge", "m") == 500).then_some(())
     });
     assert!(
