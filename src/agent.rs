@@ -177,12 +177,19 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         max_series,
         db_path: db_path.clone(),
     };
+    // What the health collector reads, taken before the routes own the context (the context
+    // holds an ingest handle: it must go with the server, or the queue never closes).
+    let health_src = crate::collect::own::Sources {
+        handle: handle.clone(),
+        db_path: db_path.clone(),
+        forward: api_ctx.forward.clone(),
+    };
     let routes = crate::web::auth::guard(access)
         .and(
             crate::ingest::http::routes(write_ctx)
                 .or(crate::api::routes(api_ctx.clone()))
                 .unify()
-                .or(crate::web::routes(api_ctx.clone()))
+                .or(crate::web::routes(api_ctx))
                 .unify(),
         )
         .recover(crate::web::auth::recover);
@@ -249,14 +256,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 cfg.health.interval.0,
                 handle.clone(),
                 stats.clone(),
-                crate::collect::own::Sources {
-                    handle: handle.clone(),
-                    db_path: api_ctx.db_path.clone(),
-                    forward: api_ctx.forward.clone(),
-                },
+                health_src,
                 sources.clone(),
             )),
         ));
+    } else {
+        drop(health_src);
     }
     // Also when disabled: it then only records "off" in the status and returns.
     tasks.push((

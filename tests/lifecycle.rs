@@ -37,9 +37,14 @@ fn sigterm_flushes_and_exits_0_quickly_and_data_survives_restart() {
         post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
         204
     );
+    let log = agent.log.clone();
     let (code, took) = agent.terminate();
     assert_eq!(code, Some(0));
     assert!(took < Duration::from_secs(5), "shutdown took {took:?}");
+    // Everything stopped in order, nothing hit the deadline (a producer handle kept alive
+    // would keep the queue open and the writer waiting).
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!text.contains("shutdown deadline"), "{text}");
     let agent = Agent::start(dir.path(), QUIET);
     assert_eq!(count(&agent, "measurement=persist"), 5000);
     assert!(agent.log_text().contains("store open"));
@@ -226,8 +231,11 @@ fn own_health_is_stored_and_each_start_is_an_event() {
     let (_, metrics) = get(&agent.url("/metrics")).unwrap();
     assert!(!metrics.contains("edgewatch_agent_"), "{metrics}");
     let first_pid = agent.pid();
+    let log = agent.log.clone();
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!text.contains("shutdown deadline"), "{text}");
     let agent = Agent::start(dir.path(), &cfg);
     let events = wait_for(Duration::from_secs(10), || {
         let n = count(
