@@ -226,7 +226,11 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         &[],
     );
     let empty_dir = tempfile::tempdir().unwrap();
-    let empty = Agent::start(empty_dir.path(), FED);
+    // A device whose clock is not set yet (it reads earlier than min_valid).
+    let empty = Agent::start(
+        empty_dir.path(),
+        &format!("{FED}[clock]\nmin_valid = \"2100-01-01T00:00:00Z\"\n"),
+    );
     // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML.
     let jet_dir = tempfile::tempdir().unwrap();
     let jetson = Agent::start(
@@ -374,6 +378,13 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     assert!(
         empty_inf.contains("curl -XPOST") && empty_inf.contains("inference,model="),
         "{empty_inf}"
+    );
+    // The clock banner: hidden on a set clock, explaining the hold on the unset one.
+    assert_eq!(r["bannerHidden"], true, "{}", r["bannerHidden"]);
+    let banner = r["emptyBanner"].as_str().unwrap_or("");
+    assert!(
+        banner.contains("clock is not set") && banner.contains("2100-01-01"),
+        "{banner}"
     );
     // The empty state says why: both GPU collectors are off in this agent's config.
     let empty_gpu = r["emptyGpu"].as_str().unwrap_or("");

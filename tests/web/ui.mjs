@@ -31,6 +31,7 @@ try {
   await page.waitForSelector('svg[data-chart="gpu_temp"] path', { timeout: T });
   report.charts = await charts();
   report.findings = await page.$$eval('#findings .find', (f) => f.map((x) => x.textContent));
+  report.bannerHidden = await page.$eval('#banner', (b) => b.hidden);
   report.cards = await page.$$eval('.card[data-model]', (c) => c.map((x) => x.textContent));
 
   // Hover the middle of the latency chart: the tooltip and every legend show that time.
@@ -92,6 +93,8 @@ try {
   await empty.waitForSelector('#empty-inference', { timeout: T });
   report.emptyInference = await empty.textContent('#empty-inference');
   report.emptyGpu = await empty.textContent('#empty-gpu');
+  await empty.waitForSelector('#banner:not([hidden])', { timeout: T });
+  report.emptyBanner = await empty.textContent('#banner');
   await empty.screenshot({ path: shot.replace(/\.png$/, '-empty-phone.png'), fullPage: true });
 
   // A Jetson (tegrastats replay, no NVML): the GPU panels come from GR3D, the Jetson ones

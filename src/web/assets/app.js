@@ -281,6 +281,18 @@ async function loadOverview() {
 
 function renderMeta(st) {
   $('#meta').textContent = st ? `v${st.version} · up ${dur(st.uptime_s)} · ${st.ingest.points_written} points` : '';
+  // A device clock that is not set explains an idle forwarder and missing rollups.
+  const c = st && st.clock;
+  const banner = $('#banner');
+  let text = '';
+  if (c && c.set === false) {
+    text = `The device clock is not set yet (it reads earlier than ${new Date(c.min_valid_ns / 1e6).toISOString().slice(0, 10)}): ` +
+      'data is stored, but rollup and forwarding wait until NTP sets it; the times of what is written meanwhile are corrected then.';
+  } else if (c && c.held_from_chunk_id != null) {
+    text = 'The device clock was just set: correcting the times of the points written before; rollup and forwarding resume in a few seconds.';
+  }
+  banner.textContent = text;
+  banner.hidden = !text;
 }
 
 function renderOverview(inf, res, where, status) {
