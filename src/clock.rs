@@ -14,6 +14,8 @@
 //! corrected (its offset went with that boot): it is dropped and its points counted.
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+
+use crate::rollup::bump;
 use serde::{Deserialize, Deserializer};
 
 const NS: i64 = 1_000_000_000;
@@ -116,17 +118,6 @@ fn boottime_ns() -> i64 {
 pub fn hold_from(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     conn.prepare_cached("SELECT MIN(first_chunk_id) FROM clock_fix")?
         .query_row([], |r| r.get(0))
-}
-
-fn bump(conn: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
-    if n != 0 {
-        conn.execute(
-            "INSERT INTO counters (name, value) VALUES (?1, ?2) \
-             ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
-            params![name, n],
-        )?;
-    }
-    Ok(())
 }
 
 /// Drops the records of other boots, counting their points as uncorrectable.

@@ -988,7 +988,8 @@ fn rows_counter(tier_key: i64) -> String {
     format!("rows_{tier_key}")
 }
 
-fn bump(tx: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
+/// Adds `n` to the `counters` row `name` (created at `n`), inside the caller's transaction.
+pub(crate) fn bump(tx: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
     if n == 0 {
         return Ok(());
     }

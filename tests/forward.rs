@@ -616,7 +616,7 @@ fn influx_batches_as_full_as_whole_chunks_allow_do_not_wait_for_max_delay() {
     assert!(ok.is_some(), "{}", sink_status(&agent, "i"));
 }
 
-/// A device whose clock is not set yet (here: `[clock] min_valid` a few seconds ahead of the
+/// A device whose clock is not set yet (here: `[clock] min_valid` 12 s ahead of the
 /// real clock, the only way to stage it without changing the machine's clock): writes are
 /// stored and acknowledged, nothing is forwarded (nor rolled up) while the clock is not set;
 /// once it is, everything goes, in order and exactly once. The rollup job is off (QUIET):

@@ -408,17 +408,22 @@ fn an_empty_replay_file_turns_the_collector_off() {
     assert_eq!(code, Some(0));
 }
 
-#[test]
-fn tegrastats_that_closes_its_output_is_stopped_and_restarted() {
-    let dir = tempfile::tempdir().unwrap();
-    let fake = install_fake(dir.path());
-    let fake_name = fake.file_name().unwrap().to_string_lossy().into_owned();
-    let started = dir.path().join("starts");
-    let sleep = format!("3599.{}", std::process::id());
+/// An agent running the fake tegrastats (AGX Orin log, 100 ms) in `mode` ("close" or
+/// "hang"); `sleep` is the fake's unique sleep argument, which finds its child process.
+struct FakeRun {
+    agent: Agent,
+    fake_name: String,
+    started: PathBuf,
+    sleep: String,
+}
+
+fn start_fake(dir: &Path, mode: &str, sleep: &str, extra: &str) -> FakeRun {
+    let fake = install_fake(dir);
+    let started = dir.join("starts");
     let agent = Agent::start_with_env(
-        dir.path(),
+        dir,
         &format!(
-            "[host]\nenabled = false\n[tegrastats]\npath = \"{}\"\ninterval = \"100ms\"\n",
+            "[host]\nenabled = false\n[tegrastats]\npath = \"{}\"\ninterval = \"100ms\"\n{extra}",
             fake.display()
         ),
         &[
@@ -427,89 +432,82 @@ fn tegrastats_that_closes_its_output_is_stopped_and_restarted() {
                 "FAKE_TEGRASTATS_LOG",
                 data("agx-orin-jp6.log").to_str().unwrap(),
             ),
-            ("FAKE_TEGRASTATS_MODE", "close"),
-            ("FAKE_TEGRASTATS_SLEEP", &sleep),
+            ("FAKE_TEGRASTATS_MODE", mode),
+            ("FAKE_TEGRASTATS_SLEEP", sleep),
         ],
     );
-    let restarted = wait_for(Duration::from_secs(15), || {
-        (starts(&started).len() >= 2).then_some(())
-    });
-    let log = agent.log_text();
-    assert!(restarted.is_some(), "not restarted:\n{log}");
-    assert!(log.contains("closed its output"), "{log}");
-    assert!(points(&agent, "jetson_mem", "ram_used_mb") >= 2);
-    // The first run's sleep went with it: at most the current run's is left.
-    assert!(
-        processes_with(&sleep).len() <= 1,
-        "{:?}",
-        processes_with(&sleep)
+    FakeRun {
+        agent,
+        fake_name: fake.file_name().unwrap().to_string_lossy().into_owned(),
+        started,
+        sleep: sleep.to_string(),
+    }
+}
+
+impl FakeRun {
+    /// Waits for a restart whose reason the log names, and for the samples of both runs.
+    fn assert_restarted(&self, why: &str, within: Duration) {
+        let restarted = wait_for(within, || (starts(&self.started).len() >= 2).then_some(()));
+        let log = self.agent.log_text();
+        assert!(restarted.is_some(), "not restarted:\n{log}");
+        assert!(log.contains(why), "{log}");
+        let stored = wait_for(Duration::from_secs(10), || {
+            (points(&self.agent, "jetson_mem", "ram_used_mb") >= 3).then_some(())
+        });
+        assert!(stored.is_some(), "{}", self.agent.log_text());
+    }
+
+    /// The first run's process group went with it (at most the current run's sleep is
+    /// left); after SIGTERM nothing of the fake is left.
+    fn stop_and_assert_nothing_left(self) {
+        assert!(
+            processes_with(&self.sleep).len() <= 1,
+            "{:?}",
+            processes_with(&self.sleep)
+        );
+        let (code, _) = self.agent.terminate();
+        assert_eq!(code, Some(0));
+        let gone = wait_for(Duration::from_secs(2), || {
+            (processes_with(&self.fake_name).is_empty() && processes_with(&self.sleep).is_empty())
+                .then_some(())
+        });
+        assert!(gone.is_some(), "processes left behind");
+    }
+}
+
+#[test]
+fn tegrastats_that_closes_its_output_is_stopped_and_restarted() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = start_fake(
+        dir.path(),
+        "close",
+        &format!("3599.{}", std::process::id()),
+        "",
     );
-    let (code, _) = agent.terminate();
-    assert_eq!(code, Some(0));
-    let gone = wait_for(Duration::from_secs(2), || {
-        (processes_with(&fake_name).is_empty() && processes_with(&sleep).is_empty()).then_some(())
-    });
-    assert!(gone.is_some(), "processes left behind");
+    run.assert_restarted("closed its output", Duration::from_secs(15));
+    run.stop_and_assert_nothing_left();
 }
 
 #[test]
 fn tegrastats_that_goes_silent_is_stopped_and_restarted() {
     let dir = tempfile::tempdir().unwrap();
-    let fake = install_fake(dir.path());
-    let fake_name = fake.file_name().unwrap().to_string_lossy().into_owned();
-    let started = dir.path().join("starts");
-    let sleep = format!("3598.{}", std::process::id());
     // Prints its two lines, then stays alive and silent (a wedged tegrastats).
-    let agent = Agent::start_with_env(
+    let run = start_fake(
         dir.path(),
-        &format!(
-            "[host]\nenabled = false\n[tegrastats]\npath = \"{}\"\ninterval = \"100ms\"\nstall_timeout = \"1s\"\n",
-            fake.display()
-        ),
-        &[
-            ("FAKE_TEGRASTATS_STARTS", started.to_str().unwrap()),
-            (
-                "FAKE_TEGRASTATS_LOG",
-                data("agx-orin-jp6.log").to_str().unwrap(),
-            ),
-            ("FAKE_TEGRASTATS_MODE", "hang"),
-            ("FAKE_TEGRASTATS_SLEEP", &sleep),
-        ],
+        "hang",
+        &format!("3598.{}", std::process::id()),
+        "stall_timeout = \"1s\"\n",
     );
-    let restarted = wait_for(Duration::from_secs(20), || {
-        (starts(&started).len() >= 2).then_some(())
-    });
-    let log = agent.log_text();
-    assert!(
-        restarted.is_some(),
-        "a silent tegrastats was not restarted:\n{log}"
-    );
-    assert!(log.contains("printed nothing for"), "{log}");
-    // The samples of both runs are stored.
-    let stored = wait_for(Duration::from_secs(10), || {
-        (points(&agent, "jetson_mem", "ram_used_mb") >= 3).then_some(())
-    });
-    assert!(stored.is_some(), "{}", agent.log_text());
-    let st = agent.status()["collectors"]["tegrastats"].clone();
+    run.assert_restarted("printed nothing for", Duration::from_secs(20));
+    let st = run.agent.status()["collectors"]["tegrastats"].clone();
     assert!(st["stalls"].as_u64().unwrap() >= 1, "{st}");
     assert!(st["restarts"].as_u64().unwrap() >= 1, "{st}");
     assert!(st["starts"].as_u64().unwrap() >= 2, "{st}");
     assert!(st["samples"].as_u64().unwrap() >= 3, "{st}");
-    let (_, metrics) = get(&agent.url("/metrics")).unwrap();
+    let (_, metrics) = get(&run.agent.url("/metrics")).unwrap();
     assert!(
         metrics.contains("edgewatch_tegrastats_stalls_total"),
         "{metrics}"
     );
-    // A stalled run's process group is gone: at most the current run sleeps.
-    assert!(
-        processes_with(&sleep).len() <= 1,
-        "{:?}",
-        processes_with(&sleep)
-    );
-    let (code, _) = agent.terminate();
-    assert_eq!(code, Some(0));
-    let gone = wait_for(Duration::from_secs(2), || {
-        (processes_with(&fake_name).is_empty() && processes_with(&sleep).is_empty()).then_some(())
-    });
-    assert!(gone.is_some(), "processes left behind");
+    run.stop_and_assert_nothing_left();
 }
