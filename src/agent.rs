@@ -254,7 +254,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             "health collector",
             tokio::spawn(crate::collect::own::run(
                 cfg.health.interval.0,
-                handle.clone(),
                 stats.clone(),
                 health_src,
                 sources.clone(),

@@ -15,7 +15,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::rollup::bump;
+use crate::rollup::{bump, counter};
 use serde::{Deserialize, Deserializer};
 
 const NS: i64 = 1_000_000_000;
@@ -58,16 +58,11 @@ pub struct Rfc3339 {
 impl<'de> Deserialize<'de> for Rfc3339 {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        let t = humantime::parse_rfc3339_weak(&text).map_err(|e| {
+        let ns = crate::timeparse::parse_rfc3339(&text).map_err(|_| {
             serde::de::Error::custom(format!(
-                "invalid time {text:?}: {e} (write e.g. \"2026-01-01T00:00:00Z\")"
+                "invalid time {text:?}: write an RFC 3339 time such as \"2026-01-01T00:00:00Z\""
             ))
         })?;
-        let ns = t
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .and_then(|d| i64::try_from(d.as_nanos()).ok())
-            .ok_or_else(|| serde::de::Error::custom(format!("time {text:?} is out of range")))?;
         Ok(Rfc3339 { text, ns })
     }
 }
@@ -165,10 +160,9 @@ pub fn note_start(
         )
         .optional()?;
     if mine.is_none() {
-        // AUTOINCREMENT: the next chunk id is above every id ever used.
+        // AUTOINCREMENT: `seq` is the largest id ever used, so the next chunk gets seq + 1.
         let next: i64 = tx.query_row(
-            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0), \
-             COALESCE((SELECT MAX(id) FROM chunks), 0)) + 1",
+            "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0) + 1",
             [],
             |r| r.get(0),
         )?;
@@ -199,8 +193,6 @@ pub struct Fixed {
     pub chunks: u64,
     /// Points moved.
     pub points: u64,
-    /// The step applied, ns.
-    pub step_ns: i64,
 }
 
 /// In the rollup job, before rolling up: corrects held chunks once the clock is set, and
@@ -232,7 +224,6 @@ pub fn settle(
         return Ok((Settle::Ready, fixed));
     };
     let step = m.offset_ns.saturating_sub(offset);
-    fixed.step_ns = step;
     let from = first.max(through.saturating_add(1));
     let mut last = through;
     {
@@ -294,20 +285,12 @@ pub fn settle(
 
 /// The `clock` object of `/api/v1/status`.
 pub fn status(conn: &Connection, floor: i64, now: i64) -> rusqlite::Result<serde_json::Value> {
-    let held = hold_from(conn)?;
-    let counter = |name: &str| -> rusqlite::Result<i64> {
-        conn.query_row(
-            "SELECT COALESCE((SELECT value FROM counters WHERE name = ?1), 0)",
-            [name],
-            |r| r.get(0),
-        )
-    };
     Ok(serde_json::json!({
         "set": now >= floor,
         "min_valid_ns": floor,
-        "held_from_chunk_id": held,
-        "fixed_points": counter("clock_fixed_points")?,
-        "unfixable_points": counter("clock_unfixable_points")?,
+        "held_from_chunk_id": hold_from(conn)?,
+        "fixed_points": counter(conn, "clock_fixed_points")?,
+        "unfixable_points": counter(conn, "clock_unfixable_points")?,
     }))
 }
 
@@ -383,8 +366,9 @@ mod tests {
     fn points_stamped_before_the_clock_is_set_are_held_then_moved_by_the_step() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
-        let floor = 1_764_000_000 * NS; // 2025-11-24
-                                        // Written in an earlier, healthy run: stays as it is.
+        // 2025-11-24.
+        let floor = 1_764_000_000 * NS;
+        // Written in an earlier, healthy run: stays as it is.
         let before = floor + 5 * MIN;
         write(&mut w, "m,s=old", &[(before, 1.0)]);
         // Boot on a wrong clock.

@@ -988,6 +988,12 @@ fn rows_counter(tier_key: i64) -> String {
     format!("rows_{tier_key}")
 }
 
+/// The `counters` row `name` (0 when it does not exist yet).
+pub(crate) fn counter(conn: &Connection, name: &str) -> rusqlite::Result<i64> {
+    conn.prepare_cached("SELECT COALESCE((SELECT value FROM counters WHERE name = ?1), 0)")?
+        .query_row([name], |r| r.get(0))
+}
+
 /// Adds `n` to the `counters` row `name` (created at `n`), inside the caller's transaction.
 pub(crate) fn bump(tx: &Connection, name: &str, n: i64) -> rusqlite::Result<()> {
     if n == 0 {

@@ -31,7 +31,15 @@ pub fn parse_time(s: &str, now_ns: i64) -> Result<i64, TimeError> {
             now_ns.checked_add(d).ok_or_else(err)
         };
     }
-    let dt = chrono::DateTime::parse_from_rfc3339(t).map_err(|_| err())?;
+    parse_rfc3339(t)
+}
+
+/// Parses an RFC 3339 timestamp (`2026-12-02T10:00:00Z`, any offset) into epoch nanoseconds.
+pub fn parse_rfc3339(s: &str) -> Result<i64, TimeError> {
+    let err = || TimeError {
+        input: s.to_string(),
+    };
+    let dt = chrono::DateTime::parse_from_rfc3339(s.trim()).map_err(|_| err())?;
     dt.timestamp_nanos_opt().ok_or_else(err)
 }
 

@@ -39,7 +39,7 @@ impl Default for HealthConfig {
 
 /// What the collector reads besides the shared counters.
 pub struct Sources {
-    /// The ingest queue (its depth).
+    /// The ingest queue (where samples go, and its depth).
     pub handle: IngestHandle,
     /// The database file (its size, with the WAL).
     pub db_path: PathBuf,
@@ -180,18 +180,12 @@ impl Default for Own {
 }
 
 /// Runs until `shutdown`: the start event, then a sample every `interval`.
-pub async fn run(
-    interval: Duration,
-    handle: IngestHandle,
-    stats: Arc<Stats>,
-    src: Sources,
-    shutdown: CancellationToken,
-) {
+pub async fn run(interval: Duration, stats: Arc<Stats>, src: Sources, shutdown: CancellationToken) {
     let mut own = Own::new();
     let start = Batch {
         lines: vec![own.start_event(crate::now_ns())],
     };
-    super::submit(&handle, &stats, start, "health");
+    super::submit(&src.handle, &stats, start, "health");
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -200,7 +194,7 @@ pub async fn run(
             _ = tick.tick() => {}
         }
         let line = own.sample(crate::now_ns(), &stats, &src);
-        super::submit(&handle, &stats, Batch { lines: vec![line] }, "health");
+        super::submit(&src.handle, &stats, Batch { lines: vec![line] }, "health");
     }
 }
 

@@ -170,37 +170,34 @@ struct Shape<'a> {
 }
 
 impl Shape<'_> {
-    fn body(
-        &self,
-        seq: i64,
-        first: i64,
-        last: i64,
-        part: (usize, usize),
-        pts: &[&Point],
-    ) -> Vec<u8> {
+    /// The payload of `pts` without its part number: the lines (the numbered comment goes in
+    /// front later), or the JSON document numbered `(0, 0)` (renumbered later).
+    fn unnumbered(&self, pts: &[&Point]) -> Vec<u8> {
         match self.format {
             Format::Line => {
-                let mut b = encode::seq_comment(seq, first, last, part.0, part.1).into_bytes();
+                let mut b = Vec::new();
                 for p in pts {
                     encode::line(&mut b, p, false);
                 }
                 b
             }
-            Format::Json => encode::json(self.device_id, seq, part, pts),
+            Format::Json => encode::json(self.device_id, 0, (0, 0), pts),
         }
     }
 
-    /// Splits `pts` in halves until each part's body fits `max_bytes`.
-    fn fit<'p>(&self, pts: Vec<&'p Point>, out: &mut Vec<Vec<&'p Point>>) {
-        // The part header is written with the final numbering; leave room for it.
+    /// Splits `pts` in halves until each part's payload fits `max_bytes`; each part comes
+    /// with its unnumbered payload, so a batch that fits is encoded once.
+    fn fit<'p>(&self, pts: Vec<&'p Point>, out: &mut Vec<(Vec<&'p Point>, Vec<u8>)>) {
+        // The part number is written once all parts are known; leave room for it.
         let budget = self.max_bytes.saturating_sub(96).max(1);
-        if pts.len() > 1 && self.body(0, 0, 0, (0, 0), &pts).len() > budget {
+        let body = self.unnumbered(&pts);
+        if pts.len() > 1 && body.len() > budget {
             let mut left = pts;
             let right = left.split_off(left.len() / 2);
             self.fit(left, out);
             self.fit(right, out);
         } else {
-            out.push(pts);
+            out.push((pts, body));
         }
     }
 
@@ -232,18 +229,28 @@ impl Shape<'_> {
                 points.iter().collect(),
             ));
         }
-        let mut parts: Vec<(String, Vec<&Point>)> = Vec::new();
+        let mut parts: Vec<(String, Vec<&Point>, Vec<u8>)> = Vec::new();
         for (topic, pts) in groups {
             let mut fitted = Vec::new();
             self.fit(pts, &mut fitted);
-            parts.extend(fitted.into_iter().map(|p| (topic.clone(), p)));
+            parts.extend(fitted.into_iter().map(|(p, b)| (topic.clone(), p, b)));
         }
         let n = parts.len();
         parts
             .into_iter()
             .enumerate()
-            .map(|(i, (topic, pts))| {
-                let body = self.body(seq, first, last, (i + 1, n), &pts);
+            .map(|(i, (topic, pts, lines))| {
+                let part = (i + 1, n);
+                let body = match self.format {
+                    Format::Line => {
+                        let mut b =
+                            encode::seq_comment(seq, first, last, part.0, part.1).into_bytes();
+                        b.extend_from_slice(&lines);
+                        b
+                    }
+                    // The number sits inside the document: encode it again, numbered.
+                    Format::Json => encode::json(self.device_id, seq, part, &pts),
+                };
                 let body = if self.gzip { encode::gzip(&body) } else { body };
                 (topic, body)
             })
