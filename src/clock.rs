@@ -450,6 +450,54 @@ mod tests {
         assert!(st["held_from_chunk_id"].is_null());
     }
 
+    /// A held chunk that no longer decodes is left as it is (and said so); the others are
+    /// corrected and the hold still lifts.
+    #[test]
+    fn a_corrupt_held_chunk_is_left_alone_and_the_rest_is_corrected() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let floor = 1_764_000_000 * NS;
+        let boot_now = 100 * NS;
+        let mut c = conn(dir.path());
+        assert!(note_start(&mut c, floor, boot_now, &Machine::read(boot_now)).unwrap());
+        write(&mut w, "m,s=a", &[(boot_now, 1.0), (boot_now + NS, 2.0)]);
+        // Mixed (one good time), so it must be decoded to be corrected; then cut short.
+        write(&mut w, "m,s=b", &[(boot_now, 3.0), (floor + MIN, 4.0)]);
+        let (bad_id, bad_data): (i64, Vec<u8>) = c
+            .query_row(
+                "SELECT id, data FROM chunks ORDER BY id DESC LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        let cut = bad_data[..bad_data.len() - 3].to_vec();
+        c.execute(
+            "UPDATE chunks SET data = ?2 WHERE id = ?1",
+            params![bad_id, cut],
+        )
+        .unwrap();
+        let now = floor + 10 * MIN;
+        let (s, f) = settle(&mut c, floor, now, &Machine::read(now)).unwrap();
+        assert_eq!(s, Settle::Fixing);
+        assert_eq!((f.chunks, f.points), (1, 2), "only the good chunk moves");
+        let (lo, data): (i64, Vec<u8>) = c
+            .query_row(
+                "SELECT ts_min, data FROM chunks WHERE id = ?1",
+                [bad_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (lo, data),
+            (boot_now, cut),
+            "the corrupt chunk is untouched"
+        );
+        let later = now + GRACE_NS;
+        let (s, _) = settle(&mut c, floor, later, &Machine::read(later)).unwrap();
+        assert_eq!(s, Settle::Ready);
+        assert_eq!(hold_from(&c).unwrap(), None);
+    }
+
     #[test]
     fn a_record_from_an_earlier_boot_is_dropped_and_counted() {
         let dir = tempfile::tempdir().unwrap();
