@@ -23,7 +23,8 @@ pub enum AgentError {
     /// The rollup configuration is invalid.
     #[error(transparent)]
     Rollup(#[from] crate::rollup::RollupError),
-    /// The HTTP access configuration is unsafe (non-loopback without a token).
+    /// The access configuration is unsafe (HTTP off loopback without a token, UDP off
+    /// loopback without `allow_unauthenticated`).
     #[error(transparent)]
     Access(#[from] crate::web::auth::AccessError),
     /// A listener could not bind.
@@ -119,7 +120,15 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(4);
 /// Runs the agent until `shutdown` is cancelled.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
     let started = Instant::now();
-    let access = crate::web::auth::Access::new(&cfg.http)?;
+    let listeners = crate::web::auth::check_listeners(&cfg.http, &cfg.udp)?;
+    let access = listeners.access;
+    if let Some(addr) = listeners.udp_open {
+        tracing::warn!(
+            %addr,
+            "[udp] allow_unauthenticated = true: UDP takes writes from any machine that can \
+             reach this address, without a token"
+        );
+    }
     let stats = Arc::new(Stats::default());
     let plan = Arc::new(crate::rollup::Plan::from_config(&cfg)?);
     let dir = cfg.storage.data_dir.clone();

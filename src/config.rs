@@ -127,6 +127,8 @@ pub struct UdpConfig {
     pub listen: SocketAddr,
     /// Timestamp precision of UDP lines.
     pub precision: PrecisionName,
+    /// Accept UDP writes on a non-loopback `listen` (UDP carries no credential).
+    pub allow_unauthenticated: bool,
 }
 
 /// `[storage]`
@@ -376,6 +378,7 @@ impl Default for UdpConfig {
             enabled: true,
             listen: SocketAddr::from(([127, 0, 0, 1], 8089)),
             precision: PrecisionName(crate::ingest::lineproto::Precision::Nanos),
+            allow_unauthenticated: false,
         }
     }
 }
@@ -461,6 +464,10 @@ impl serde::Serialize for SerializableConfig<'_> {
                 ("enabled", V::Boolean(c.udp.enabled)),
                 ("listen", V::String(c.udp.listen.to_string())),
                 ("precision", V::String(c.udp.precision.0.name().to_string())),
+                (
+                    "allow_unauthenticated",
+                    V::Boolean(c.udp.allow_unauthenticated),
+                ),
             ],
         );
         sec(

@@ -287,6 +287,15 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         } => status_command(url, config, token, json),
         Command::CheckConfig { file } => {
             let cfg = load_config(Some(&file))?;
+            // The agent's own start-up check: the same policy, the same message.
+            let listeners = edgewatch::web::auth::check_listeners(&cfg.http, &cfg.udp)
+                .with_context(|| format!("{}: the agent would refuse to start", file.display()))?;
+            if let Some(addr) = listeners.udp_open {
+                eprintln!(
+                    "warning: [udp] allow_unauthenticated = true: UDP on {addr} takes writes \
+                     from any machine that can reach it, without a token"
+                );
+            }
             println!("{}: ok", file.display());
             println!("{cfg:#?}");
             Ok(ExitCode::SUCCESS)

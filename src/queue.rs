@@ -2,10 +2,15 @@
 //!
 //! Capacity is counted in points (lines), enforced by a semaphore whose permits
 //! travel with each batch and return only after the writer has committed it, so memory is
-//! bounded by what is in flight, not by what producers offer. Producers never wait: when the
-//! queue is full, `submit` fails at once and the caller decides (HTTP answers 503 with
-//! `Retry-After`, UDP and collectors drop and count).
+//! bounded by what is in flight, not by what producers offer: the queue never holds more
+//! than its capacity. Producers never wait: when the queue is full, `submit` fails at once
+//! and the caller decides (HTTP answers 503 with `Retry-After`, UDP and collectors drop and
+//! count). A batch larger than the whole capacity can never fit and is refused the same
+//! way, never split (a batch is committed entirely or not at all): HTTP checks
+//! [`IngestHandle::admits`] first and answers 413 naming `[ingest] queue_points`; UDP and
+//! collectors drop and count it, and the queue logs it once at warn.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
@@ -42,7 +47,8 @@ pub struct Request {
 /// Why a batch was not queued.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SubmitError {
-    /// Not enough room right now; retry later.
+    /// Not enough room right now (retry later), or a batch larger than the whole capacity
+    /// (never fits: see [`IngestHandle::admits`]).
     #[error("ingest queue full ({queued} of {capacity} points waiting)")]
     Full {
         /// Points waiting.
@@ -61,6 +67,8 @@ pub struct IngestHandle {
     tx: mpsc::UnboundedSender<Request>,
     permits: Arc<Semaphore>,
     capacity: usize,
+    /// Whether an oversized batch was already logged (once per run).
+    warned_oversized: Arc<AtomicBool>,
 }
 
 /// Creates the queue: the producers' handle and the writer's receiver.
@@ -72,21 +80,42 @@ pub fn channel(capacity_points: usize) -> (IngestHandle, mpsc::UnboundedReceiver
             tx,
             permits: Arc::new(Semaphore::new(capacity)),
             capacity,
+            warned_oversized: Arc::new(AtomicBool::new(false)),
         },
         rx,
     )
 }
 
 impl IngestHandle {
+    /// Whether a batch of `points` can ever be queued: at most the capacity.
+    pub fn admits(&self, points: usize) -> bool {
+        points <= self.capacity
+    }
+
     /// Queues `batch` if there is room; with `want_ack`, returns the receiver of the
-    /// writer's answer.
+    /// writer's answer. A batch the queue can never hold ([`IngestHandle::admits`] false)
+    /// is refused as [`SubmitError::Full`] and the queue is left as it was.
     pub fn submit(
         &self,
         batch: Batch,
         want_ack: bool,
     ) -> Result<Option<oneshot::Receiver<Ack>>, SubmitError> {
-        // A batch larger than the whole queue takes all of it rather than never fitting.
-        let need = batch.len().clamp(1, self.capacity);
+        if !self.admits(batch.len()) {
+            if !want_ack && !self.warned_oversized.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    points = batch.len(),
+                    queue_points = self.capacity,
+                    "a batch larger than the whole ingest queue was dropped (counted in \
+                     points_dropped; logged once): raise [ingest] queue_points"
+                );
+            }
+            return Err(SubmitError::Full {
+                queued: self.queued(),
+                capacity: self.capacity,
+            });
+        }
+        // An empty batch still takes one permit: it goes through the writer like any other.
+        let need = batch.len().max(1);
         let permit = match self.permits.clone().try_acquire_many_owned(need as u32) {
             Ok(p) => p,
             Err(TryAcquireError::NoPermits) => {
@@ -155,9 +184,24 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_larger_than_the_queue_still_fits_an_empty_queue() {
-        let (h, _rx) = channel(4);
-        h.submit(batch(9), false).unwrap();
+    fn a_batch_larger_than_the_queue_is_refused_and_leaves_the_queue_as_it_was() {
+        let (h, mut rx) = channel(4);
+        assert!(!h.admits(5));
+        assert!(matches!(
+            h.submit(batch(5), true),
+            Err(SubmitError::Full {
+                queued: 0,
+                capacity: 4
+            })
+        ));
+        assert!(h.submit(batch(9), false).is_err());
+        assert_eq!(h.queued(), 0);
+        assert!(rx.try_recv().is_err(), "nothing of it was queued");
+        // Exactly the capacity fits an empty queue; then the queue is full.
+        assert!(h.admits(4));
+        h.submit(batch(4), false).unwrap();
         assert_eq!(h.queued(), 4);
+        assert!(h.submit(batch(1), false).is_err());
+        assert_eq!(rx.try_recv().unwrap().batch.len(), 4);
     }
 }

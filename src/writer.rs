@@ -1,8 +1,12 @@
-//! The single writer: the only code that writes to SQLite. It runs on its own OS thread,
-//! takes every batch waiting in the queue (up to `max_batch_points`), commits them in one
+//! The single writer of ingested points: the only code that stores what producers submit
+//! (new chunks, and the series dictionary they extend). It runs on its own OS thread, takes
+//! every batch waiting in the queue (up to `max_batch_points`), commits them in one
 //! transaction (group commit), then answers each producer and releases its queue capacity.
 //! It stops when every producer handle is dropped and the queue is empty, so shutdown
-//! flushes everything that was accepted.
+//! flushes everything that was accepted. It is not the only code that writes SQLite: the
+//! rollup job (tiers, eviction, vacuum), the forwarders (their cursors and dead letters) and
+//! the clock hold (the times of held chunks once the clock is set) each write their own
+//! derived state on their own connection, never a new point.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -221,3 +221,129 @@ fn query_reads_a_running_agents_store_as_csv_and_json() {
     assert_ne!(code, 0);
     assert!(err.contains("no edgewatch database"), "{err}");
 }
+
+/// A config on free loopback HTTP with a token (which must not matter to UDP) and `udp`.
+fn udp_config(dir: &std::path::Path, udp: &str) -> std::path::PathBuf {
+    let f = dir.join("edgewatch.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "[http]\nlisten = \"127.0.0.1:{}\"\ntoken = \"s3cret\"\n[udp]\n{udp}\n\
+             [storage]\ndata_dir = \"{}\"\n[host]\nenabled = false\n[health]\nenabled = false\n\
+             [rollup]\nenabled = false\n",
+            free_port(),
+            dir.join("data").display()
+        ),
+    )
+    .unwrap();
+    f
+}
+
+#[test]
+fn udp_off_loopback_without_the_opt_in_refuses_to_start_and_serves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = udp_config(dir.path(), "listen = \"0.0.0.0:0\"");
+    let mut child = Command::new(bin())
+        .args(["run", "--config", f.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // An agent that started anyway would run until killed: give it a deadline.
+    let exited = wait_for(std::time::Duration::from_secs(20), || {
+        child.try_wait().unwrap()
+    });
+    if exited.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the agent started with [udp] listen = 0.0.0.0:0 and no opt-in");
+    }
+    let status = exited.unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("[udp] listen = 0.0.0.0:0 is reachable from other machines")
+            && err.contains("[udp] allow_unauthenticated = true")
+            && err.contains("listen on 127.0.0.1"),
+        "{err}"
+    );
+    // Refused before anything was opened or bound.
+    assert!(!dir.path().join("data").exists(), "the store was opened");
+    assert!(!err.contains("listening"), "{err}");
+}
+
+#[test]
+fn udp_off_loopback_with_the_opt_in_starts_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    // Bound on every interface, on a free port; this test only ever sends to 127.0.0.1.
+    let agent = Agent::start(
+        dir.path(),
+        "[http]\ntoken = \"s3cret\"\n[udp]\nlisten = \"0.0.0.0:0\"\nallow_unauthenticated = true\n\
+         [host]\nenabled = false\n[rollup]\nenabled = false\n",
+    );
+    let log = agent.log_text();
+    assert!(
+        log.contains("WARN") && log.contains("[udp] allow_unauthenticated = true"),
+        "{log}"
+    );
+    let port: u16 = log
+        .split("udp listening addr=0.0.0.0:")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no UDP address in the log:\n{log}"));
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(b"opt_in v=1 1000\n", ("127.0.0.1", port))
+        .unwrap();
+    let stored = wait_for(std::time::Duration::from_secs(10), || {
+        let (code, body) =
+            get(&agent.url("/api/v1/query?measurement=opt_in&from=0&to=4000000000000000000"))
+                .ok()?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (code == 200 && v["series"][0]["points"] == serde_json::json!([[1000, 1.0]])).then_some(v)
+    });
+    assert!(stored.is_some(), "the UDP point was not stored");
+}
+
+#[test]
+fn check_config_applies_the_listen_policy_of_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = udp_config(dir.path(), "listen = \"0.0.0.0:8089\"");
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("the agent would refuse to start")
+            && err.contains("[udp] listen = 0.0.0.0:8089")
+            && err.contains("[udp] allow_unauthenticated = true"),
+        "{err}"
+    );
+    let f = udp_config(
+        dir.path(),
+        "listen = \"0.0.0.0:8089\"\nallow_unauthenticated = true",
+    );
+    let (code, out, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(": ok"), "{out}");
+    assert!(
+        err.starts_with("warning: [udp] allow_unauthenticated = true: UDP on 0.0.0.0:8089"),
+        "{err}"
+    );
+    // The opt-in from the environment, as a fleet image would set it; UDP off is quiet.
+    let f = udp_config(dir.path(), "listen = \"0.0.0.0:8089\"");
+    let out = Command::new(bin())
+        .args(["check-config", f.to_str().unwrap()])
+        .env("EDGEWATCH_UDP__ALLOW_UNAUTHENTICATED", "true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let f = udp_config(dir.path(), "listen = \"0.0.0.0:8089\"\nenabled = false");
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.is_empty(), "{err}");
+    // HTTP off loopback without a token: the agent's refusal, reported the same way.
+    std::fs::write(&f, "[http]\nlisten = \"0.0.0.0:9400\"\n").unwrap();
+    let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no [http] token is set"), "{err}");
+}

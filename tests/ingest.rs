@@ -298,27 +298,111 @@ fn a_udp_flood_is_counted_not_buffered_without_bound() {
         204
     );
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let dgram: String = (0..5)
-        .map(|j| format!("udpflood v={j} {}\n", j + 1))
-        .collect();
     let sent = 3000u64;
-    for _ in 0..sent {
+    for i in 0..sent {
+        // Distinct timestamps: every stored point can be counted back from the store.
+        let dgram: String = (0..5)
+            .map(|j| format!("udpflood v={j} {}\n", i * 5 + j + 1))
+            .collect();
         let _ = sock.send_to(dgram.as_bytes(), agent.udp);
     }
-    std::thread::sleep(Duration::from_millis(500));
-    let st = agent.status();
+    // Wait until the agent has handled every datagram it received: the queue is empty,
+    // every received point is written or dropped, and no datagram arrives meanwhile.
+    let mut last = u64::MAX;
+    let st = wait_for(Duration::from_secs(20), || {
+        let st = agent.status();
+        let i = &st["ingest"];
+        let received = i["udp_datagrams"].as_u64()?;
+        let settled = received > 0
+            && received == last
+            && i["queue_points"] == 0
+            && i["points_written"].as_u64()? - 1 + i["points_dropped"].as_u64()? == received * 5;
+        last = received;
+        settled.then_some(st)
+    })
+    .unwrap_or_else(|| panic!("UDP ingest did not settle: {}", agent.status()));
     let written = st["ingest"]["points_written"].as_u64().unwrap() - 1;
     let dropped = st["ingest"]["points_dropped"].as_u64().unwrap();
-    let received = st["ingest"]["udp_datagrams"].as_u64().unwrap();
-    assert!(received > 0);
-    assert_eq!(
-        written + dropped,
-        received * 5,
-        "every received point is stored or counted as dropped"
+    assert!(
+        dropped > 0,
+        "3000 datagrams of 5 points against a 5-point queue dropped nothing: {st}"
     );
-    assert!(st["ingest"]["queue_points"].as_u64().unwrap() <= 5);
+    assert!(written > 0, "{st}");
+    assert_eq!(st["ingest"]["queue_capacity"], 5);
+    // Everything counted as written is in the store, exactly once.
+    let stored = points(&agent, "measurement=udpflood&limit=100000");
+    assert_eq!(stored.len() as u64, written, "{st}");
     // The agent still answers and earlier data is intact.
     assert_eq!(points(&agent, "measurement=before").len(), 1);
+}
+
+#[test]
+fn a_request_larger_than_the_whole_queue_gets_413_and_the_bound_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), &format!("{QUIET}[ingest]\nqueue_points = 10\n"));
+    let keep: String = (0..4).map(|j| format!("keep v={j} {}\n", j + 1)).collect();
+    assert_eq!(
+        post(&agent.url("/write"), keep.as_bytes(), &[]).unwrap().0,
+        204
+    );
+    // 11 good points (and a bad line, which does not count): refused whole, on both APIs.
+    let big: String = (0..11)
+        .map(|j| format!("big v={j} {}\n", j + 1))
+        .chain(["big v=oops 99\n".to_string()])
+        .collect();
+    let (code, resp) = post(&agent.url("/write"), big.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 413, "{resp}");
+    let v: J = serde_json::from_str(&resp).unwrap();
+    assert_eq!(
+        v["error"],
+        "request holds 11 points, more than the ingest queue can hold ([ingest] queue_points = 10); \
+         nothing was stored: send at most 10 points per request",
+        "{resp}"
+    );
+    let (code, resp) = post(
+        &agent.url("/api/v2/write?bucket=b"),
+        &gzip(big.as_bytes()),
+        &[("Content-Encoding", "gzip")],
+    )
+    .unwrap();
+    assert_eq!(code, 413, "{resp}");
+    let v: J = serde_json::from_str(&resp).unwrap();
+    assert_eq!(v["code"], "request too large", "{resp}");
+    assert!(
+        v["message"].as_str().unwrap().contains("queue_points = 10"),
+        "{resp}"
+    );
+    // Nothing of it is stored or held; what was stored before is intact.
+    assert!(points(&agent, "measurement=big").is_empty());
+    assert_eq!(points(&agent, "measurement=keep").len(), 4);
+    let st = agent.status();
+    assert_eq!(st["ingest"]["queue_points"], 0, "{st}");
+    assert_eq!(st["ingest"]["queue_capacity"], 10, "{st}");
+    assert_eq!(st["ingest"]["points_written"], 4, "{st}");
+    assert_eq!(st["ingest"]["writes_too_large"], 2, "{st}");
+    // Exactly the capacity is one request the queue holds.
+    let full: String = (0..10).map(|j| format!("full v={j} {}\n", j + 1)).collect();
+    assert_eq!(
+        post(&agent.url("/write"), full.as_bytes(), &[]).unwrap().0,
+        204
+    );
+    assert_eq!(points(&agent, "measurement=full").len(), 10);
+    // A UDP datagram larger than the queue is dropped whole and counted.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(big.as_bytes(), agent.udp).unwrap();
+    let st = wait_for(Duration::from_secs(10), || {
+        let st = agent.status();
+        (st["ingest"]["points_dropped"] == 11).then_some(st)
+    })
+    .unwrap_or_else(|| panic!("the oversized datagram was not counted: {}", agent.status()));
+    assert_eq!(st["ingest"]["udp_datagrams"], 1, "{st}");
+    assert_eq!(st["ingest"]["points_written"], 14, "{st}");
+    assert!(points(&agent, "measurement=big").is_empty());
+    let log = agent.log_text();
+    assert!(
+        log.contains("a batch larger than the whole ingest queue was dropped"),
+        "{log}"
+    );
 }
 
 /// Runs a Python snippet; the test command installs the client libraries.

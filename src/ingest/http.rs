@@ -1,8 +1,9 @@
 //! HTTP writes, as InfluxDB 1.x (`POST /write?db=&rp=&precision=&u=&p=`) and 2.x
 //! (`POST /api/v2/write?org=&bucket=&precision=`, `Authorization: Token ...`) answer them:
 //! 204 once committed; 400 with a JSON error naming each bad line (the good lines of the
-//! body are stored: partial write); 413 over the body limit; 503 with `Retry-After` when the
-//! queue is full; gzip bodies accepted. The database/bucket names are accepted and ignored:
+//! body are stored: partial write); 413 over the body limit or with more points than the
+//! whole ingest queue holds (such a body is refused, never split); 503 with `Retry-After`
+//! when the queue is full; gzip bodies accepted. The database/bucket names are accepted and ignored:
 //! the agent has one store.
 
 use std::collections::HashMap;
@@ -200,6 +201,23 @@ where
             )
         }
     };
+    // A body the queue can never hold is refused whole, not split: a request is committed
+    // entirely or not at all, so a client may resend it after any error.
+    let points = parsed.batch.len();
+    if !ctx.handle.admits(points) {
+        Stats::add(&ctx.stats.writes_too_large, 1);
+        let cap = ctx.handle.capacity();
+        return error_reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            flavour,
+            &format!(
+                "request holds {points} points, more than the ingest queue can hold \
+                 ([ingest] queue_points = {cap}); nothing was stored: send at most {cap} \
+                 points per request"
+            ),
+            &[],
+        );
+    }
     let mut errors = parsed.errors;
     Stats::add(&ctx.stats.points_rejected, errors.len() as u64);
     if !parsed.batch.lines.is_empty() {

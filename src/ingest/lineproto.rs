@@ -388,6 +388,8 @@ fn unescape_set(s: &str, special: &[char]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     #[test]
     fn good_lines_get_keys_fields_and_scaled_timestamps() {
@@ -467,15 +469,202 @@ mod tests {
         }
     }
 
-    #[test]
-    fn never_panics_on_arbitrary_bytes() {
-        let seeds = ["m,t=é f=\"ü\\\" 1", "m\\é,t\\ü=1 f=1i", "\\", "m f=\"\\"];
-        for s in seeds {
-            for cut in 0..=s.len() {
-                if s.is_char_boundary(cut) {
-                    let _ = parse_body(&s[..cut], Precision::Nanos, 0);
+    /// Checks what must hold for any body, valid or not: no panic, and every reported
+    /// line number (parsed or refused) names a physical line of the body, in order.
+    fn check_any_body(body: &str) -> Result<(), TestCaseError> {
+        let p = parse_body(body, Precision::Nanos, 7);
+        let physical = body.matches('\n').count() as u32 + 1;
+        for nos in [
+            p.batch.lines.iter().map(|l| l.line_no).collect::<Vec<_>>(),
+            p.errors.iter().map(|e| e.line).collect(),
+        ] {
+            prop_assert!(nos.iter().all(|&n| (1..=physical).contains(&n)), "{nos:?}");
+            prop_assert!(nos.windows(2).all(|w| w[0] < w[1]), "{nos:?}");
+        }
+        Ok(())
+    }
+
+    /// Characters that need escaping somewhere, plus multi-byte ones; no backslash (a
+    /// trailing one is ambiguous in line protocol) and no newline (never escapable).
+    const IDENT: &str = "[a-zA-Z0-9_.,= \"éü€-]{1,8}";
+
+    /// One point as a client library would write it.
+    #[derive(Debug, Clone)]
+    struct Point {
+        measurement: String,
+        tags: Vec<(String, String)>,
+        fields: Vec<(String, Value)>,
+        ts: Option<i64>,
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::F64),
+            any::<i64>().prop_map(Value::I64),
+            any::<u64>().prop_map(Value::U64),
+            any::<bool>().prop_map(Value::Bool),
+            proptest::collection::vec(any::<char>(), 0..12)
+                .prop_map(|c| Value::Str(c.into_iter().collect())),
+        ]
+    }
+
+    fn point() -> impl Strategy<Value = Point> {
+        (
+            IDENT.prop_filter("not a comment", |m| !m.starts_with('#')),
+            proptest::collection::btree_map(IDENT, IDENT, 0..4)
+                .prop_map(|t| t.into_iter().collect::<Vec<_>>())
+                .prop_shuffle(),
+            proptest::collection::btree_map(IDENT, value(), 1..5)
+                .prop_map(|f| f.into_iter().collect::<Vec<_>>())
+                .prop_shuffle(),
+            proptest::option::of(any::<i64>()),
+        )
+            .prop_map(|(measurement, tags, fields, ts)| Point {
+                measurement,
+                tags,
+                fields,
+                ts,
+            })
+    }
+
+    /// Encodes a point as line protocol (tags in the generated, unsorted order).
+    fn encode(p: &Point) -> String {
+        let mut out = String::new();
+        crate::model::escape_into(&mut out, &p.measurement, &[',', ' ']);
+        for (k, v) in &p.tags {
+            out.push(',');
+            crate::model::escape_into(&mut out, k, &[',', '=', ' ']);
+            out.push('=');
+            crate::model::escape_into(&mut out, v, &[',', '=', ' ']);
+        }
+        for (i, (k, v)) in p.fields.iter().enumerate() {
+            out.push(if i == 0 { ' ' } else { ',' });
+            crate::model::escape_into(&mut out, k, &[',', '=', ' ']);
+            out.push('=');
+            match v {
+                Value::F64(f) => out.push_str(&f.to_string()),
+                Value::I64(n) => out.push_str(&format!("{n}i")),
+                Value::U64(n) => out.push_str(&format!("{n}u")),
+                Value::Bool(b) => out.push_str(if *b { "true" } else { "F" }),
+                Value::Str(s) => {
+                    out.push('"');
+                    crate::model::escape_into(&mut out, s, &['"', '\\']);
+                    out.push('"');
                 }
             }
+        }
+        if let Some(ts) = p.ts {
+            out.push_str(&format!(" {ts}"));
+        }
+        out
+    }
+
+    fn precision() -> impl Strategy<Value = Precision> {
+        proptest::sample::select(vec![
+            Precision::Nanos,
+            Precision::Micros,
+            Precision::Millis,
+            Precision::Seconds,
+            Precision::Minutes,
+            Precision::Hours,
+        ])
+    }
+
+    /// Physical (1-based) line number at which each of `parts` starts once joined by "\n".
+    fn starts(parts: &[String]) -> Vec<u32> {
+        let mut at = 1u32;
+        parts
+            .iter()
+            .map(|p| {
+                let here = at;
+                at += p.matches('\n').count() as u32 + 1;
+                here
+            })
+            .collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn never_panics_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            check_any_body(&String::from_utf8_lossy(&bytes))?;
+        }
+
+        #[test]
+        fn never_panics_on_near_miss_line_protocol(body in "[a-z0-9,= \"\\\\\n\r\t#.+iuTFé-]{0,96}") {
+            check_any_body(&body)?;
+        }
+
+        #[test]
+        fn encoded_points_parse_back_to_the_same_series_fields_and_time(
+            pts in proptest::collection::vec(point(), 1..5),
+            precision in precision(),
+            now in any::<i64>(),
+        ) {
+            let lines: Vec<String> = pts.iter().map(encode).collect();
+            let body = lines.join("\n");
+            let p = parse_body(&body, precision, now);
+            let mut want_errors = Vec::new();
+            let mut parsed = p.batch.lines.iter();
+            for ((pt, text), line_no) in pts.iter().zip(&lines).zip(starts(&lines)) {
+                let ts = match pt.ts {
+                    None => Some(now),
+                    Some(t) => t.checked_mul(precision.nanos()),
+                };
+                let Some(ts) = ts else {
+                    // Out of range for the precision: refused, naming its line.
+                    want_errors.push(line_no);
+                    continue;
+                };
+                let got = parsed.next();
+                prop_assert!(got.is_some(), "{text:?} not parsed: {:?}", p.errors);
+                let got = got.unwrap();
+                let tags: Vec<(&str, &str)> =
+                    pt.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                prop_assert_eq!(&got.key, &crate::model::series_key(&pt.measurement, &tags), "{}", text);
+                let mut sorted = pt.tags.clone();
+                sorted.sort();
+                prop_assert_eq!(
+                    crate::model::split_series_key(&got.key),
+                    (pt.measurement.clone(), sorted),
+                    "{}", text
+                );
+                prop_assert_eq!(&got.fields, &pt.fields, "{}", text);
+                prop_assert_eq!(got.ts, ts, "{}", text);
+                prop_assert_eq!(got.line_no, line_no, "{}", text);
+            }
+            prop_assert!(parsed.next().is_none());
+            let errs: Vec<u32> = p.errors.iter().map(|e| e.line).collect();
+            prop_assert_eq!(errs, want_errors, "{:?}", p.errors);
+        }
+
+        #[test]
+        fn a_bad_line_is_refused_by_its_number_and_the_others_kept(
+            pts in proptest::collection::vec(point(), 1..5),
+            bad in proptest::sample::select(vec![
+                "m", "m f", "m f=", "m,t f=1", "m,t= f=1", ",t=1 f=1", "m f=NaN", "m f=1x",
+                "m f=1 12ab", "m f=1 1 extra", "m,a=1,a=2 f=1", "m f=1,f=2", "m f=-1u",
+            ]),
+            at in any::<proptest::sample::Index>(),
+        ) {
+            let mut lines: Vec<String> = pts
+                .iter()
+                .map(|p| encode(&Point { ts: Some(1), ..p.clone() }))
+                .collect();
+            let at = at.index(lines.len() + 1);
+            lines.insert(at, bad.to_string());
+            let numbers = starts(&lines);
+            let p = parse_body(&lines.join("\n"), Precision::Nanos, 0);
+            prop_assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
+            prop_assert_eq!(p.errors[0].line, numbers[at]);
+            prop_assert!(p.errors[0].error.ends_with(&format!(" in '{bad}'")), "{}", p.errors[0].error);
+            let kept: Vec<u32> = p.batch.lines.iter().map(|l| l.line_no).collect();
+            let mut others = numbers.clone();
+            others.remove(at);
+            prop_assert_eq!(kept, others);
         }
     }
 

@@ -1,6 +1,8 @@
 //! UDP line protocol: each datagram holds one or more lines. There is nobody to answer,
-//! so bad lines are counted as rejected and datagrams that find the queue full are dropped
-//! and counted; the socket never waits on the writer.
+//! so bad lines are counted as rejected and datagrams that find the queue full (or hold more
+//! points than the whole queue) are dropped and counted; the socket never waits on the
+//! writer. UDP carries no credential: off loopback it needs `[udp] allow_unauthenticated`
+//! (checked by `web::auth::check_listeners` before the socket is bound).
 
 use std::sync::Arc;
 
@@ -49,7 +51,8 @@ pub async fn serve(
             Ok(_) => warned_full = false,
             Err(SubmitError::Full { .. }) => {
                 Stats::add(&stats.points_dropped, points);
-                if !warned_full {
+                // A datagram larger than the whole queue is logged once by the queue.
+                if !warned_full && handle.admits(points as usize) {
                     tracing::warn!(
                         "ingest queue full: dropping UDP datagrams (counted in points_dropped)"
                     );

@@ -517,7 +517,7 @@ async function loadForwarding() {
   const evicted = {};
   for (const s of (st.rollup && st.rollup.sinks) || []) evicted[s.name] = s.evicted_unforwarded_points;
   if (!sinks || !sinks.length) {
-    box.append(el('div', { class: 'empty', id: 'empty-forwarding' }, 'No sinks configured: data stays on this device. Add a [[forward]] sink (InfluxDB or MQTT) to the config to ship it to the fleet.'));
+    box.append(el('div', { class: 'empty', id: 'empty-forwarding' }, 'No sinks configured: data stays on this device. Add a [[sink]] (InfluxDB or MQTT) to the config to ship it to the fleet.'));
     return;
   }
   const pickKey = (o, re) => Object.keys(o).find((k) => re.test(k));
