@@ -1,6 +1,6 @@
 //! Turns a body of InfluxDB line protocol into a [`Batch`] plus per-line errors.
 //!
-//! A hand-written parser (see [`LineParser`] for the measured reason) that also gives what
+//! A hand-written parser (see `LineParser` for the measured reason) that also gives what
 //! the agent needs around it: physical line numbers for partial-write errors, timestamp
 //! precision, the server's clock for lines without a timestamp, and the canonical series
 //! key. It is pure: no IO, time is an argument.
