@@ -7,8 +7,11 @@ use super::catalogue::{Metric, Reading};
 use super::error::{NvmlInitError, ReadError};
 use super::source::{GpuSource, NvmlSource};
 
-/// Writes the `edgewatch gpus` report for `source`: versions, then each GPU with its tags
-/// and, for every metric, whether it is supported, with the fields it gives.
+/// Writes the `edgewatch gpus` report for `source`: versions, then each GPU with its tags,
+/// a table giving for every metric its support (`supported`, `not supported`,
+/// `n/a (MIG off)` or `error: ...`) and the fields it gives, and two summary lines naming
+/// the metrics that GPU supports and those it does not (`supported: ...`,
+/// `not supported: ...`; `none` when empty).
 pub fn write_report<S: GpuSource>(
     source: &mut S,
     out: &mut dyn Write,
@@ -58,6 +61,7 @@ pub fn write_report<S: GpuSource>(
         )?;
         writeln!(out, "  {:<20} {:<16} fields", "metric", "support")?;
         let mut mig_on = false;
+        let (mut yes, mut no) = (Vec::new(), Vec::new());
         for metric in Metric::ALL {
             let support = if metric == Metric::MigInstances && !mig_on {
                 "n/a (MIG off)".to_string()
@@ -67,9 +71,13 @@ pub fn write_report<S: GpuSource>(
                         if let Reading::MigMode { current, .. } = r {
                             mig_on = current;
                         }
+                        yes.push(metric.name());
                         "supported".to_string()
                     }
-                    Err(ReadError::NotSupported) => "not supported".to_string(),
+                    Err(ReadError::NotSupported) => {
+                        no.push(metric.name());
+                        "not supported".to_string()
+                    }
                     Err(e) => format!("error: {e}"),
                 }
             };
@@ -79,6 +87,15 @@ pub fn write_report<S: GpuSource>(
             }
             writeln!(out, "  {:<20} {:<16} {fields}", metric.name(), support)?;
         }
+        let list = |names: &[&str]| {
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
+        };
+        writeln!(out, "  supported: {}", list(&yes))?;
+        writeln!(out, "  not supported: {}", list(&no))?;
     }
     Ok(())
 }

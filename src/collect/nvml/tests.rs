@@ -654,11 +654,48 @@ fn report_lists_every_metric_with_its_support() {
             .unwrap()
             .to_string()
     };
-    assert!(row("fan").contains("not supported"));
-    assert!(row("ecc").contains("error: no permission"));
-    assert!(row("temperature").contains("supported") && row("temperature").contains("temp_c"));
-    assert!(row("mig_instances").contains("n/a (MIG off)"));
-    assert!(text.contains("GPU 1: error: GPU lost"));
+    // The support column, exactly (`supported` is also a suffix of `not supported`).
+    let support = |name: &str| {
+        let r = row(name);
+        let rest = &r[23..];
+        rest[..rest.find(" gpu").unwrap()].trim_end().to_string()
+    };
+    assert_eq!(support("fan"), "not supported");
+    assert_eq!(support("ecc"), "error: no permission");
+    assert_eq!(support("temperature"), "supported");
+    assert!(row("temperature").ends_with("gpu: temp_c"));
+    assert_eq!(support("mig_instances"), "n/a (MIG off)");
+    // The summary names exactly the supported and the unsupported metrics, in table order.
+    let expected: Vec<&str> = Metric::ALL
+        .iter()
+        .filter(|m| ![Metric::Fan, Metric::Ecc, Metric::MigInstances].contains(m))
+        .map(|m| m.name())
+        .collect();
+    assert!(
+        text.contains(&format!(
+            "\n  supported: {}\n  not supported: fan\n\nGPU 1: error: GPU lost",
+            expected.join(", ")
+        )),
+        "{text}"
+    );
+    // A GPU that supports nothing says so.
+    let mut bare = FakeGpu::typical(1);
+    bare.devices[0].readings.clear();
+    let mut out = Vec::new();
+    write_report(&mut bare, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let all: Vec<&str> = Metric::ALL
+        .iter()
+        .filter(|m| **m != Metric::MigInstances)
+        .map(|m| m.name())
+        .collect();
+    assert!(
+        text.ends_with(&format!(
+            "\n  supported: none\n  not supported: {}\n",
+            all.join(", ")
+        )),
+        "{text}"
+    );
     let mut none = FakeGpu::typical(0);
     let e = write_report(&mut none, &mut Vec::new()).unwrap_err();
     assert!(matches!(e, NvmlInitError::NoGpu { .. }));
