@@ -5,7 +5,11 @@
 //! that want one); it never sleeps, never reads the clock itself and never logs.
 //!
 //! The attempt number counts from 0: `delay(0, ..)` is the wait after the first failure.
-//! A caller that counts retries from 1 passes `failures - 1`.
+//! A caller that counts retries from 1 passes `failures - 1`. The shapes in use: the
+//! tegrastats restarts (1 s to 60 s, [`Spread::Shorten`] by up to a quarter), a lost NVML GPU
+//! (10 s to 5 min, [`Spread::None`]); a forwarder's retries fit `Backoff::new(min, max)`
+//! with [`Spread::Equal`] and `delay(failures - 1, jitter)`, and a job that skips whole
+//! intervals fits `Backoff::new(interval, 32 * interval).base(failures)`.
 
 use std::time::Duration;
 
@@ -155,6 +159,20 @@ mod tests {
         assert_eq!(b.delay(2, 0.0), s(2));
         assert_eq!(b.delay(29, 0.0), s(30));
         assert!(b.delay(29, 1.0) <= s(60));
+    }
+
+    #[test]
+    fn covers_the_forwarder_and_rollup_schedules() {
+        // forward::backoff(failures, 1 s, 60 s, j) for failures = 1, 3, 30 at j = 0.
+        let fwd = Backoff::new(s(1), s(60)).with_spread(Spread::Equal);
+        assert_eq!(fwd.delay(0, 0.0), Duration::from_millis(500));
+        assert_eq!(fwd.delay(2, 0.0), s(2));
+        assert_eq!(fwd.delay(29, 0.0), s(30));
+        // The rollup job waits 2^min(failures, 5) intervals.
+        let rollup = Backoff::new(s(1), s(32));
+        for f in 0..10u32 {
+            assert_eq!(rollup.base(f).as_secs(), 1 << f.min(5));
+        }
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! writes to the store, and never panics on what the driver answers.
 //!
 //! The readings come from a small trait, [`GpuSource`] ([`NvmlSource`] over NVML,
-//! [`FakeGpu`] for tests and the benchmark); turning readings into lines
+//! `FakeGpu` for tests and the benchmark, compiled only under `cfg(test)` or the
+//! `test-fakes` feature); turning readings into lines
 //! ([`readings_to_lines`]) and the bookkeeping ([`Sampler`]) are plain functions of them.
 //!
 //! Measurements (a contract once released; see the README). Memory is in MiB (`_mb`, as the

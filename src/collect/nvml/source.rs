@@ -16,8 +16,8 @@ use super::catalogue::{
 };
 use super::error::{handle_error, NvmlInitError, ReadError};
 
-/// Where readings come from: NVML ([`NvmlSource`]) or a fake ([`FakeGpu`]). Every call may
-/// block (NVML talks to the kernel driver); callers keep it off the async workers.
+/// Where readings come from: NVML ([`NvmlSource`]) or, in tests, a fake (`FakeGpu`). Every
+/// call may block (NVML talks to the kernel driver); callers keep it off the async workers.
 pub trait GpuSource: Send {
     /// Driver and CUDA versions (empty when unknown).
     fn system(&mut self) -> SystemInfo;
