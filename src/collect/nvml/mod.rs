@@ -56,9 +56,10 @@
 //! per GPU and repeated in every sample. `NotSupported` metrics are probed again hourly,
 //! silently.
 //!
-//! Layout: [`config`](NvmlConfig), errors, the metric catalogue, readings -> lines, the
-//! status holder, the sampler (state machine), the `gpus` report, the NVML source, and
-//! (tests and `test-fakes` only) a fake GPU. This file holds the run loop.
+//! Layout: `config` ([`NvmlConfig`]), `error`, `catalogue` (metrics and readings), `lines`
+//! (readings -> lines), `status`, `sampler` (the state machine), `report` (`edgewatch
+//! gpus`), `source` (NVML) and, under `cfg(test)` or the `test-fakes` feature only, `fake`.
+//! This file holds the run loop.
 
 mod catalogue;
 mod config;
