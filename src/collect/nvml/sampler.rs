@@ -181,7 +181,9 @@ impl<S: GpuSource> Sampler<S> {
         &self.system
     }
 
-    /// The source (tests change the fake's readings through it).
+    /// The source (tests change the fake's readings through it); a test hook, compiled
+    /// only with the fakes.
+    #[cfg(any(test, feature = "test-fakes"))]
     pub fn source_mut(&mut self) -> &mut S {
         &mut self.source
     }
