@@ -2,7 +2,8 @@
 //! lines, status) over a fake GPU with every metric and per-process samples on. NVML's own
 //! call time is excluded (it needs a GPU; on a device, `/api/v1/status` reports each real
 //! sample's wall time as `collectors.nvml.last_sample_us`).
-//! Run: `cargo bench --bench nvml`.
+//! Run: `cargo bench --bench nvml`. The fake GPU is compiled only with the `test-fakes`
+//! feature, which the crate's self dev-dependency turns on for benches and tests.
 
 fn main() {
     let iterations = 20_000;

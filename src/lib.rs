@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod backoff;
 pub mod clock;
 pub mod collect;
 pub mod config;

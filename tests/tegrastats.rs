@@ -246,11 +246,35 @@ fn fake_tegrastats_is_restarted_and_its_samples_stored() {
     assert!(stored.is_some(), "no samples stored:\n{}", agent.log_text());
     assert!(points(&agent, "jetson_cpu", "freq_mhz") >= 12);
     assert!(points(&agent, "jetson_power", "current_mw") >= 3);
-    let (code, body) = get(&agent
-        .url("/api/v1/query?measurement=jetson_engine&tag.engine=NVENC&field=load_pct&from=-5m"))
-    .unwrap();
-    assert_eq!(code, 200);
-    assert!(body.contains("78"), "{body}");
+    // Both recorded lines print `NVENC 78%@166` and `NVENC 78%@179`: each stored point of
+    // the NVENC series has exactly those values, in its value column.
+    let nvenc = |field: &str| -> Vec<f64> {
+        let (code, body) = get(&agent.url(&format!(
+            "/api/v1/query?measurement=jetson_engine&tag.engine=NVENC&field={field}&from=-5m"
+        )))
+        .unwrap();
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let series = v["series"].as_array().unwrap();
+        assert_eq!(series.len(), 1, "{body}");
+        assert_eq!(series[0]["field"], field, "{body}");
+        assert_eq!(series[0]["tags"]["engine"], "NVENC", "{body}");
+        series[0]["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[1].as_f64().unwrap_or_else(|| panic!("{body}")))
+            .collect()
+    };
+    let loads = nvenc("load_pct");
+    assert!(loads.len() >= 3, "{loads:?}");
+    assert!(loads.iter().all(|v| *v == 78.0), "{loads:?}");
+    let mut freqs = nvenc("freq_mhz");
+    assert_eq!(freqs.len(), loads.len());
+    freqs.dedup();
+    freqs.sort_by(f64::total_cmp);
+    freqs.dedup();
+    assert_eq!(freqs, [166.0, 179.0]);
     let log = agent.log_text();
     assert!(log.contains("tegrastats exited; restarting"), "{log}");
     assert!(

@@ -402,4 +402,86 @@ mod tests {
         assert!(!first.lines.iter().any(|l| l.key.starts_with("host_cpu")));
         assert_eq!(second.lines[3].fields[0].1, Value::F64(38.85));
     }
+    /// The collector on this machine's real /proc and /sys: every value it reports is
+    /// within its physical range, and it reports every core and readable sensor there is.
+    #[test]
+    fn samples_this_machines_real_proc_and_sys() {
+        let field = |line: &Line, k: &str| -> f64 {
+            match line.fields.iter().find(|(n, _)| n == k) {
+                Some((_, Value::F64(v))) => *v,
+                other => panic!("{k}: {other:?} in {line:?}"),
+            }
+        };
+        let stat = std::fs::read_to_string("/proc/stat").unwrap();
+        let cores: Vec<String> = stat
+            .lines()
+            .filter_map(|l| l.split_ascii_whitespace().next()?.strip_prefix("cpu"))
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect();
+        assert!(!cores.is_empty(), "no cpuN line in /proc/stat");
+        let mut c = HostCollector::new(Path::new("/proc"), Path::new("/sys"));
+        let first = c.sample(1);
+        assert!(!first.lines.iter().any(|l| l.key.starts_with("host_cpu")));
+        // Some work between the samples, so that every core's clock has moved on.
+        let until = std::time::Instant::now() + Duration::from_millis(300);
+        let mut spin = 0u64;
+        while std::time::Instant::now() < until {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let second = c.sample(2);
+        for batch in [&first, &second] {
+            let host = batch
+                .lines
+                .iter()
+                .find(|l| l.key == "host")
+                .expect("host line");
+            let total = field(host, "mem_total_mb");
+            let avail = field(host, "mem_available_mb");
+            assert!(total > 0.0 && (0.0..=total).contains(&avail), "{host:?}");
+            assert_eq!(field(host, "mem_used_mb"), total - avail);
+            assert!((0.0..=100.0).contains(&field(host, "mem_used_pct")));
+            assert!(field(host, "swap_used_mb") >= 0.0);
+            assert!(field(host, "swap_used_mb") <= field(host, "swap_total_mb"));
+            for k in ["load1", "load5", "load15"] {
+                let v = field(host, k);
+                assert!(v.is_finite() && v >= 0.0, "{k} = {v}");
+            }
+            assert!(field(host, "uptime_s") > 0.0);
+            assert!(field(host, "procs_running") >= 1.0, "this test is running");
+        }
+        let host = second.lines.iter().find(|l| l.key == "host").unwrap();
+        assert!((0.0..=100.0).contains(&field(host, "cpu_pct")), "{host:?}");
+        let mut seen = Vec::new();
+        for l in second
+            .lines
+            .iter()
+            .filter(|l| l.key.starts_with("host_cpu,"))
+        {
+            let core = l.key.strip_prefix("host_cpu,core=").unwrap().to_string();
+            assert!((0.0..=100.0).contains(&field(l, "usage_pct")), "{l:?}");
+            seen.push(core);
+        }
+        assert_eq!(seen, cores, "one host_cpu line per core of /proc/stat");
+        // Every thermal line is a discovered sensor with a plausible value; a discovered
+        // sensor without a line is one that cannot be read (or reads implausibly) now.
+        let sensors = discover_sensors(Path::new("/sys"));
+        assert_eq!(c.sensor_count(), sensors.len());
+        for s in &sensors {
+            let key = series_key("thermal", &[("zone", &s.zone), ("sensor", &s.sensor)]);
+            match second.lines.iter().find(|l| l.key == key) {
+                Some(l) => assert!((-60.0..=200.0).contains(&field(l, "temp_c")), "{l:?}"),
+                None => assert_eq!(
+                    read_trim(&s.path).and_then(|v| parse_millideg(&v)),
+                    None,
+                    "{s:?} readable but not sampled"
+                ),
+            }
+        }
+        let thermal = second
+            .lines
+            .iter()
+            .filter(|l| l.key.starts_with("thermal,"));
+        assert!(thermal.count() <= sensors.len());
+    }
 }

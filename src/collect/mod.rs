@@ -2,10 +2,15 @@
 //! ingest queue like any other producer. A collector never writes to the store and never
 //! blocks ingest: when the queue is full its sample is dropped and counted.
 
+pub mod health;
 pub mod host;
 pub mod nvml;
-pub mod own;
 pub mod tegrastats;
+
+/// The health collector's former name, kept so that `config.rs` and `agent.rs` paths
+/// (`collect::own::...`) compile until they say `collect::health`.
+#[doc(hidden)]
+pub use health as own;
 
 use std::sync::Arc;
 

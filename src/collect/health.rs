@@ -1,10 +1,12 @@
-//! The agent's own health as data: every `[health] interval` one `edgewatch_agent` point
+//! `[health]`: the agent's own health as data. Emits the `edgewatch_agent` and
+//! `edgewatch_event` measurements: every `[health] interval` one `edgewatch_agent` point
 //! (uptime, memory, CPU, ingest counters, queue, last commit, database size, forwarding
 //! backlog), and one `edgewatch_event,event=start` point when the agent starts. They go
 //! through the queue like any sample, so they are stored, rolled up and forwarded with the
 //! rest: the fleet sees in InfluxDB/Grafana when an agent restarted, fell behind or dropped
 //! data, next to the latency it explains. (`/metrics` exposes the same health natively and
-//! leaves these series out.)
+//! leaves these series out.) It reads the agent's counters, /proc/self and the database's
+//! size; it never writes to the store itself.
 
 use std::path::PathBuf;
 use std::sync::Arc;
