@@ -495,6 +495,44 @@ mod tests {
         assert_eq!(hold_from(&c).unwrap(), None);
     }
 
+    /// Regression: an earlier boot's record used to be counted from its first chunk id with
+    /// no upper bound, so when this boot started on a set clock (nothing noted) and wrote
+    /// before the job settled, this boot's own, correctly stamped points were counted as
+    /// unfixable too.
+    #[test]
+    fn only_the_earlier_boots_points_count_as_unfixable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let floor = 1_764_000_000 * NS;
+        let mut c = conn(dir.path());
+        let old = Machine {
+            boot_id: "an-earlier-boot".into(),
+            offset_ns: 0,
+        };
+        assert!(note_start(&mut c, floor, 100 * NS, &old).unwrap());
+        write(&mut w, "m", &[(100 * NS, 1.0), (101 * NS, 2.0)]);
+        // Reboot on a set clock: the agent starts (nothing to hold), then stores points
+        // before the rollup job first runs.
+        let now = floor + MIN;
+        let this = Machine::read(now);
+        assert!(!note_start(&mut c, floor, now, &this).unwrap());
+        write(
+            &mut w,
+            "m",
+            &[(now, 3.0), (now + NS, 4.0), (now + 2 * NS, 5.0)],
+        );
+        let (s, _) = settle(&mut c, floor, now + 3 * NS, &this).unwrap();
+        assert_eq!(s, Settle::Ready);
+        assert_eq!(hold_from(&c).unwrap(), None);
+        let st = status(&c, floor, now).unwrap();
+        assert_eq!(
+            st["unfixable_points"], 2,
+            "this boot's points are not the earlier boot's"
+        );
+        // Nothing is moved either way.
+        assert_eq!(stored_times(dir.path()).len(), 5);
+    }
+
     #[test]
     fn a_record_from_an_earlier_boot_is_dropped_and_counted() {
         let dir = tempfile::tempdir().unwrap();

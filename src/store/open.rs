@@ -251,3 +251,234 @@ pub mod space {
         conn.execute_batch("PRAGMA shrink_memory").ctx(path)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Value;
+    use crate::store::bucket::Acc;
+    use crate::store::query::RawQuery;
+    use crate::store::{clockfix, codec, counters, tiers, Reader, Writer};
+
+    const NS: i64 = 1_000_000_000;
+    const T0: i64 = 1_760_000_000 * NS;
+
+    /// A store as edgewatch at schema version `version` left it: created without incremental
+    /// auto-vacuum (as stores were before it), migrations applied by hand, holding data of
+    /// every table that version had.
+    fn old_store(dir: &Path, version: u32) -> Connection {
+        let conn = Connection::open(db_path(dir)).unwrap();
+        conn.pragma_update(None, "auto_vacuum", "NONE").unwrap();
+        for (v, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= version) {
+            conn.execute_batch(sql).unwrap();
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_ns) VALUES (?1, ?2, 1)",
+                params![v, name],
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", v).unwrap();
+        }
+        conn.execute_batch(
+            "INSERT INTO tagsets (id, key, measurement, tags) VALUES \
+               (1, 'cpu,host=a', 'cpu', '{\"host\":\"a\"}'), \
+               (2, 'gpu,gpu=0', 'gpu', '{\"gpu\":\"0\"}'); \
+             INSERT INTO series (id, tagset_id, field, kind, created_ns) VALUES \
+               (1, 1, 'usage', 0, 1), (2, 1, 'procs', 1, 1), (3, 2, 'temp_c', 0, 1);",
+        )
+        .unwrap();
+        // Two chunks as the writer packs them: cpu (usage, procs) x 3, gpu temp_c x 2.
+        let chunk = |points: &[(i64, Vec<(i64, Value)>)]| {
+            let mut data = Vec::new();
+            let mut prev = points[0].0;
+            for (ts, values) in points {
+                codec::encode_point_header(&mut data, prev, *ts, values.len());
+                for (sid, v) in values {
+                    codec::encode_value(&mut data, *sid, v);
+                }
+                prev = *ts;
+            }
+            data
+        };
+        let cpu = chunk(
+            &(0..3)
+                .map(|i| {
+                    (
+                        T0 + i * NS,
+                        vec![(1, Value::F64(10.0 + i as f64)), (2, Value::I64(100 + i))],
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        let gpu = chunk(&[
+            (T0 + 30 * NS, vec![(3, Value::F64(55.5))]),
+            (T0 + 90 * NS, vec![(3, Value::F64(61.0))]),
+        ]);
+        conn.execute(
+            "INSERT INTO chunks (id, tagset_id, ts_min, ts_max, n, data) VALUES \
+             (1, 1, ?1, ?2, 3, ?3), (2, 2, ?4, ?5, 2, ?6)",
+            params![T0, T0 + 2 * NS, cpu, T0 + 30 * NS, T0 + 90 * NS, gpu],
+        )
+        .unwrap();
+        if version >= 2 {
+            // Both chunks rolled up: 1 min rows for the three float/int series, 1 h rows.
+            for (tier, res) in [(60, 60 * NS), (3600, 3600 * NS)] {
+                for (sid, pts) in [
+                    (1, vec![(T0, 10.0), (T0 + NS, 11.0), (T0 + 2 * NS, 12.0)]),
+                    (2, vec![(T0, 100.0), (T0 + NS, 101.0), (T0 + 2 * NS, 102.0)]),
+                    (3, vec![(T0 + 30 * NS, 55.5), (T0 + 90 * NS, 61.0)]),
+                ] {
+                    let mut buckets: std::collections::BTreeMap<i64, Acc> = Default::default();
+                    for (ts, v) in pts {
+                        buckets
+                            .entry(crate::store::bucket::bucket_start(ts, res))
+                            .or_default()
+                            .add(ts, v);
+                    }
+                    for (b, acc) in buckets {
+                        tiers::put(&conn, &db_path(dir), tier, sid, b, &acc, false).unwrap();
+                    }
+                }
+                let state = tiers::State {
+                    cursor: 2,
+                    watermark: T0 + 90 * NS,
+                    late: 0,
+                    updated: T0 + 100 * NS,
+                };
+                tiers::put_state(&conn, &db_path(dir), tier, &state).unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO sinks (name, cursor_chunk_id) VALUES ('influx', 1); \
+                 INSERT INTO counters (name, value) VALUES ('evicted_raw_chunks', 4);",
+            )
+            .unwrap();
+        }
+        if version >= 3 {
+            conn.execute_batch("UPDATE sinks SET batch_seq = 7, forwarded_points = 3")
+                .unwrap();
+        }
+        if version >= 4 {
+            // From 0004 on the job keeps each tier's row count beside its rows.
+            counters::bump(&conn, &db_path(dir), &counters::tier_rows(60), 4).unwrap();
+            counters::bump(&conn, &db_path(dir), &counters::tier_rows(3600), 3).unwrap();
+        }
+        conn
+    }
+
+    /// Every older schema version, holding data, upgrades through every later migration:
+    /// the version and the migration log are current, 0004's backfill counted the rollup rows
+    /// that were there, and the points, rollup rows, sink state and counters read back.
+    #[test]
+    fn an_older_store_with_data_upgrades_through_every_migration() {
+        let latest = latest_version();
+        assert!(latest >= 5, "this test knows migrations up to 0005");
+        for start in 1..latest {
+            let dir = tempfile::tempdir().unwrap();
+            drop(old_store(dir.path(), start));
+            let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+            let reader = Reader::open(dir.path()).unwrap();
+            let (conn, path) = (reader.conn(), reader.path());
+            let at = format!("from version {start}");
+            assert_eq!(schema_version(conn, path).unwrap(), latest, "{at}");
+            let logged: Vec<u32> = conn
+                .prepare("SELECT version FROM schema_migrations ORDER BY version")
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect();
+            assert_eq!(logged, (1..=latest).collect::<Vec<_>>(), "{at}");
+            assert!(space::incremental_vacuum(conn, path).unwrap(), "{at}");
+            // The raw points.
+            let res = reader
+                .query_raw(&RawQuery {
+                    measurement: "cpu".into(),
+                    from: i64::MIN,
+                    to: i64::MAX,
+                    limit: usize::MAX,
+                    ..Default::default()
+                })
+                .unwrap();
+            let got: Vec<(String, Vec<(i64, Value)>)> = res
+                .series
+                .into_iter()
+                .map(|s| (s.field, s.points))
+                .collect();
+            assert_eq!(
+                got,
+                vec![
+                    (
+                        "procs".to_string(),
+                        (0..3).map(|i| (T0 + i * NS, Value::I64(100 + i))).collect()
+                    ),
+                    (
+                        "usage".to_string(),
+                        (0..3)
+                            .map(|i| (T0 + i * NS, Value::F64(10.0 + i as f64)))
+                            .collect()
+                    ),
+                ],
+                "{at}"
+            );
+            assert_eq!(reader.raw_points().unwrap(), 5, "{at}");
+            // 0004: the live row count of each tier, counted from the rows there were.
+            let rows_1m = if start >= 2 { 4 } else { 0 };
+            let rows_1h = if start >= 2 { 3 } else { 0 };
+            assert_eq!(
+                counters::get(conn, path, &counters::tier_rows(60)).unwrap(),
+                rows_1m,
+                "{at}"
+            );
+            assert_eq!(
+                counters::get(conn, path, &counters::tier_rows(3600)).unwrap(),
+                rows_1h,
+                "{at}"
+            );
+            assert_eq!(
+                crate::store::testing::count_tier_rows(dir.path(), 60),
+                rows_1m,
+                "{at}"
+            );
+            if start >= 2 {
+                assert_eq!(
+                    counters::get(conn, path, "evicted_raw_chunks").unwrap(),
+                    4,
+                    "{at}"
+                );
+                // A rollup row reads back whole (sketch included).
+                let mut accs = Vec::new();
+                tiers::read_range(conn, path, 60, 3, 0, i64::MAX, tiers::Need::All, |b, a| {
+                    accs.push((b, a.unwrap()));
+                    Ok::<_, StoreError>(())
+                })
+                .unwrap();
+                assert_eq!(accs.len(), 2, "{at}");
+                assert_eq!((accs[0].1.count, accs[0].1.max), (1, 55.5), "{at}");
+                assert_eq!(accs[1].1.sketch.count(), 1, "{at}");
+                assert_eq!(tiers::state(conn, path, 3600).unwrap().cursor, 2, "{at}");
+                let sinks = crate::store::sinks::evictions(conn, path).unwrap();
+                assert_eq!((sinks[0].name.as_str(), sinks[0].cursor), ("influx", 1));
+            }
+            if start >= 3 {
+                let seq: i64 = conn
+                    .query_row("SELECT batch_seq FROM sinks", [], |r| r.get(0))
+                    .unwrap();
+                assert_eq!(seq, 7, "{at}");
+            }
+            // 0005: the clock hold's table exists, empty.
+            assert_eq!(clockfix::hold_from(conn).unwrap(), None, "{at}");
+            // The writer goes on after the old chunks (0002's AUTOINCREMENT ids).
+            let p = crate::ingest::lineproto::parse_body(
+                "cpu,host=a usage=1 5\n",
+                crate::ingest::lineproto::Precision::Nanos,
+                0,
+            );
+            w.write(&[&p.batch]).unwrap();
+            assert_eq!(
+                crate::store::chunks::newest_id(conn, path).unwrap(),
+                3,
+                "{at}"
+            );
+            assert_eq!(w.series_count(), 3, "{at}");
+        }
+    }
+}
