@@ -137,14 +137,6 @@ pub fn latest_version() -> u32 {
     MIGRATIONS.last().map(|m| m.0).unwrap_or(0)
 }
 
-/// The error-context closure for code that still maps errors by hand (prefer [`Ctx`]).
-pub fn sql_err(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// A read-only handle on a database; safe beside a running writer.
 pub struct Reader {
     pub(crate) conn: Connection,

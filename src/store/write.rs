@@ -99,10 +99,6 @@ impl Writer {
 
     fn write_inner(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
         let path = self.path.clone();
-        let e = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
         let now = crate::now_ns();
         let tx = self.conn.transaction().ctx(&path)?;
         let mut out = Vec::with_capacity(batches.len());
@@ -111,7 +107,7 @@ impl Writer {
                 .prepare_cached(
                     "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
-                .map_err(&e)?;
+                .ctx(&path)?;
             let mut ins = dict::Inserts::prepare(&tx, &path)?;
             let dict = &mut self.dict;
             let values = &mut self.buf;
@@ -170,7 +166,7 @@ impl Writer {
                             .unwrap_or_else(|_| "{}".into());
                             let id = ins
                                 .tagset(&line.key, &measurement, &tags_json)
-                                .map_err(&e)?;
+                                .ctx(&path)?;
                             dict.tagsets.insert(line.key.clone(), id);
                             id
                         }
@@ -183,7 +179,7 @@ impl Writer {
                             None => {
                                 let sid = ins
                                     .series(tagset_id, field, value.kind(), now)
-                                    .map_err(&e)?;
+                                    .ctx(&path)?;
                                 fields.insert(field.clone(), (sid, value.kind()));
                                 dict.series_count += 1;
                                 sid
@@ -198,7 +194,7 @@ impl Writer {
                     let chunk = &mut open[slot];
                     chunk.push(line.ts, line.fields.len(), values);
                     if chunk.points.len() >= MAX_CHUNK_POINTS {
-                        chunk.flush(&mut ins_chunk).map_err(&e)?;
+                        chunk.flush(&mut ins_chunk).ctx(&path)?;
                     }
                     sum.points += 1;
                     sum.values += line.fields.len();
@@ -206,10 +202,10 @@ impl Writer {
                 out.push(sum);
             }
             for chunk in &mut open {
-                chunk.flush(&mut ins_chunk).map_err(&e)?;
+                chunk.flush(&mut ins_chunk).ctx(&path)?;
             }
         }
-        tx.commit().map_err(&e)?;
+        tx.commit().ctx(&path)?;
         Ok(out)
     }
 }
