@@ -164,9 +164,7 @@ impl Writer {
                                     .collect::<std::collections::BTreeMap<_, _>>(),
                             )
                             .unwrap_or_else(|_| "{}".into());
-                            let id = ins
-                                .tagset(&line.key, &measurement, &tags_json)
-                                .ctx(&path)?;
+                            let id = ins.tagset(&line.key, &measurement, &tags_json).ctx(&path)?;
                             dict.tagsets.insert(line.key.clone(), id);
                             id
                         }
@@ -177,9 +175,8 @@ impl Writer {
                         let sid = match fields.get(field.as_str()) {
                             Some((sid, _)) => *sid,
                             None => {
-                                let sid = ins
-                                    .series(tagset_id, field, value.kind(), now)
-                                    .ctx(&path)?;
+                                let sid =
+                                    ins.series(tagset_id, field, value.kind(), now).ctx(&path)?;
                                 fields.insert(field.clone(), (sid, value.kind()));
                                 dict.series_count += 1;
                                 sid
