@@ -533,6 +533,42 @@ mod tests {
         assert_eq!(stored_times(dir.path()).len(), 5);
     }
 
+    /// An earlier boot's points end where a later record begins (this boot's, or another
+    /// boot's in between), not at the newest chunk.
+    #[test]
+    fn an_earlier_boots_points_end_where_the_next_record_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let floor = 1_764_000_000 * NS;
+        let mut c = conn(dir.path());
+        let path = path_of(&c);
+        let boot = |id: &str| Machine {
+            boot_id: id.into(),
+            offset_ns: 0,
+        };
+        assert!(note_start(&mut c, floor, 100 * NS, &boot("a")).unwrap());
+        write(&mut w, "m", &[(100 * NS, 1.0)]);
+        // Records that a start-up could not drop (e.g. it failed): boot b's and this one's.
+        let this = Machine::read(floor + MIN);
+        clockfix::insert(&c, &path, "b", 0, 2, 1).unwrap();
+        write(&mut w, "m", &[(200 * NS, 1.0), (201 * NS, 2.0)]);
+        clockfix::insert(&c, &path, &this.boot_id, 0, 3, 1).unwrap();
+        write(
+            &mut w,
+            "m",
+            &[(300 * NS, 1.0), (301 * NS, 2.0), (302 * NS, 3.0)],
+        );
+        let (s, f) = settle(&mut c, floor, floor + MIN, &this).unwrap();
+        assert_eq!(s, Settle::Fixing);
+        assert_eq!(f.points, 3, "this boot's own points are corrected");
+        let st = status(&c, floor, floor + MIN).unwrap();
+        assert_eq!(
+            st["unfixable_points"],
+            1 + 2,
+            "a's one point and b's two, not this boot's"
+        );
+    }
+
     #[test]
     fn a_record_from_an_earlier_boot_is_dropped_and_counted() {
         let dir = tempfile::tempdir().unwrap();
