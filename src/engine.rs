@@ -18,7 +18,6 @@
 //! computed per series and summed over a group. Empty steps are left out.
 
 use std::collections::{BTreeMap, HashMap};
-
 use std::ops::ControlFlow;
 
 use serde::Serialize;

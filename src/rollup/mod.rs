@@ -53,8 +53,6 @@ use tokio_util::sync::CancellationToken;
 use crate::store::open::space;
 use crate::store::{Mode, StoreError};
 
-/// Rollup-row decoding, now in the store; re-exported for old paths.
-pub use crate::store::tiers::{read_acc, read_acc_at};
 pub use config::{RetentionConfig, RollupConfig};
 pub use plan::{Plan, Tier};
 pub use status::status;

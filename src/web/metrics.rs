@@ -16,7 +16,6 @@
 //! `_total` suffixes added for you), a second format to negotiate for no gain here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-
 use std::ops::ControlFlow;
 
 use prometheus::{CounterVec, GaugeVec, Opts, Registry};
