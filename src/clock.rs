@@ -13,10 +13,14 @@
 //! just before the step, then lifts the hold. A record left by an earlier boot cannot be
 //! corrected (its offset went with that boot): it is dropped and its points counted.
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
 
-use crate::rollup::{bump, counter};
+use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Deserializer};
+
+use crate::store::chunks::{self, Scan};
+use crate::store::{clockfix, counters, Ctx, StoreError};
 
 const NS: i64 = 1_000_000_000;
 
@@ -111,68 +115,72 @@ fn boottime_ns() -> i64 {
 
 /// The chunk id from which rollup and forwarding must wait (`None`: nothing held).
 pub fn hold_from(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    conn.prepare_cached("SELECT MIN(first_chunk_id) FROM clock_fix")?
-        .query_row([], |r| r.get(0))
+    clockfix::hold_from(conn)
 }
 
-/// Drops the records of other boots, counting their points as uncorrectable.
-fn drop_other_boots(tx: &Connection, boot_id: &str) -> rusqlite::Result<()> {
-    let others: Vec<(String, i64)> = tx
-        .prepare("SELECT boot_id, MAX(first_chunk_id, fixed_through + 1) FROM clock_fix WHERE boot_id != ?1")?
-        .query_map([boot_id], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
-    for (boot, from) in others {
-        let points: i64 = tx.query_row(
-            "SELECT COALESCE(SUM(n), 0) FROM chunks WHERE id >= ?1",
-            [from],
-            |r| r.get(0),
-        )?;
+/// The database file of `conn`, for error messages.
+fn path_of(conn: &Connection) -> PathBuf {
+    PathBuf::from(conn.path().unwrap_or_default())
+}
+
+/// Drops the records of other boots, counting their points as uncorrectable. Called before
+/// this boot writes anything of its own (at start-up, or by a job in a boot where the agent
+/// has not started), so the points of an earlier boot are the chunks from its first id up
+/// to the next id to be written, the next later boot's first id or this boot's, whichever
+/// is lowest.
+fn drop_other_boots(tx: &Connection, boot_id: &str) -> Result<(), StoreError> {
+    let path = path_of(tx);
+    let others = clockfix::others(tx, &path, boot_id)?;
+    let mut next = chunks::next_id(tx, &path)?;
+    if let Some(mine) = clockfix::get(tx, &path, boot_id)? {
+        next = next.min(mine.first_chunk_id);
+    }
+    for (i, fix) in others.iter().enumerate() {
+        let from = fix.first_chunk_id.max(fix.fixed_through.saturating_add(1));
+        let until = others
+            .get(i + 1)
+            .map_or(next, |later| later.first_chunk_id.min(next))
+            .max(from);
+        let points = chunks::points_between(tx, &path, from, until)?;
         tracing::warn!(
-            boot = %boot,
+            boot = %fix.boot_id,
             points,
             "points stamped before the clock was set, in an earlier boot, cannot be corrected: kept with their times"
         );
-        bump(tx, "clock_unfixable_points", points)?;
-        tx.execute("DELETE FROM clock_fix WHERE boot_id = ?1", [boot])?;
+        counters::bump(tx, &path, "clock_unfixable_points", points)?;
+        clockfix::delete(tx, &path, &fix.boot_id)?;
     }
     Ok(())
 }
 
-/// At agent start-up (before ingest): if `now` is before `floor`, records this boot so that
-/// what is written from here on can be corrected once the clock is set. `Ok(true)` when the
-/// clock is not set.
+/// At agent start-up (before ingest): drops what earlier boots left (their points can no
+/// longer be corrected) and, if `now` is before `floor`, records this boot so that what is
+/// written from here on can be corrected once the clock is set. `Ok(true)` when the clock is
+/// not set.
 pub fn note_start(
     conn: &mut Connection,
     floor: i64,
     now: i64,
     m: &Machine,
-) -> rusqlite::Result<bool> {
-    if now >= floor {
+) -> Result<bool, StoreError> {
+    let path = path_of(conn);
+    let unset = now < floor;
+    if !unset && hold_from(conn).ctx(&path)?.is_none() {
         return Ok(false);
     }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(&path)?;
+    // Dropped here, before this run writes a chunk, even on a set clock: later, this
+    // boot's chunks could not be told from the earlier boot's.
     drop_other_boots(&tx, &m.boot_id)?;
-    let mine: Option<i64> = tx
-        .query_row(
-            "SELECT first_chunk_id FROM clock_fix WHERE boot_id = ?1",
-            [&m.boot_id],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if mine.is_none() {
-        // AUTOINCREMENT: `seq` is the largest id ever used, so the next chunk gets seq + 1.
-        let next: i64 = tx.query_row(
-            "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0) + 1",
-            [],
-            |r| r.get(0),
-        )?;
-        tx.execute(
-            "INSERT INTO clock_fix (boot_id, offset_ns, first_chunk_id, noted_ns) VALUES (?1, ?2, ?3, ?4)",
-            params![m.boot_id, m.offset_ns, next, now],
-        )?;
+    if unset && clockfix::get(&tx, &path, &m.boot_id)?.is_none() {
+        // AUTOINCREMENT: the next chunk gets one past the largest id ever used.
+        let next = chunks::next_id(&tx, &path)?;
+        clockfix::insert(&tx, &path, &m.boot_id, m.offset_ns, next, now)?;
     }
-    tx.commit()?;
-    Ok(true)
+    tx.commit().ctx(&path)?;
+    Ok(unset)
 }
 
 /// What [`settle`] found.
@@ -202,76 +210,69 @@ pub fn settle(
     floor: i64,
     now: i64,
     m: &Machine,
-) -> rusqlite::Result<(Settle, Fixed)> {
+) -> Result<(Settle, Fixed), StoreError> {
+    let path = path_of(conn);
     let mut fixed = Fixed::default();
-    if hold_from(conn)?.is_none() {
+    if hold_from(conn).ctx(&path)?.is_none() {
         return Ok((Settle::Ready, fixed));
     }
     if now < floor {
         return Ok((Settle::Unset, fixed));
     }
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(&path)?;
     drop_other_boots(&tx, &m.boot_id)?;
-    let row: Option<(i64, i64, i64, i64)> = tx
-        .query_row(
-            "SELECT offset_ns, first_chunk_id, fixed_through, synced_ns FROM clock_fix WHERE boot_id = ?1",
-            [&m.boot_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .optional()?;
-    let Some((offset, first, through, synced)) = row else {
-        tx.commit()?;
+    let Some(fix) = clockfix::get(&tx, &path, &m.boot_id)? else {
+        tx.commit().ctx(&path)?;
         return Ok((Settle::Ready, fixed));
     };
-    let step = m.offset_ns.saturating_sub(offset);
-    let from = first.max(through.saturating_add(1));
-    let mut last = through;
-    {
-        let mut read = tx
-            .prepare("SELECT id, ts_min, ts_max, n, data FROM chunks WHERE id >= ?1 ORDER BY id")?;
-        let mut write =
-            tx.prepare("UPDATE chunks SET ts_min = ?2, ts_max = ?3, data = ?4 WHERE id = ?1")?;
-        let mut rows = read.query([from])?;
-        while let Some(r) = rows.next()? {
-            let (id, lo, hi): (i64, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
-            last = last.max(id);
-            if lo >= floor || step == 0 {
-                continue;
-            }
-            let n: i64 = r.get(3)?;
-            let data: Vec<u8> = r.get(4)?;
-            let map = |t: i64| if t < floor { t.saturating_add(step) } else { t };
-            if hi < floor {
-                // Every point moves: the deltas stay, only the base and the bounds change.
-                write.execute(params![id, map(lo), map(hi), data])?;
+    let step = m.offset_ns.saturating_sub(fix.offset_ns);
+    let from = fix.first_chunk_id.max(fix.fixed_through.saturating_add(1));
+    let mut last = fix.fixed_through;
+    let scan = Scan {
+        after: Some(from.saturating_sub(1)),
+        ..Scan::default()
+    };
+    chunks::scan(&tx, &path, &scan, |c| {
+        let (id, lo, hi) = (c.id, c.ts_min, c.ts_max);
+        last = last.max(id);
+        if lo >= floor || step == 0 {
+            return Ok(ControlFlow::Continue(()));
+        }
+        let map = |t: i64| if t < floor { t.saturating_add(step) } else { t };
+        if hi < floor {
+            // Every point moves: the deltas stay, only the base and the bounds change.
+            chunks::retime(&tx, &path, id, map(lo), map(hi), c.data)?;
+            fixed.chunks += 1;
+            fixed.points += c.n.max(0) as u64;
+            return Ok(ControlFlow::Continue(()));
+        }
+        match crate::store::codec::retime_chunk(c.data, lo, map) {
+            Ok((out, nlo, nhi, moved)) => {
+                chunks::retime(&tx, &path, id, nlo, nhi, &out)?;
                 fixed.chunks += 1;
-                fixed.points += n.max(0) as u64;
-                continue;
+                fixed.points += moved;
             }
-            match crate::store::codec::retime_chunk(&data, lo, map) {
-                Ok((out, nlo, nhi, moved)) => {
-                    write.execute(params![id, nlo, nhi, out])?;
-                    fixed.chunks += 1;
-                    fixed.points += moved;
-                }
-                Err(e) => {
-                    tracing::warn!(chunk = id, error = %e, "cannot correct the times of a corrupt chunk; left as it is");
-                }
+            Err(e) => {
+                tracing::warn!(chunk = id, error = %e, "cannot correct the times of a corrupt chunk; left as it is");
             }
         }
-    }
-    bump(&tx, "clock_fixed_points", fixed.points as i64)?;
-    let synced = if synced == 0 { now } else { synced };
+        Ok(ControlFlow::Continue(()))
+    })?;
+    counters::bump(&tx, &path, "clock_fixed_points", fixed.points as i64)?;
+    let synced = if fix.synced_ns == 0 {
+        now
+    } else {
+        fix.synced_ns
+    };
     let done = now.saturating_sub(synced) >= GRACE_NS;
     if done {
-        tx.execute("DELETE FROM clock_fix WHERE boot_id = ?1", [&m.boot_id])?;
+        clockfix::delete(&tx, &path, &m.boot_id)?;
     } else {
-        tx.execute(
-            "UPDATE clock_fix SET fixed_through = ?2, synced_ns = ?3 WHERE boot_id = ?1",
-            params![m.boot_id, last, synced],
-        )?;
+        clockfix::set_progress(&tx, &path, &m.boot_id, last, synced)?;
     }
-    tx.commit()?;
+    tx.commit().ctx(&path)?;
     if fixed.points > 0 {
         tracing::info!(
             points = fixed.points,
@@ -289,8 +290,8 @@ pub fn status(conn: &Connection, floor: i64, now: i64) -> rusqlite::Result<serde
         "set": now >= floor,
         "min_valid_ns": floor,
         "held_from_chunk_id": hold_from(conn)?,
-        "fixed_points": counter(conn, "clock_fixed_points")?,
-        "unfixable_points": counter(conn, "clock_unfixable_points")?,
+        "fixed_points": counters::value(conn, "clock_fixed_points")?,
+        "unfixable_points": counters::value(conn, "clock_unfixable_points")?,
     }))
 }
 
@@ -308,20 +309,32 @@ mod tests {
     }
 
     fn stored_times(dir: &std::path::Path) -> Vec<i64> {
-        let c = conn(dir);
-        let mut st = c
-            .prepare("SELECT ts_min, data FROM chunks ORDER BY id")
-            .unwrap();
-        let rows: Vec<(i64, Vec<u8>)> = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
+        let r = Reader::open(dir).unwrap();
         let mut out = Vec::new();
-        for (lo, data) in rows {
-            crate::store::codec::decode_chunk(&data, lo, |t, _, _| out.push(t)).unwrap();
-        }
+        chunks::scan(r.conn(), r.path(), &Scan::default(), |c| {
+            c.decode(r.path(), |t, _, _| out.push(t))?;
+            Ok(ControlFlow::Continue(()))
+        })
+        .unwrap();
         out
+    }
+
+    /// `(ts_min, data)` of chunk `id`, or of the newest chunk when `id` is `None`.
+    fn chunk(c: &Connection, id: Option<i64>) -> (i64, i64, Vec<u8>) {
+        let mut got = None;
+        let scan = Scan {
+            after: id.map(|i| i - 1),
+            before: id.map(|i| i + 1),
+            newest_first: id.is_none(),
+            limit: Some(1),
+            ..Scan::default()
+        };
+        chunks::scan(c, &path_of(c), &scan, |ch| {
+            got = Some((ch.id, ch.ts_min, ch.data.to_vec()));
+            Ok(ControlFlow::Break(()))
+        })
+        .unwrap();
+        got.unwrap()
     }
 
     #[test]
@@ -463,30 +476,14 @@ mod tests {
         write(&mut w, "m,s=a", &[(boot_now, 1.0), (boot_now + NS, 2.0)]);
         // Mixed (one good time), so it must be decoded to be corrected; then cut short.
         write(&mut w, "m,s=b", &[(boot_now, 3.0), (floor + MIN, 4.0)]);
-        let (bad_id, bad_data): (i64, Vec<u8>) = c
-            .query_row(
-                "SELECT id, data FROM chunks ORDER BY id DESC LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap();
+        let (bad_id, bad_lo, bad_data) = chunk(&c, None);
         let cut = bad_data[..bad_data.len() - 3].to_vec();
-        c.execute(
-            "UPDATE chunks SET data = ?2 WHERE id = ?1",
-            params![bad_id, cut],
-        )
-        .unwrap();
+        chunks::retime(&c, &path_of(&c), bad_id, bad_lo, floor + MIN, &cut).unwrap();
         let now = floor + 10 * MIN;
         let (s, f) = settle(&mut c, floor, now, &Machine::read(now)).unwrap();
         assert_eq!(s, Settle::Fixing);
         assert_eq!((f.chunks, f.points), (1, 2), "only the good chunk moves");
-        let (lo, data): (i64, Vec<u8>) = c
-            .query_row(
-                "SELECT ts_min, data FROM chunks WHERE id = ?1",
-                [bad_id],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .unwrap();
+        let (_, lo, data) = chunk(&c, Some(bad_id));
         assert_eq!(
             (lo, data),
             (boot_now, cut),
@@ -496,6 +493,80 @@ mod tests {
         let (s, _) = settle(&mut c, floor, later, &Machine::read(later)).unwrap();
         assert_eq!(s, Settle::Ready);
         assert_eq!(hold_from(&c).unwrap(), None);
+    }
+
+    /// Regression: an earlier boot's record used to be counted from its first chunk id with
+    /// no upper bound, so when this boot started on a set clock (nothing noted) and wrote
+    /// before the job settled, this boot's own, correctly stamped points were counted as
+    /// unfixable too.
+    #[test]
+    fn only_the_earlier_boots_points_count_as_unfixable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let floor = 1_764_000_000 * NS;
+        let mut c = conn(dir.path());
+        let old = Machine {
+            boot_id: "an-earlier-boot".into(),
+            offset_ns: 0,
+        };
+        assert!(note_start(&mut c, floor, 100 * NS, &old).unwrap());
+        write(&mut w, "m", &[(100 * NS, 1.0), (101 * NS, 2.0)]);
+        // Reboot on a set clock: the agent starts (nothing to hold), then stores points
+        // before the rollup job first runs.
+        let now = floor + MIN;
+        let this = Machine::read(now);
+        assert!(!note_start(&mut c, floor, now, &this).unwrap());
+        write(
+            &mut w,
+            "m",
+            &[(now, 3.0), (now + NS, 4.0), (now + 2 * NS, 5.0)],
+        );
+        let (s, _) = settle(&mut c, floor, now + 3 * NS, &this).unwrap();
+        assert_eq!(s, Settle::Ready);
+        assert_eq!(hold_from(&c).unwrap(), None);
+        let st = status(&c, floor, now).unwrap();
+        assert_eq!(
+            st["unfixable_points"], 2,
+            "this boot's points are not the earlier boot's"
+        );
+        // Nothing is moved either way.
+        assert_eq!(stored_times(dir.path()).len(), 5);
+    }
+
+    /// An earlier boot's points end where a later record begins (this boot's, or another
+    /// boot's in between), not at the newest chunk.
+    #[test]
+    fn an_earlier_boots_points_end_where_the_next_record_begins() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let floor = 1_764_000_000 * NS;
+        let mut c = conn(dir.path());
+        let path = path_of(&c);
+        let boot = |id: &str| Machine {
+            boot_id: id.into(),
+            offset_ns: 0,
+        };
+        assert!(note_start(&mut c, floor, 100 * NS, &boot("a")).unwrap());
+        write(&mut w, "m", &[(100 * NS, 1.0)]);
+        // Records that a start-up could not drop (e.g. it failed): boot b's and this one's.
+        let this = Machine::read(floor + MIN);
+        clockfix::insert(&c, &path, "b", 0, 2, 1).unwrap();
+        write(&mut w, "m", &[(200 * NS, 1.0), (201 * NS, 2.0)]);
+        clockfix::insert(&c, &path, &this.boot_id, 0, 3, 1).unwrap();
+        write(
+            &mut w,
+            "m",
+            &[(300 * NS, 1.0), (301 * NS, 2.0), (302 * NS, 3.0)],
+        );
+        let (s, f) = settle(&mut c, floor, floor + MIN, &this).unwrap();
+        assert_eq!(s, Settle::Fixing);
+        assert_eq!(f.points, 3, "this boot's own points are corrected");
+        let st = status(&c, floor, floor + MIN).unwrap();
+        assert_eq!(
+            st["unfixable_points"],
+            1 + 2,
+            "a's one point and b's two, not this boot's"
+        );
     }
 
     #[test]

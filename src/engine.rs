@@ -18,14 +18,14 @@
 //! computed per series and summed over a group. Empty steps are left out.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 
-use rusqlite::{params, OptionalExtension};
 use serde::Serialize;
 
 use crate::rollup::{Plan, Tier};
-use crate::store::rollup::{bucket_start, numeric, parse_percentile, Acc};
-use crate::store::sketch::Sketch;
-use crate::store::{codec, Reader, StoreError};
+use crate::store::bucket::{bucket_start, numeric, parse_percentile, Acc};
+use crate::store::chunks::{self, Scan};
+use crate::store::{dict, tiers, Reader, StoreError};
 
 const NS: i64 = 1_000_000_000;
 /// Most steps one query may return per series.
@@ -282,91 +282,15 @@ impl IntoIterator for Steps {
     }
 }
 
-/// Which parts of each rollup row a query reads: fewer columns are a measurable share of a
-/// dashboard query (each column is decoded by SQLite and read through a call). Parts not read
-/// are left empty in the steps' [`Acc`]s (`count` is always right).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
-    /// count and sum: mean, sum, count.
-    Sum,
-    /// count, min and max.
-    MinMax,
-    /// count, first and last: last, rate.
-    FirstLast,
-    /// The sketch alone (with its count, min and max): percentiles.
-    Sketch,
-    /// Everything.
-    All,
-}
+pub use crate::store::tiers::Need;
 
-impl Need {
-    /// What `agg` reads.
-    pub fn of(agg: Agg) -> Need {
-        match agg {
-            Agg::Mean | Agg::Sum | Agg::Count => Need::Sum,
-            Agg::Min | Agg::Max => Need::MinMax,
-            Agg::Last | Agg::Rate => Need::FirstLast,
-            Agg::Quantile(_) => Need::Sketch,
-        }
-    }
-
-    fn sql(self) -> &'static str {
-        match self {
-            Need::Sum => "SELECT bucket, count, sum FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::MinMax => "SELECT bucket, count, min, max FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::FirstLast => "SELECT bucket, count, first_ts, first, last_ts, last FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::Sketch => "SELECT bucket, sketch FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::All => "SELECT bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch \
-                FROM rollups WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-        }
-    }
-
-    /// The row's aggregate, from the columns [`Need::sql`] selects (after `bucket`);
-    /// `Err(())` when the sketch is corrupt.
-    fn read(self, r: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Acc, ()>> {
-        let count =
-            |r: &rusqlite::Row<'_>| Ok::<_, rusqlite::Error>(r.get::<_, i64>(1)?.max(0) as u64);
-        Ok(Ok(match self {
-            Need::All => return crate::rollup::read_acc_at(r, 1),
-            Need::Sketch => {
-                let Some(sketch) = r
-                    .get_ref(1)?
-                    .as_blob()
-                    .ok()
-                    .and_then(|b| Sketch::decode(b).ok())
-                else {
-                    return Ok(Err(()));
-                };
-                Acc {
-                    count: sketch.count(),
-                    min: sketch.min(),
-                    max: sketch.max(),
-                    sketch,
-                    ..Acc::default()
-                }
-            }
-            Need::Sum => Acc {
-                count: count(r)?,
-                sum: r.get(2)?,
-                ..Acc::default()
-            },
-            Need::MinMax => Acc {
-                count: count(r)?,
-                min: r.get(2)?,
-                max: r.get(3)?,
-                ..Acc::default()
-            },
-            Need::FirstLast => Acc {
-                count: count(r)?,
-                first: (r.get(2)?, r.get(3)?),
-                last: (r.get(4)?, r.get(5)?),
-                ..Acc::default()
-            },
-        }))
+/// What a query of `agg` reads from each rollup row.
+pub fn need_of(agg: Agg) -> Need {
+    match agg {
+        Agg::Mean | Agg::Sum | Agg::Count => Need::Sum,
+        Agg::Min | Agg::Max => Need::MinMax,
+        Agg::Last | Agg::Rate => Need::FirstLast,
+        Agg::Quantile(_) => Need::Sketch,
     }
 }
 
@@ -409,89 +333,50 @@ pub fn collect(
             (to - from) / step_ns
         )));
     }
-    let path = reader.path.clone();
-    let sq = |source| StoreError::Sqlite {
-        path: path.clone(),
-        source,
-    };
-    let conn = &reader.conn;
+    let (conn, path) = (reader.conn(), reader.path());
     let source = choose_source(plan, step_ns, from, now);
     let (tier_name, tier) = match source {
         Source::Raw => ("raw".to_string(), None),
         Source::Tier(i) => (plan.tiers[i].name.clone(), Some(&plan.tiers[i])),
     };
     let cursor: i64 = match tier {
-        Some(t) => conn
-            .prepare_cached("SELECT cursor FROM rollup_state WHERE tier = ?1")
-            .map_err(sq)?
-            .query_row(params![t.key()], |r| r.get(0))
-            .optional()
-            .map_err(sq)?
-            .unwrap_or(0),
+        Some(t) => tiers::state(conn, path, t.key())?.cursor,
         None => 0,
     };
     let mut sets = Vec::new();
-    let tagsets: Vec<(i64, String)> = {
-        let mut st = conn
-            .prepare_cached("SELECT id, tags FROM tagsets WHERE measurement = ?1 ORDER BY key")
-            .map_err(sq)?;
-        let rows = st
-            .query_map(params![measurement], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(sq)?;
-        rows.collect::<Result<_, _>>().map_err(sq)?
-    };
-    for (tagset_id, tags_json) in tagsets {
-        let set_tags: BTreeMap<String, String> =
-            serde_json::from_str(&tags_json).unwrap_or_default();
-        if !tags.iter().all(|(k, v)| set_tags.get(k) == Some(v)) {
+    for set in dict::tagsets(conn, path, Some(measurement))? {
+        if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
             continue;
         }
-        let sid: Option<i64> = conn
-            .prepare_cached(
-                "SELECT id FROM series WHERE tagset_id = ?1 AND field = ?2 AND kind != 4",
-            )
-            .map_err(sq)?
-            .query_row(params![tagset_id, field], |r| r.get(0))
-            .optional()
-            .map_err(sq)?;
-        let Some(sid) = sid else { continue };
+        let Some(sid) = dict::numeric_series(conn, path, set.id, field)? else {
+            continue;
+        };
         let mut steps = Steps::default();
         if let Some(t) = tier {
-            let mut st = conn.prepare_cached(need.sql()).map_err(sq)?;
-            let mut rows = st
-                .query(params![t.key(), sid, bucket_start(from, t.res_ns), to])
-                .map_err(sq)?;
-            while let Some(r) = rows.next().map_err(sq)? {
-                let bucket: i64 = r.get(0).map_err(sq)?;
-                let acc = need
-                    .read(r)
-                    .map_err(sq)?
-                    .map_err(|()| EngineError::Corrupt(path.clone()))?;
+            let lo = bucket_start(from, t.res_ns);
+            tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
+                let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
                 let slot = &mut steps.at(bucket_start(bucket, step_ns)).acc;
                 if slot.count == 0 {
                     *slot = acc;
                 } else {
                     slot.merge(&acc);
                 }
-            }
+                Ok::<_, EngineError>(())
+            })?;
         }
         // Raw points: all of them for the raw source, else only chunks the tier has not
         // rolled up yet.
         let exact = tier.is_none();
-        let mut st = conn
-            .prepare_cached(
-                "SELECT ts_min, data FROM chunks WHERE tagset_id = ?1 AND id > ?2 AND ts_max >= ?3 AND ts_min <= ?4 ORDER BY id",
-            )
-            .map_err(sq)?;
-        let mut rows = st.query(params![tagset_id, cursor, from, to]).map_err(sq)?;
-        while let Some(r) = rows.next().map_err(sq)? {
-            let ts_min: i64 = r.get(0).map_err(sq)?;
-            let data = r
-                .get_ref(1)
-                .map_err(sq)?
-                .as_blob()
-                .map_err(|e| sq(e.into()))?;
-            codec::decode_chunk(data, ts_min, |ts, s, v| {
+        let scan = Scan {
+            tagset: Some(set.id),
+            after: Some(cursor),
+            ts_from: Some(from),
+            ts_to: Some(to),
+            ..Scan::default()
+        };
+        chunks::scan(conn, path, &scan, |c| {
+            c.decode(path, |ts, s, v| {
                 if s != sid || ts < from || ts > to {
                     return;
                 }
@@ -502,14 +387,11 @@ pub fn collect(
                         step.exact.get_or_insert_with(Vec::new).push(f);
                     }
                 }
-            })
-            .map_err(|source| StoreError::Corrupt {
-                path: path.clone(),
-                source,
             })?;
-        }
+            Ok(ControlFlow::Continue(()))
+        })?;
         if !steps.is_empty() {
-            sets.push((set_tags, steps));
+            sets.push((set.tags, steps));
         }
     }
     Ok(Collected {
@@ -576,7 +458,7 @@ pub fn query(
     q: &AggQuery,
     now: i64,
 ) -> Result<AggResult, EngineError> {
-    let need = Need::of(q.agg);
+    let need = need_of(q.agg);
     let c = collect(
         reader,
         plan,

@@ -2,7 +2,7 @@
 //! binary: HTTP ingest, `edgewatch maintain`, `/api/v1/query?step=&agg=`,
 //! `/api/v1/inference`, `/api/v1/status`, and a kill -9 in the middle of a rollup.
 //! (Accuracy on 1,000,000 points per distribution, budget eviction and resumption are also
-//! tested at library level in `src/rollup.rs`, where they run in seconds.)
+//! tested at library level in `src/rollup/tests.rs`, where they run in seconds.)
 
 use std::path::Path;
 use std::process::Command;

@@ -16,14 +16,15 @@
 //! `_total` suffixes added for you), a second format to negotiate for no gain here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::ControlFlow;
 
 use prometheus::{CounterVec, GaugeVec, Opts, Registry};
-use rusqlite::params;
 use serde_json::Value as J;
 
 use crate::model::Kind;
-use crate::store::rollup::numeric;
-use crate::store::{codec, Reader, StoreError};
+use crate::store::bucket::numeric;
+use crate::store::chunks::{self, Scan};
+use crate::store::{dict, Reader, StoreError};
 
 /// How far back the newest point of a series may be to be exported: 5 minutes.
 pub const LATEST_WINDOW_NS: i64 = 300 * 1_000_000_000;
@@ -51,87 +52,58 @@ pub struct Latest {
 /// the newest chunks (by `ts_max`, through the `(tagset_id, ts_max)` index) until every field
 /// has a value or [`MAX_CHUNKS_PER_TAGSET`] were read.
 pub fn latest(reader: &Reader, since: i64) -> Result<Vec<Latest>, StoreError> {
-    let sq = |source| StoreError::Sqlite {
-        path: reader.path.clone(),
-        source,
-    };
-    let conn = &reader.conn;
+    let (conn, path) = (reader.conn(), reader.path());
     // tagset id -> (measurement, tags, [(series id, field)])
     type Fields = Vec<(i64, String)>;
     let mut sets: BTreeMap<i64, (String, BTreeMap<String, String>, Fields)> = BTreeMap::new();
-    {
-        let mut st = conn
-            .prepare_cached(
-                "SELECT s.id, s.field, s.kind, t.id, t.measurement, t.tags \
-                 FROM series s JOIN tagsets t ON t.id = s.tagset_id",
-            )
-            .map_err(sq)?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, String>(4)?,
-                    r.get::<_, String>(5)?,
-                ))
-            })
-            .map_err(sq)?;
-        for row in rows {
-            let (sid, field, kind, tid, measurement, tags) = row.map_err(sq)?;
-            if Kind::from_code(kind) == Some(Kind::Str) {
-                continue;
-            }
-            sets.entry(tid)
-                .or_insert_with(|| {
-                    (
-                        measurement,
-                        serde_json::from_str(&tags).unwrap_or_default(),
-                        Vec::new(),
-                    )
-                })
-                .2
-                .push((sid, field));
+    let all = dict::load(conn, path)?;
+    let mut by_id: HashMap<i64, dict::Tagset> =
+        all.tagsets.into_iter().map(|t| (t.id, t)).collect();
+    for s in all.series {
+        if s.kind == Kind::Str {
+            continue;
         }
+        let Some(set) = by_id.get_mut(&s.tagset_id) else {
+            continue;
+        };
+        sets.entry(s.tagset_id)
+            .or_insert_with(|| {
+                (
+                    std::mem::take(&mut set.measurement),
+                    std::mem::take(&mut set.tags),
+                    Vec::new(),
+                )
+            })
+            .2
+            .push((s.id, s.field));
     }
     let mut out = Vec::new();
-    let mut st = conn
-        .prepare_cached(
-            "SELECT ts_min, data FROM chunks WHERE tagset_id = ?1 AND ts_max >= ?2 \
-             ORDER BY ts_max DESC LIMIT ?3",
-        )
-        .map_err(sq)?;
     for (tid, (measurement, tags, fields)) in sets {
         let wanted: HashMap<i64, usize> =
             fields.iter().enumerate().map(|(i, f)| (f.0, i)).collect();
         let mut newest: Vec<Option<(i64, f64)>> = vec![None; fields.len()];
-        let mut rows = st
-            .query(params![tid, since, MAX_CHUNKS_PER_TAGSET as i64])
-            .map_err(sq)?;
-        while let Some(row) = rows.next().map_err(sq)? {
-            let ts_min: i64 = row.get(0).map_err(sq)?;
-            let data = row
-                .get_ref(1)
-                .map_err(sq)?
-                .as_blob()
-                .map_err(|e| sq(e.into()))?;
-            codec::decode_chunk(data, ts_min, |t, sid, v| {
+        let scan = Scan {
+            tagset: Some(tid),
+            ts_from: Some(since),
+            newest_first: true,
+            limit: Some(MAX_CHUNKS_PER_TAGSET),
+            ..Scan::default()
+        };
+        chunks::scan(conn, path, &scan, |c| {
+            c.decode(path, |t, sid, v| {
                 let (Some(&i), Some(x)) = (wanted.get(&sid), numeric(&v)) else {
                     return;
                 };
                 if t >= since && newest[i].map_or(true, |(nt, _)| t >= nt) {
                     newest[i] = Some((t, x));
                 }
-            })
-            .map_err(|source| StoreError::Corrupt {
-                path: reader.path.clone(),
-                source,
             })?;
-            if newest.iter().all(Option::is_some) {
-                break;
-            }
-        }
+            Ok(if newest.iter().all(Option::is_some) {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        })?;
         for ((_, field), n) in fields.into_iter().zip(newest) {
             if let Some((ts, value)) = n {
                 out.push(Latest {

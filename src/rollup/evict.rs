@@ -1,0 +1,177 @@
+//! Retention and the disk budget: deleting raw chunks past `[retention] raw` (only those
+//! every tier has rolled up), tier rows past their tier's retention, and, oldest first, what
+//! it takes to keep the store under `max_bytes` (raw, then each tier, finest first), each
+//! step one short transaction that also counts what was evicted (and, per sink, what it had
+//! not forwarded yet). Every statement is in [`crate::store`].
+
+use rusqlite::TransactionBehavior;
+
+use super::{Job, Report, RollupError, Tier};
+use crate::store::chunks::{self, ChunkSize, Scan};
+use crate::store::open::space;
+use crate::store::{counters, sinks, tiers, Ctx};
+
+impl Job {
+    /// Deletes raw chunks (rolled up by every tier) and tier rows past their retention.
+    pub fn enforce_retention(&mut self, now: i64, report: &mut Report) -> Result<(), RollupError> {
+        let min_cursor = self.min_cursor()?;
+        let cut = now.saturating_sub(self.plan.raw_retention_ns);
+        loop {
+            let batch = chunks::sizes(
+                &self.conn,
+                &self.path,
+                &Scan {
+                    through: Some(min_cursor),
+                    older_than: Some(cut),
+                    limit: Some(1000),
+                    ..Scan::default()
+                },
+            )?;
+            if batch.is_empty() {
+                break;
+            }
+            self.evict_chunks(&batch, report)?;
+        }
+        for tier in self.plan.tiers.clone() {
+            let Some(ret) = tier.retention_ns else {
+                continue;
+            };
+            // Rows whose bucket ended before now - retention.
+            let last_bucket = now.saturating_sub(ret).saturating_sub(tier.res_ns);
+            while self.evict_rows(&tier, last_bucket, 5000, report)? > 0 {}
+        }
+        self.shrink()?;
+        Ok(())
+    }
+
+    /// Deletes `batch` in one transaction, counting the chunks and, per sink, those it had
+    /// not forwarded yet.
+    fn evict_chunks(
+        &mut self,
+        batch: &[ChunkSize],
+        report: &mut Report,
+    ) -> Result<(), RollupError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx(&path)?;
+        let points: i64 = batch.iter().map(|c| c.n).sum();
+        chunks::delete(&tx, &path, batch.iter().map(|c| c.id))?;
+        for lost in sinks::record_eviction(&tx, &path, batch)? {
+            tracing::warn!(
+                sink = %lost.sink,
+                chunks = lost.chunks,
+                points = lost.points,
+                "evicting raw data the sink has not forwarded yet"
+            );
+        }
+        counters::bump(&tx, &path, "evicted_raw_chunks", batch.len() as i64)?;
+        counters::bump(&tx, &path, "evicted_raw_points", points)?;
+        tx.commit().ctx(&path)?;
+        report.evicted_chunks += batch.len() as u64;
+        report.evicted_points += points.max(0) as u64;
+        Ok(())
+    }
+
+    /// Deletes up to about `limit` of the oldest rows of `tier` with `bucket <= last_bucket`,
+    /// in one transaction; returns how many.
+    fn evict_rows(
+        &mut self,
+        tier: &Tier,
+        last_bucket: i64,
+        limit: i64,
+        report: &mut Report,
+    ) -> Result<u64, RollupError> {
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx(&path)?;
+        let n = tiers::delete_oldest(&tx, &path, tier.key(), last_bucket, limit)?;
+        counters::bump(
+            &tx,
+            &path,
+            &format!("evicted_rows_{}", tier.key()),
+            n as i64,
+        )?;
+        counters::bump(&tx, &path, &counters::tier_rows(tier.key()), -(n as i64))?;
+        tx.commit().ctx(&path)?;
+        report.evicted_rows += n;
+        Ok(n)
+    }
+
+    /// Returns free pages to the file system and truncates the WAL (best effort: a reader
+    /// holding an old snapshot can keep the WAL until the next run).
+    fn shrink(&mut self) -> Result<(), RollupError> {
+        if !space::shrink(&self.conn, &self.path)? {
+            tracing::debug!("wal checkpoint could not truncate (readers busy); retried next run");
+        }
+        Ok(())
+    }
+
+    /// Evicts oldest-first (raw, then each tier, finest first) until the store fits
+    /// `max_bytes`. Never touches raw chunks some tier has not rolled up.
+    pub fn enforce_budget(
+        &mut self,
+        stop: &dyn Fn() -> bool,
+        report: &mut Report,
+    ) -> Result<(), RollupError> {
+        let max = self.plan.max_bytes;
+        if max == 0 {
+            return Ok(());
+        }
+        if !space::incremental_vacuum(&self.conn, &self.path)? {
+            tracing::warn!(
+                "the store is not in incremental auto-vacuum mode: evicted space is reused but \
+                 the file will not shrink until the agent of this version reopens it"
+            );
+        }
+        self.shrink()?;
+        let mut tier_idx = 0usize;
+        loop {
+            let size = self.db_bytes()?;
+            if size <= max || stop() {
+                return Ok(());
+            }
+            let over = (size - max) as i64;
+            let min_cursor = self.min_cursor()?;
+            let candidates = chunks::sizes(
+                &self.conn,
+                &self.path,
+                &Scan {
+                    through: Some(min_cursor),
+                    limit: Some(1000),
+                    ..Scan::default()
+                },
+            )?;
+            if !candidates.is_empty() {
+                // Just enough chunks to cover the excess (plus page slack), at least one.
+                let mut take = 0;
+                let mut bytes = 0i64;
+                for c in &candidates {
+                    take += 1;
+                    bytes += c.bytes + 64;
+                    if bytes >= over + 8192 {
+                        break;
+                    }
+                }
+                self.evict_chunks(&candidates[..take], report)?;
+            } else if let Some(tier) = self.plan.tiers.get(tier_idx).cloned() {
+                let rows = (over / 256).clamp(100, 5000);
+                if self.evict_rows(&tier, i64::MAX, rows, report)? == 0 {
+                    tier_idx += 1;
+                }
+            } else {
+                tracing::warn!(
+                    db_bytes = size,
+                    max_bytes = max,
+                    "store is over its disk budget with nothing left that may be evicted \
+                     (raw data not rolled up yet is kept); raise [retention] max_bytes"
+                );
+                return Ok(());
+            }
+            self.shrink()?;
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! Folding raw chunks into the tiers, one bounded transaction at a time (see the module
+//! docs of [`super`] for the exactly-once and late-point rules). The bucket maths is
+//! [`crate::store::bucket`]; every statement is in [`crate::store`].
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+
+use rusqlite::TransactionBehavior;
+
+use super::{Job, Plan, Report, RollupError};
+use crate::store::bucket::{bucket_start, numeric, Acc};
+use crate::store::chunks::{self, Scan};
+use crate::store::{counters, tiers, Ctx};
+
+/// The buckets one rollup step is building for one tier, in first-seen order, with an index
+/// by `(series_id, bucket)` and the last one used: points of a chunk come series by series in
+/// time order, so most land in the bucket of the point before and skip the hash lookup.
+#[derive(Default)]
+struct Fresh {
+    accs: Vec<((i64, i64), Acc)>,
+    index: HashMap<(i64, i64), usize>,
+    last: Option<((i64, i64), usize)>,
+}
+
+impl Fresh {
+    fn at(&mut self, key: (i64, i64)) -> &mut Acc {
+        let i = match self.last {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let accs = &mut self.accs;
+                let i = *self.index.entry(key).or_insert_with(|| {
+                    accs.push((key, Acc::default()));
+                    accs.len() - 1
+                });
+                self.last = Some((key, i));
+                i
+            }
+        };
+        &mut self.accs[i].1
+    }
+
+    /// The buckets sorted by key (sorting indices, not the large accumulators).
+    fn into_sorted(mut self) -> Vec<((i64, i64), Acc)> {
+        let mut order: Vec<usize> = (0..self.accs.len()).collect();
+        order.sort_unstable_by_key(|&i| self.accs[i].0);
+        order
+            .into_iter()
+            .map(|i| (self.accs[i].0, std::mem::take(&mut self.accs[i].1)))
+            .collect()
+    }
+}
+
+fn load_states(
+    conn: &rusqlite::Connection,
+    path: &std::path::Path,
+    plan: &Plan,
+) -> Result<Vec<tiers::State>, RollupError> {
+    let mut out = Vec::with_capacity(plan.tiers.len());
+    for t in &plan.tiers {
+        out.push(tiers::state(conn, path, t.key())?);
+    }
+    Ok(out)
+}
+
+impl Job {
+    /// Folds every chunk not yet rolled up, step by step.
+    pub fn rollup(
+        &mut self,
+        now: i64,
+        stop: &dyn Fn() -> bool,
+        report: &mut Report,
+    ) -> Result<(), RollupError> {
+        if self.plan.tiers.is_empty() {
+            return Ok(());
+        }
+        loop {
+            if stop() {
+                report.interrupted = true;
+                return Ok(());
+            }
+            match self.rollup_step(now)? {
+                None => return Ok(()),
+                Some((chunks, points)) => {
+                    report.chunks += chunks;
+                    report.points += points;
+                    report.steps += 1;
+                }
+            }
+            if !self.pause_between_steps.is_zero() {
+                std::thread::sleep(self.pause_between_steps);
+            }
+        }
+    }
+
+    /// The lowest cursor of all tiers (`i64::MAX` without tiers): chunks above it are not
+    /// rolled up everywhere yet.
+    pub(super) fn min_cursor(&self) -> Result<i64, RollupError> {
+        if self.plan.tiers.is_empty() {
+            return Ok(i64::MAX);
+        }
+        let states = load_states(&self.conn, &self.path, &self.plan)?;
+        Ok(states.iter().map(|s| s.cursor).min().unwrap_or(0))
+    }
+
+    /// One transaction: the next chunks (up to `batch_points` points) into every tier that
+    /// has not seen them. `None` when every tier is caught up.
+    fn rollup_step(&mut self, now: i64) -> Result<Option<(u64, u64)>, RollupError> {
+        let path = self.path.clone();
+        let plan = &self.plan;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx(&path)?;
+        let mut states = load_states(&tx, &path, plan)?;
+        let min_cursor = states.iter().map(|s| s.cursor).min().unwrap_or(i64::MAX);
+        // Chunks stamped by a clock that is not set yet wait (see crate::clock).
+        let hold = crate::clock::hold_from(&tx).ctx(&path)?.unwrap_or(i64::MAX);
+        // The batch: whole chunks by id until `batch_points` (at least one chunk).
+        let mut chunks: Vec<(i64, i64, Vec<u8>)> = Vec::new();
+        let mut points = 0u64;
+        let scan = Scan {
+            after: Some(min_cursor),
+            before: Some(hold),
+            limit: Some(5000),
+            ..Scan::default()
+        };
+        chunks::scan(&tx, &path, &scan, |c| {
+            if points >= plan.batch_points as u64 {
+                return Ok(ControlFlow::Break(()));
+            }
+            points += c.n.max(0) as u64;
+            chunks.push((c.id, c.ts_min, c.data.to_vec()));
+            Ok(ControlFlow::Continue(()))
+        })?;
+        let Some(last_id) = chunks.last().map(|c| c.0) else {
+            return Ok(None);
+        };
+        let mut fresh: Vec<Fresh> = (0..plan.tiers.len()).map(|_| Fresh::default()).collect();
+        let mut values: Vec<(i64, i64, f64)> = Vec::new();
+        for (id, ts_min, data) in &chunks {
+            values.clear();
+            crate::store::codec::decode_chunk(data, *ts_min, |ts, sid, v| {
+                if let Some(f) = numeric(&v) {
+                    values.push((ts, sid, f));
+                }
+            })
+            .map_err(|source| crate::store::StoreError::Corrupt {
+                path: path.clone(),
+                source,
+            })?;
+            for (ti, tier) in plan.tiers.iter().enumerate() {
+                let state = &mut states[ti];
+                if *id <= state.cursor {
+                    continue;
+                }
+                for &(ts, sid, f) in &values {
+                    let b = bucket_start(ts, tier.res_ns);
+                    if b.saturating_add(tier.res_ns)
+                        <= state.watermark.saturating_sub(plan.lateness_ns)
+                    {
+                        state.late += 1;
+                    }
+                    state.watermark = state.watermark.max(ts.min(now));
+                    fresh[ti].at((sid, b)).add(ts, f);
+                }
+            }
+        }
+        for (ti, tier) in plan.tiers.iter().enumerate() {
+            let key = tier.key();
+            let mut inserted = 0i64;
+            // Sorted, so the write order (and the file) is the same on every run.
+            let accs = std::mem::take(&mut fresh[ti]).into_sorted();
+            // The existing rows of each series, read together, merged and written back.
+            let mut group: Vec<(i64, Acc)> = Vec::new();
+            let mut buckets: Vec<i64> = Vec::new();
+            let mut iter = accs.into_iter().peekable();
+            while let Some(((sid, bucket), acc)) = iter.next() {
+                group.clear();
+                group.push((bucket, acc));
+                while let Some(((_, b), a)) = iter.next_if(|((s, _), _)| *s == sid) {
+                    group.push((b, a));
+                }
+                buckets.clear();
+                buckets.extend(group.iter().map(|g| g.0));
+                let existing = tiers::read_buckets(&tx, &path, key, tier.res_ns, sid, &buckets)?;
+                for ((bucket, acc), existing) in group.drain(..).zip(existing) {
+                    let exists = existing.is_some();
+                    if !exists {
+                        inserted += 1;
+                    }
+                    let merged = match existing {
+                        None => acc,
+                        Some(Err(())) => {
+                            return Err(RollupError::Corrupt {
+                                path: path.clone(),
+                                tier_s: key,
+                                series_id: sid,
+                                bucket,
+                            })
+                        }
+                        Some(Ok(mut old)) => {
+                            old.merge(&acc);
+                            old
+                        }
+                    };
+                    tiers::put(&tx, &path, key, sid, bucket, &merged, exists)?;
+                }
+            }
+            counters::bump(&tx, &path, &counters::tier_rows(key), inserted)?;
+            let s = &states[ti];
+            if s.cursor < last_id {
+                let moved = tiers::State {
+                    cursor: last_id,
+                    updated: now,
+                    ..*s
+                };
+                tiers::put_state(&tx, &path, key, &moved)?;
+            }
+        }
+        tx.commit().ctx(&path)?;
+        tracing::debug!(
+            chunks = chunks.len(),
+            points,
+            last_id,
+            "rollup step committed"
+        );
+        Ok(Some((chunks.len() as u64, points)))
+    }
+}

@@ -1,0 +1,253 @@
+//! The rollup, retention and disk-budget job: folds raw chunks into downsampled tiers
+//! (1 min, 1 h, ... : count, sum, min, max, first, last and a DDSketch per series and
+//! bucket), evicts data past each tier's retention, and keeps the store under `max_bytes`.
+//!
+//! Design:
+//! - **Second writer, small transactions.** The job has its own read-write connection, beside
+//!   the ingest writer. Each step is one `BEGIN IMMEDIATE` transaction bounded by
+//!   `[rollup] batch_points` raw points (or 1,000 evicted chunks / 5,000 evicted rows), so the
+//!   ingest writer (busy_timeout 5 s) waits at most one short step. Ingest never waits for a
+//!   whole run.
+//! - **Exactly once, by chunk id.** Each tier has a cursor: the id of the last chunk folded
+//!   into it (`rollup_state`). A step reads the next chunks by id, merges their points into
+//!   the existing bucket rows (read-modify-merge-write) and moves the cursor in the *same*
+//!   transaction. A kill -9 loses either the whole step or nothing, so a rerun neither
+//!   double-counts nor skips. Steps are a deterministic function of the cursor and the
+//!   stored chunks, so an interrupted and rerun job ends bit-identical to an uninterrupted
+//!   one (tested). Chunk ids never repeat (`AUTOINCREMENT`, migration 0002).
+//! - **Late points.** A point is always merged into its bucket, however late it arrives
+//!   (the bucket row is read and merged, not overwritten). `lateness` defines when a bucket
+//!   is *final*: once the tier's watermark (newest point time seen, capped at the wall clock)
+//!   is more than `lateness` past the bucket's end. Points that land in a final bucket are
+//!   still merged and are counted in `late_points`, so a consumer that copied final buckets
+//!   (the forwarder) knows to resend. Nothing is dropped, so backfilling old data works.
+//! - **Eviction** never deletes a raw chunk that some tier has not rolled up (id above the
+//!   lowest cursor). Retention deletes raw chunks whose newest point is older than `raw`, and
+//!   tier rows whose bucket ended before the tier's retention. The budget evicts the oldest
+//!   raw chunks (by id, i.e. write order) first, then the oldest rows of the finest tier, then
+//!   the next tier, until `page_count * page_size + WAL` fits `max_bytes`, running
+//!   `PRAGMA incremental_vacuum` and `wal_checkpoint(TRUNCATE)` so the files really shrink.
+//!   Raw chunks a sink had not forwarded yet are counted per sink (`sinks`).
+//!
+//! It never reads the ingest queue, never serves HTTP and issues no SQL itself: every
+//! statement is a typed function of [`crate::store`]. Files: `config.rs` (`[rollup]`,
+//! `[retention]`), `plan.rs` (the validated [`Plan`] and its [`Tier`]s, shared with the query
+//! engine), `fold.rs` (raw chunks into tiers), `evict.rs` (retention and the disk budget),
+//! `status.rs` (the `rollup` object of `/api/v1/status`), this file (the [`Job`] and the
+//! agent's periodic task).
+
+mod config;
+mod evict;
+mod fold;
+mod plan;
+mod status;
+#[cfg(test)]
+pub(crate) mod tests;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::Connection;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::open::space;
+use crate::store::{Mode, StoreError};
+
+pub use config::{RetentionConfig, RollupConfig};
+pub use plan::{Plan, Tier};
+pub use status::status;
+
+/// Why the job failed. Store errors say whether a retry can help.
+#[derive(Debug, thiserror::Error)]
+pub enum RollupError {
+    /// SQLite or the data directory.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A stored sketch does not decode.
+    #[error("corrupt rollup row (tier {tier_s}s, series {series_id}, bucket {bucket}) in {path}")]
+    Corrupt {
+        /// Database.
+        path: PathBuf,
+        /// Tier resolution, seconds.
+        tier_s: i64,
+        /// Series.
+        series_id: i64,
+        /// Bucket start, ns.
+        bucket: i64,
+    },
+    /// The tier configuration is invalid.
+    #[error("invalid rollup configuration: {0}")]
+    Config(String),
+}
+
+/// What one run did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Report {
+    /// Chunks folded (counted once per chunk, whichever tiers needed it).
+    pub chunks: u64,
+    /// Raw points read.
+    pub points: u64,
+    /// Transactions committed by the rollup.
+    pub steps: u64,
+    /// Raw chunks evicted (retention + budget).
+    pub evicted_chunks: u64,
+    /// Raw points evicted.
+    pub evicted_points: u64,
+    /// Tier rows evicted.
+    pub evicted_rows: u64,
+    /// Store size after the run (bytes, database + WAL).
+    pub db_bytes: u64,
+    /// True when stopped early by the stop flag.
+    pub interrupted: bool,
+    /// Rollup and retention waited for the device's clock to be set (see [`crate::clock`]).
+    pub clock_held: bool,
+    /// Points whose times were corrected after the clock was set.
+    pub clock_fixed_points: u64,
+}
+
+/// The job: its own read-write connection and the plan.
+pub struct Job {
+    conn: Connection,
+    path: PathBuf,
+    plan: Plan,
+    /// Test aid for the crash test (`edgewatch maintain --debug-pause-ms`): sleep this long
+    /// after each committed rollup step. Zero in production.
+    pub pause_between_steps: Duration,
+}
+
+/// Opens a read-write connection to the migrated store in `dir` (it must exist, at this
+/// binary's schema version): [`crate::store::open`] in [`Mode::Job`].
+pub fn open_conn(dir: &Path) -> Result<(Connection, PathBuf), RollupError> {
+    Ok(crate::store::open(dir, Mode::Job)?)
+}
+
+impl Job {
+    /// Opens the job on the store in `dir`.
+    pub fn open(dir: &Path, plan: Plan) -> Result<Job, RollupError> {
+        let (conn, path) = open_conn(dir)?;
+        Ok(Job {
+            conn,
+            path,
+            plan,
+            pause_between_steps: Duration::ZERO,
+        })
+    }
+
+    /// Rollup, then retention, then the budget. `stop` is polled between transactions.
+    pub fn run_once(&mut self, now: i64, stop: &dyn Fn() -> bool) -> Result<Report, RollupError> {
+        let mut report = Report::default();
+        // A clock that is not set (or was just set) holds rollup and retention: the times of
+        // the held points are wrong until corrected. The budget still protects the disk.
+        let machine = crate::clock::Machine::read(now);
+        let (clock, fixed) =
+            crate::clock::settle(&mut self.conn, self.plan.clock_floor_ns, now, &machine)?;
+        report.clock_fixed_points = fixed.points;
+        report.clock_held = clock != crate::clock::Settle::Ready;
+        if report.clock_held {
+            self.enforce_budget(stop, &mut report)?;
+        } else {
+            self.rollup(now, stop, &mut report)?;
+            if !report.interrupted {
+                self.enforce_retention(now, &mut report)?;
+                self.enforce_budget(stop, &mut report)?;
+            }
+        }
+        report.db_bytes = self.db_bytes()?;
+        // Give the page cache back between runs (runs are seconds apart and touch pages
+        // the next run mostly does not need): the agent's steady RSS stays flat instead of
+        // holding this connection's cache full.
+        space::release_memory(&self.conn, &self.path)?;
+        Ok(report)
+    }
+
+    /// Bytes the store occupies: live pages plus the WAL file.
+    pub fn db_bytes(&self) -> Result<u64, RollupError> {
+        Ok(space::db_bytes(&self.conn, &self.path)?)
+    }
+}
+
+/// Hands the heap pages a rollup run freed back to the OS. glibc keeps freed memory in its
+/// arenas, and a run's short-lived buffers (chunk blobs, bucket maps, SQLite's page cache,
+/// released by `PRAGMA shrink_memory`) leave holes that a later run does not always reuse:
+/// without this the agent's RSS crept up by ~0.4 MB/min under load
+/// (`FOOTPRINT_SECONDS=900 scripts/footprint.sh`).
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory back to the OS; glibc serialises it
+    // with every other allocator call.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Runs the job every `plan.interval` on the blocking pool until `shutdown`; missed ticks are
+/// skipped, failures back off (doubling, capped at 32 intervals) and are logged once per
+/// attempt with a running count.
+pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
+    let mut job = match tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        let plan = plan.clone();
+        move || Job::open(&dir, plan)
+    })
+    .await
+    {
+        Ok(Ok(j)) => Some(j),
+        Ok(Err(e)) => {
+            tracing::error!(error = %e, "rollup job cannot open the store; rollups are off");
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "rollup job failed to start");
+            return;
+        }
+    };
+    let mut tick = tokio::time::interval(plan.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut failures = 0u32;
+    let mut skip = 0u32;
+    loop {
+        tokio::select! {
+            // Cancelling here loses nothing: a run in progress is awaited below, not here.
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        let Some(mut j) = job.take() else { return };
+        let stop = shutdown.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            let r = j.run_once(crate::now_ns(), &|| stop.is_cancelled());
+            (j, r)
+        })
+        .await;
+        match res {
+            Ok((j, Ok(report))) => {
+                job = Some(j);
+                failures = 0;
+                trim_heap();
+                if report.points > 0 || report.evicted_chunks > 0 || report.evicted_rows > 0 {
+                    tracing::info!(
+                        points = report.points,
+                        chunks = report.chunks,
+                        evicted_chunks = report.evicted_chunks,
+                        evicted_rows = report.evicted_rows,
+                        db_bytes = report.db_bytes,
+                        "rollup run"
+                    );
+                }
+            }
+            Ok((j, Err(e))) => {
+                job = Some(j);
+                failures += 1;
+                skip = 2u32.saturating_pow(failures.min(5)) - 1;
+                tracing::warn!(error = %e, failures, retry_in_intervals = skip + 1, "rollup run failed");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "rollup run panicked; rollups are off until restart");
+                return;
+            }
+        }
+    }
+}

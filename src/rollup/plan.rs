@@ -1,0 +1,140 @@
+//! The validated plan the job and the query engine share: tiers (resolution and retention,
+//! finest first), raw retention, lateness, batch size, budget and the clock floor, from
+//! `[rollup]`, `[retention]` and `[clock]`. Pure: no store, no clock reads.
+
+use std::time::Duration;
+
+use super::config::{RetentionConfig, RollupConfig};
+use super::RollupError;
+
+pub(crate) const NS: i64 = 1_000_000_000;
+
+/// One downsampling tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tier {
+    /// Name as configured (`1m`).
+    pub name: String,
+    /// Resolution, ns (a whole number of seconds).
+    pub res_ns: i64,
+    /// Retention, ns; `None` keeps rows until the budget needs the space.
+    pub retention_ns: Option<i64>,
+}
+
+impl Tier {
+    /// The `rollups.tier` key: resolution in seconds.
+    pub fn key(&self) -> i64 {
+        self.res_ns / NS
+    }
+}
+
+/// Everything the job and the query engine need from the config, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Tiers, finest first.
+    pub tiers: Vec<Tier>,
+    /// Raw retention, ns.
+    pub raw_retention_ns: i64,
+    /// Lateness, ns.
+    pub lateness_ns: i64,
+    /// Most raw points per transaction.
+    pub batch_points: usize,
+    /// Budget, bytes (0 = none).
+    pub max_bytes: u64,
+    /// Run interval.
+    pub interval: Duration,
+    /// Whether the agent runs the job.
+    pub enabled: bool,
+    /// The earliest time a set clock can read (`[clock] min_valid`), ns.
+    pub clock_floor_ns: i64,
+}
+
+fn dur_ns(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
+impl Plan {
+    /// Validates `[rollup]` and `[retention]`.
+    pub fn new(rollup: &RollupConfig, retention: &RetentionConfig) -> Result<Plan, RollupError> {
+        let mut tiers = Vec::new();
+        for name in &rollup.tiers {
+            let d = humantime::parse_duration(name).map_err(|e| {
+                RollupError::Config(format!("tier {name:?} is not a duration: {e}"))
+            })?;
+            if d.as_secs() == 0 || d.subsec_nanos() != 0 {
+                return Err(RollupError::Config(format!(
+                    "tier {name:?} must be a whole number of seconds, at least 1s"
+                )));
+            }
+            tiers.push(Tier {
+                name: name.clone(),
+                res_ns: dur_ns(d),
+                retention_ns: retention.tiers.get(name).map(|i| dur_ns(i.0)),
+            });
+        }
+        let defaults = RetentionConfig::default();
+        for key in retention.tiers.keys() {
+            // The built-in tiers' default retentions stay harmless when those tiers are
+            // not configured; any other key must name a tier (catches typos).
+            if !rollup.tiers.contains(key) && !defaults.tiers.contains_key(key) {
+                return Err(RollupError::Config(format!(
+                    "[retention] {key} names no tier in [rollup] tiers {:?}",
+                    rollup.tiers
+                )));
+            }
+        }
+        tiers.sort_by_key(|t| t.res_ns);
+        if tiers.windows(2).any(|w| w[0].res_ns == w[1].res_ns) {
+            return Err(RollupError::Config(
+                "two tiers have the same resolution".into(),
+            ));
+        }
+        Ok(Plan {
+            tiers,
+            raw_retention_ns: dur_ns(retention.raw.0),
+            lateness_ns: dur_ns(rollup.lateness.0),
+            batch_points: rollup.batch_points.max(1),
+            max_bytes: retention.max_bytes,
+            interval: rollup.interval.0,
+            enabled: rollup.enabled,
+            clock_floor_ns: crate::clock::ClockConfig::default().floor_ns(),
+        })
+    }
+
+    /// From the whole config.
+    pub fn from_config(cfg: &crate::config::Config) -> Result<Plan, RollupError> {
+        let mut plan = Plan::new(&cfg.rollup, &cfg.retention)?;
+        plan.clock_floor_ns = cfg.clock.floor_ns();
+        Ok(plan)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Interval;
+
+    #[test]
+    fn plan_validates_tiers_and_retention() {
+        let p = Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap();
+        assert_eq!(
+            p.tiers
+                .iter()
+                .map(|t| (t.name.as_str(), t.key()))
+                .collect::<Vec<_>>(),
+            vec![("1m", 60), ("1h", 3600)]
+        );
+        assert_eq!(p.tiers[0].retention_ns, Some(30 * 86_400 * NS));
+        let bad = RollupConfig {
+            tiers: vec!["1m".into(), "60s".into()],
+            ..Default::default()
+        };
+        assert!(Plan::new(&bad, &RetentionConfig::default()).is_err());
+        let mut ret = RetentionConfig::default();
+        ret.tiers
+            .insert("5m".into(), Interval(Duration::from_secs(60)));
+        let e = Plan::new(&RollupConfig::default(), &ret)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("5m"), "{e}");
+    }
+}

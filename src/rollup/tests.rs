@@ -1,0 +1,439 @@
+//! Tests of the job against real stores in temp dirs: percentile accuracy, resumable
+//! steps, retention, the budget, row counts.
+
+use super::plan::NS;
+use super::*;
+use crate::config::Synchronous;
+use crate::model::{Batch, Line, Value};
+use std::path::Path;
+
+use crate::store::{db_path, Reader, Writer};
+
+const MIN: i64 = 60 * NS;
+const HOUR: i64 = 3600 * NS;
+
+/// Writes `pts` as field `v` of the series `key`, in batches of 50,000 lines.
+pub(crate) fn write(w: &mut Writer, key: &str, pts: &[(i64, f64)]) {
+    for part in pts.chunks(50_000) {
+        let batch = Batch {
+            lines: part
+                .iter()
+                .map(|(ts, v)| Line {
+                    key: key.to_string(),
+                    fields: vec![("v".to_string(), Value::F64(*v))],
+                    ts: *ts,
+                    line_no: 0,
+                })
+                .collect(),
+        };
+        w.write(&[&batch]).unwrap();
+    }
+}
+
+fn rng(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed.max(1);
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        ((s >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+}
+
+fn plan_with(tiers: &[&str], batch_points: usize, max_bytes: u64) -> Plan {
+    Plan::new(
+        &RollupConfig {
+            tiers: tiers.iter().map(|t| t.to_string()).collect(),
+            batch_points,
+            ..Default::default()
+        },
+        &RetentionConfig {
+            max_bytes,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn exact(sorted: &[f64], q: f64) -> f64 {
+    sorted[(q * (sorted.len() - 1) as f64).floor() as usize]
+}
+
+/// The accuracy requirement: 1,000,000 points each of uniform, log-normal and
+/// Pareto data; every quantile read from the 1 min and the 1 h tier, over the whole range
+/// and over every hour, is within 1% of the exact quantile of the raw points.
+#[test]
+fn percentiles_from_1m_and_1h_rollups_are_within_1_percent_for_a_million_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    let n = 1_000_000i64;
+    let dt = 100_000_000; // 10 points per second: ~27.8 h of data.
+    let t0 = 1_700_000_000 * NS - (1_700_000_000 * NS) % HOUR;
+    let mut r = rng(42);
+    let mut dists: Vec<(&str, Vec<f64>)> = vec![
+        ("uniform", (0..n).map(|_| 1.0 + 99.0 * r()).collect()),
+        (
+            "lognormal",
+            (0..n)
+                .map(|_| {
+                    let z = (-2.0 * r().ln()).sqrt() * (std::f64::consts::TAU * r()).cos();
+                    (3.0 + 0.8 * z).exp()
+                })
+                .collect(),
+        ),
+        (
+            "pareto",
+            (0..n).map(|_| 5.0 / r().powf(1.0 / 1.5)).collect(),
+        ),
+    ];
+    for (name, vals) in &dists {
+        let pts: Vec<(i64, f64)> = vals
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (t0 + i as i64 * dt, *v))
+            .collect();
+        write(&mut w, &format!("lat,dist={name}"), &pts);
+    }
+    let end = t0 + n * dt;
+    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 200_000, 0)).unwrap();
+    let mut rep = Report::default();
+    job.rollup(end, &|| false, &mut rep).unwrap();
+    assert_eq!(rep.points, 3 * n as u64);
+    let reader = Reader::open(dir.path()).unwrap();
+    let qs = [0.5, 0.9, 0.95, 0.99, 0.999];
+    for (name, vals) in &mut dists {
+        let tags = vec![("dist".to_string(), name.to_string())];
+        // Exact per-hour and whole-range quantiles.
+        let hours: Vec<Vec<f64>> = vals
+            .chunks((HOUR / dt) as usize)
+            .map(|c| {
+                let mut c = c.to_vec();
+                c.sort_by(f64::total_cmp);
+                c
+            })
+            .collect();
+        vals.sort_by(f64::total_cmp);
+        for tier in ["1m", "1h"] {
+            let plan = plan_with(&[tier], 1, 0);
+            let c = crate::engine::collect(
+                &reader,
+                &plan,
+                "lat",
+                "v",
+                &tags,
+                t0,
+                end - 1,
+                HOUR,
+                crate::engine::Need::All,
+                end,
+            )
+            .unwrap();
+            assert_eq!(c.tier, tier);
+            let mut steps: Vec<crate::engine::StepAcc> = c.sets[0].1.values().cloned().collect();
+            assert_eq!(steps.len(), hours.len());
+            // The whole range: every hour's buckets merged.
+            let mut all = crate::engine::StepAcc::default();
+            for s in &steps {
+                all.acc.merge(&s.acc);
+            }
+            steps.push(all);
+            let windows: Vec<&[f64]> = hours
+                .iter()
+                .map(|h| &h[..])
+                .chain(std::iter::once(&vals[..]))
+                .collect();
+            {
+                for (s, exact_vals) in steps.iter().zip(windows) {
+                    assert_eq!(s.acc.count as usize, exact_vals.len());
+                    for q in qs {
+                        let got = s.quantile(q).unwrap();
+                        let want = exact(exact_vals, q);
+                        let err = ((got - want) / want).abs();
+                        assert!(err <= 0.01, "{name} {tier} q={q}: {got} vs {want} ({err})");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn dump(dir: &Path) -> Vec<crate::store::testing::RollupRow> {
+    crate::store::testing::rollup_rows(dir)
+}
+
+fn copy_store(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in ["edgewatch.db", "edgewatch.db-wal"] {
+        if from.join(f).exists() {
+            std::fs::copy(from.join(f), to.join(f)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_rollup_resumes_to_identical_rows_and_late_points_merge() {
+    let base = tempfile::tempdir().unwrap();
+    let src = base.path().join("src");
+    {
+        let mut w = Writer::open(&src, 100, Synchronous::Normal).unwrap();
+        let mut r = rng(5);
+        for block in 0..30 {
+            for s in 0..4 {
+                let pts: Vec<(i64, f64)> = (block * 1000..(block + 1) * 1000)
+                    .map(|i| (i * NS / 3, r() * 100.0 + 0.1 * f64::from(s)))
+                    .collect();
+                write(&mut w, &format!("m,s={s}"), &pts);
+            }
+        }
+        // Late points: an hour after the data, back into the first minutes.
+        write(
+            &mut w,
+            "m,s=0",
+            &[(3 * HOUR, 1.0), (5 * NS, 7.0), (6 * NS, 8.0)],
+        );
+    }
+    let (a, b) = (base.path().join("a"), base.path().join("b"));
+    copy_store(&src, &a);
+    copy_store(&src, &b);
+    let plan = plan_with(&["1m", "1h"], 7_000, 0);
+    let now = 4 * HOUR;
+    let mut rep = Report::default();
+    Job::open(&a, plan.clone())
+        .unwrap()
+        .rollup(now, &|| false, &mut rep)
+        .unwrap();
+    assert!(rep.steps > 5, "{rep:?}");
+    // Stop after 3 steps (as a crash between transactions would), reopen, finish.
+    let steps = std::cell::Cell::new(0);
+    let stop = || {
+        steps.set(steps.get() + 1);
+        steps.get() > 3
+    };
+    let mut rep_b = Report::default();
+    Job::open(&b, plan.clone())
+        .unwrap()
+        .rollup(now, &stop, &mut rep_b)
+        .unwrap();
+    assert!(rep_b.interrupted);
+    let mut rest = Report::default();
+    Job::open(&b, plan.clone())
+        .unwrap()
+        .rollup(now, &|| false, &mut rest)
+        .unwrap();
+    assert_eq!(rep_b.points + rest.points, rep.points);
+    // A rerun on a finished store changes nothing.
+    let mut again = Report::default();
+    Job::open(&b, plan)
+        .unwrap()
+        .rollup(now, &|| false, &mut again)
+        .unwrap();
+    assert_eq!(again.points, 0);
+    assert_eq!(dump(&a), dump(&b));
+    // Merged buckets (late points, resumed steps) are not counted twice.
+    assert_rows_counted(&a, &plan_with(&["1m", "1h"], 7_000, 0));
+    assert_rows_counted(&b, &plan_with(&["1m", "1h"], 7_000, 0));
+    // The late points were merged into their minute and counted.
+    let reader = Reader::open(&a).unwrap();
+    let (conn, path) = (reader.conn(), reader.path());
+    let set = crate::store::dict::tagsets(conn, path, Some("m"))
+        .unwrap()
+        .into_iter()
+        .find(|t| t.key == "m,s=0")
+        .unwrap();
+    let sid = crate::store::dict::numeric_series(conn, path, set.id, "v")
+        .unwrap()
+        .unwrap();
+    let mut count = 0;
+    crate::store::tiers::read_range(
+        conn,
+        path,
+        60,
+        sid,
+        0,
+        0,
+        crate::store::tiers::Need::Sum,
+        |_, acc| {
+            count = acc.unwrap().count;
+            Ok::<_, StoreError>(())
+        },
+    )
+    .unwrap();
+    let late = crate::store::tiers::state(conn, path, 60).unwrap().late;
+    assert_eq!(count, 180 + 2);
+    assert_eq!(late, 2);
+}
+
+/// The row count of every tier in the status equals the table's.
+fn assert_rows_counted(dir: &Path, plan: &Plan) {
+    let reader = Reader::open(dir).unwrap();
+    let st = status(&reader, plan, 0).unwrap();
+    for (i, t) in plan.tiers.iter().enumerate() {
+        let n = crate::store::testing::count_tier_rows(dir, t.key());
+        assert_eq!(st["tiers"][i]["rows"], n, "tier {}", t.name);
+    }
+}
+
+fn chunk_ids(dir: &Path) -> Vec<i64> {
+    let reader = Reader::open(dir).unwrap();
+    crate::store::chunks::sizes(reader.conn(), reader.path(), &Default::default())
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect()
+}
+
+#[test]
+fn retention_never_deletes_raw_data_that_is_not_rolled_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    write(&mut w, "m", &[(0, 1.0), (NS, 2.0)]);
+    let now = 100 * HOUR;
+    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 1000, 0)).unwrap();
+    let mut rep = Report::default();
+    job.enforce_retention(now, &mut rep).unwrap();
+    assert_eq!(chunk_ids(dir.path()).len(), 1);
+    let rep = job.run_once(now, &|| false).unwrap();
+    assert_eq!(rep.evicted_chunks, 1);
+    assert!(chunk_ids(dir.path()).is_empty());
+    // A chunk id is never reused after the newest chunk was evicted.
+    write(&mut w, "m", &[(now, 3.0)]);
+    assert_eq!(chunk_ids(dir.path()), vec![2]);
+    // The 1 min and 1 h rows are within their retention and stay.
+    let reader = Reader::open(dir.path()).unwrap();
+    let c = crate::engine::collect(
+        &reader,
+        &job.plan,
+        "m",
+        "v",
+        &[],
+        0,
+        now,
+        HOUR,
+        crate::engine::Need::Sum,
+        now,
+    )
+    .unwrap();
+    assert_eq!(c.tier, "1h");
+    let counts: Vec<u64> = c.sets[0].1.values().map(|s| s.acc.count).collect();
+    assert_eq!(counts, vec![2, 1]);
+}
+
+#[test]
+fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    let mut r = rng(9);
+    for s in 0..10 {
+        let pts: Vec<(i64, f64)> = (0..60_000).map(|i| (i * NS, r() * 1000.0)).collect();
+        write(&mut w, &format!("m,s={s}"), &pts);
+    }
+    crate::store::testing::add_sink(dir.path(), "influx", 100);
+    let before_ids = chunk_ids(dir.path());
+    let newest = *before_ids.last().unwrap();
+    let now = 60_000 * NS;
+    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, 0)).unwrap();
+    let full = job.run_once(now, &|| false).unwrap().db_bytes;
+    let max = full / 2;
+    job.plan.max_bytes = max;
+    let rep = job.run_once(now, &|| false).unwrap();
+    assert!(rep.db_bytes <= max, "{} > {max}", rep.db_bytes);
+    assert!(crate::store::disk_bytes(&db_path(dir.path())) <= max + 64 * 1024);
+    let after = chunk_ids(dir.path());
+    assert!(!after.is_empty() && after.len() < before_ids.len());
+    // Oldest gone first, newest intact.
+    assert_eq!(after[..], before_ids[before_ids.len() - after.len()..]);
+    assert_eq!(*after.last().unwrap(), newest);
+    assert_eq!(rep.evicted_chunks as usize, before_ids.len() - after.len());
+    // Rollups of the evicted raw data still answer (the 1 min tier keeps all 1,000 min).
+    let reader = Reader::open(dir.path()).unwrap();
+    let c = crate::engine::collect(
+        &reader,
+        &job.plan,
+        "m",
+        "v",
+        &[],
+        0,
+        now - 1,
+        MIN,
+        crate::engine::Need::Sum,
+        now,
+    )
+    .unwrap();
+    assert_eq!(c.sets.len(), 10);
+    assert!(c
+        .sets
+        .iter()
+        .all(|(_, s)| s.len() == 1000 && s.values().all(|a| a.acc.count == 60)));
+    // The sink had forwarded up to chunk 100: what was evicted past it is counted.
+    let sinks = crate::store::sinks::evictions(reader.conn(), reader.path()).unwrap();
+    let (chunks, through) = (sinks[0].chunks, sinks[0].through);
+    let lost = before_ids
+        .iter()
+        .filter(|id| **id > 100 && !after.contains(id))
+        .count();
+    assert_eq!(chunks as usize, lost);
+    assert!(lost == 0 || through > 100);
+    let status = status(&reader, &job.plan, now).unwrap();
+    assert_eq!(status["evicted"]["raw_chunks"], rep.evicted_chunks);
+    assert_eq!(status["tiers"][0]["rows"], 10_000);
+    assert_rows_counted(dir.path(), &job.plan);
+}
+
+#[test]
+fn tier_row_counts_follow_inserts_merges_and_evictions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    for s in 0..3 {
+        let pts: Vec<(i64, f64)> = (0..7_200).map(|i| (i * NS, f64::from(s))).collect();
+        write(&mut w, &format!("m,s={s}"), &pts);
+    }
+    let plan = plan_with(&["1m", "1h"], 5_000, 0);
+    let mut job = Job::open(dir.path(), plan.clone()).unwrap();
+    job.run_once(2 * HOUR, &|| false).unwrap();
+    assert_rows_counted(dir.path(), &plan);
+    let reader = Reader::open(dir.path()).unwrap();
+    assert_eq!(status(&reader, &plan, 0).unwrap()["tiers"][0]["rows"], 360);
+    // Late points into existing buckets add no rows; one into a new minute adds one.
+    write(&mut w, "m,s=0", &[(5 * NS, 1.0), (3 * HOUR, 2.0)]);
+    job.run_once(3 * HOUR, &|| false).unwrap();
+    assert_rows_counted(dir.path(), &plan);
+    assert_eq!(status(&reader, &plan, 0).unwrap()["tiers"][0]["rows"], 361);
+    // Tier retention deletes the old rows and the count follows.
+    let mut short = plan.clone();
+    short.tiers[0].retention_ns = Some(HOUR);
+    let mut job = Job::open(dir.path(), short.clone()).unwrap();
+    let rep = job.run_once(3 * HOUR + 30 * MIN, &|| false).unwrap();
+    assert!(rep.evicted_rows > 0, "{rep:?}");
+    assert_rows_counted(dir.path(), &short);
+    // So does the budget, squeezing into the tiers once raw data is gone.
+    let mut tight = short.clone();
+    tight.max_bytes = 1;
+    Job::open(dir.path(), tight.clone())
+        .unwrap()
+        .run_once(3 * HOUR + 30 * MIN, &|| false)
+        .unwrap();
+    assert_rows_counted(dir.path(), &tight);
+}
+
+#[test]
+fn migration_4_counts_the_rows_of_an_older_store() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let pts: Vec<(i64, f64)> = (0..600).map(|i| (i * NS, 1.0)).collect();
+        write(&mut w, "m", &pts);
+    }
+    let plan = plan_with(&["1m", "1h"], 5_000, 0);
+    Job::open(dir.path(), plan.clone())
+        .unwrap()
+        .run_once(HOUR, &|| false)
+        .unwrap();
+    // Back to version 3: no row counters.
+    crate::store::testing::downgrade_to_v3(dir.path());
+    drop(Writer::open(dir.path(), 100, Synchronous::Normal).unwrap());
+    let reader = Reader::open(dir.path()).unwrap();
+    let st = status(&reader, &plan, 0).unwrap();
+    assert_eq!(st["tiers"][0]["rows"], 10);
+    assert_eq!(st["tiers"][1]["rows"], 1);
+    assert_rows_counted(dir.path(), &plan);
+}

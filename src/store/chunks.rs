@@ -1,0 +1,304 @@
+//! The `chunks` table: scanning raw chunks by id or by time ([`scan`], with a [`Scan`]
+//! filter, handing each row to a callback that may decode it), and the few other statements
+//! on it: counts and sums for status and backlog, the next id, eviction's delete and the
+//! clock hold's in-place retime. Chunks are written only by the ingest writer
+//! ([`super::Writer`]); their encoding lives in [`super::codec`].
+//!
+//! Never interprets what a chunk means to a caller (tiers, cursors, holds): callers say which
+//! ids and times they want.
+
+use std::ops::ControlFlow;
+use std::path::Path;
+
+use rusqlite::{params_from_iter, Connection, OptionalExtension};
+
+use super::open::Ctx;
+use super::{codec, StoreError};
+use crate::model::Value;
+
+/// One chunk row, borrowed from the scan.
+#[derive(Debug, Clone, Copy)]
+pub struct Chunk<'a> {
+    /// Chunk id (insertion order, never reused).
+    pub id: i64,
+    /// Its tag set.
+    pub tagset_id: i64,
+    /// Oldest point time, ns.
+    pub ts_min: i64,
+    /// Newest point time, ns.
+    pub ts_max: i64,
+    /// Points in the chunk.
+    pub n: i64,
+    /// Encoded size, bytes.
+    pub bytes: i64,
+    /// The packed points (empty when the scan was asked for [`Scan::without_data`]).
+    pub data: &'a [u8],
+}
+
+impl Chunk<'_> {
+    /// Decodes every value: `f(ts, series_id, value)`, in stored order. `path` names the
+    /// database in the error.
+    pub fn decode(&self, path: &Path, f: impl FnMut(i64, i64, Value)) -> Result<(), StoreError> {
+        codec::decode_chunk(self.data, self.ts_min, f).map_err(|source| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// Which chunks a [`scan`] reads. Every bound is optional; the default reads every chunk
+/// in id order.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Only ids above this.
+    pub after: Option<i64>,
+    /// Only ids below this.
+    pub before: Option<i64>,
+    /// Only ids at or below this.
+    pub through: Option<i64>,
+    /// Only this tag set.
+    pub tagset: Option<i64>,
+    /// Only chunks whose newest point is at or after this (ns).
+    pub ts_from: Option<i64>,
+    /// Only chunks whose oldest point is at or before this (ns).
+    pub ts_to: Option<i64>,
+    /// Only chunks whose newest point is before this (ns).
+    pub older_than: Option<i64>,
+    /// At most this many rows.
+    pub limit: Option<usize>,
+    /// Newest `ts_max` first instead of id order.
+    pub newest_first: bool,
+    /// Leave `data` out (sizes and counts only: no blob is read).
+    pub without_data: bool,
+}
+
+impl Scan {
+    fn sql(&self) -> (String, Vec<i64>) {
+        let mut sql = String::from("SELECT id, tagset_id, ts_min, ts_max, n, length(data), ");
+        sql.push_str(if self.without_data { "NULL" } else { "data" });
+        sql.push_str(" FROM chunks WHERE 1");
+        let mut args = Vec::new();
+        let mut cond = |c: &str, v: Option<i64>| {
+            if let Some(v) = v {
+                args.push(v);
+                sql.push_str(&format!(" AND {c} ?{}", args.len()));
+            }
+        };
+        cond("tagset_id =", self.tagset);
+        cond("id >", self.after);
+        cond("id <", self.before);
+        cond("id <=", self.through);
+        cond("ts_max >=", self.ts_from);
+        cond("ts_min <=", self.ts_to);
+        cond("ts_max <", self.older_than);
+        sql.push_str(if self.newest_first {
+            " ORDER BY ts_max DESC"
+        } else {
+            " ORDER BY id"
+        });
+        if let Some(l) = self.limit {
+            args.push(i64::try_from(l).unwrap_or(i64::MAX));
+            sql.push_str(&format!(" LIMIT ?{}", args.len()));
+        }
+        (sql, args)
+    }
+}
+
+/// Reads the chunks `s` selects, handing each to `f` until it breaks or they run out.
+pub fn scan(
+    conn: &Connection,
+    path: &Path,
+    s: &Scan,
+    mut f: impl FnMut(&Chunk<'_>) -> Result<ControlFlow<()>, StoreError>,
+) -> Result<(), StoreError> {
+    let (sql, args) = s.sql();
+    let mut st = conn.prepare_cached(&sql).ctx(path)?;
+    let mut rows = st.query(params_from_iter(args)).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let data = match r.get_ref(6).ctx(path)? {
+            rusqlite::types::ValueRef::Null => &[][..],
+            v => v.as_blob().ctx(path)?,
+        };
+        let c = Chunk {
+            id: r.get(0).ctx(path)?,
+            tagset_id: r.get(1).ctx(path)?,
+            ts_min: r.get(2).ctx(path)?,
+            ts_max: r.get(3).ctx(path)?,
+            n: r.get(4).ctx(path)?,
+            bytes: r.get::<_, Option<i64>>(5).ctx(path)?.unwrap_or(0),
+            data,
+        };
+        if f(&c)?.is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// An owned copy of a chunk's identity and size (what eviction works from).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSize {
+    /// Chunk id.
+    pub id: i64,
+    /// Points.
+    pub n: i64,
+    /// Encoded bytes.
+    pub bytes: i64,
+}
+
+/// Ids, point counts and sizes of the chunks `s` selects (no blob is read).
+pub fn sizes(conn: &Connection, path: &Path, s: &Scan) -> Result<Vec<ChunkSize>, StoreError> {
+    let s = Scan {
+        without_data: true,
+        ..s.clone()
+    };
+    let mut out = Vec::new();
+    scan(conn, path, &s, |c| {
+        out.push(ChunkSize {
+            id: c.id,
+            n: c.n,
+            bytes: c.bytes,
+        });
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(out)
+}
+
+/// The newest chunk id (0 when there is none).
+pub fn newest_id(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT COALESCE(MAX(id), 0) FROM chunks")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .ctx(path)
+}
+
+/// The id the next chunk will get (AUTOINCREMENT: one past the largest ever used, even if
+/// that chunk was evicted).
+pub fn next_id(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.query_row(
+        "SELECT COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'chunks'), 0) + 1",
+        [],
+        |r| r.get(0),
+    )
+    .ctx(path)
+}
+
+/// Chunks and points with `after < id < before`, and the oldest time among them (the
+/// forwarders' backlog; `before = i64::MAX` for no upper bound).
+pub fn backlog(
+    conn: &Connection,
+    path: &Path,
+    after: i64,
+    before: i64,
+) -> Result<Backlog, StoreError> {
+    let (points, chunks): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(n), 0), COUNT(*) FROM chunks WHERE id > ?1 AND id < ?2",
+        )
+        .and_then(|mut st| st.query_row([after, before], |r| Ok((r.get(0)?, r.get(1)?))))
+        .ctx(path)?;
+    let oldest_ts: Option<i64> = conn
+        .prepare_cached("SELECT ts_min FROM chunks WHERE id > ?1 AND id < ?2 ORDER BY id LIMIT 1")
+        .and_then(|mut st| st.query_row([after, before], |r| r.get(0)).optional())
+        .ctx(path)?;
+    Ok(Backlog {
+        points,
+        chunks,
+        oldest_ts,
+    })
+}
+
+/// What [`backlog`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Points.
+    pub points: i64,
+    /// Chunks.
+    pub chunks: i64,
+    /// `ts_min` of the oldest of them.
+    pub oldest_ts: Option<i64>,
+}
+
+/// Number of chunks with id above `after`.
+pub fn count_after(conn: &Connection, path: &Path, after: i64) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT COUNT(*) FROM chunks WHERE id > ?1")
+        .and_then(|mut st| st.query_row([after], |r| r.get(0)))
+        .ctx(path)
+}
+
+/// Points stored in chunks with `from <= id < until`.
+pub fn points_between(
+    conn: &Connection,
+    path: &Path,
+    from: i64,
+    until: i64,
+) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT COALESCE(SUM(n), 0) FROM chunks WHERE id >= ?1 AND id < ?2")
+        .and_then(|mut st| st.query_row([from, until], |r| r.get(0)))
+        .ctx(path)
+}
+
+/// Deletes the chunks `ids`, inside the caller's transaction.
+pub fn delete(
+    tx: &Connection,
+    path: &Path,
+    ids: impl IntoIterator<Item = i64>,
+) -> Result<(), StoreError> {
+    let mut del = tx
+        .prepare_cached("DELETE FROM chunks WHERE id = ?1")
+        .ctx(path)?;
+    for id in ids {
+        del.execute([id]).ctx(path)?;
+    }
+    Ok(())
+}
+
+/// Replaces a chunk's times and packed points, keeping its id (the clock hold's correction,
+/// the only rewrite of a committed chunk), inside the caller's transaction.
+pub fn retime(
+    tx: &Connection,
+    path: &Path,
+    id: i64,
+    ts_min: i64,
+    ts_max: i64,
+    data: &[u8],
+) -> Result<(), StoreError> {
+    tx.prepare_cached("UPDATE chunks SET ts_min = ?2, ts_max = ?3, data = ?4 WHERE id = ?1")
+        .and_then(|mut st| st.execute(rusqlite::params![id, ts_min, ts_max, data]))
+        .map(|_| ())
+        .ctx(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_sql_names_only_the_bounds_given() {
+        let (sql, args) = Scan {
+            tagset: Some(3),
+            after: Some(7),
+            ts_from: Some(1),
+            ts_to: Some(9),
+            ..Scan::default()
+        }
+        .sql();
+        assert_eq!(
+            sql,
+            "SELECT id, tagset_id, ts_min, ts_max, n, length(data), data FROM chunks WHERE 1 \
+             AND tagset_id = ?1 AND id > ?2 AND ts_max >= ?3 AND ts_min <= ?4 ORDER BY id"
+        );
+        assert_eq!(args, vec![3, 7, 1, 9]);
+        let (sql, args) = Scan {
+            newest_first: true,
+            limit: Some(4),
+            without_data: true,
+            ..Scan::default()
+        }
+        .sql();
+        assert!(
+            sql.contains("NULL FROM chunks WHERE 1 ORDER BY ts_max DESC LIMIT ?1"),
+            "{sql}"
+        );
+        assert_eq!(args, vec![4]);
+    }
+}

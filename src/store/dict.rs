@@ -1,0 +1,189 @@
+//! The series dictionary (`tagsets`, `series`): loading it whole (the writer's cache, a
+//! forwarder's names, `/metrics`), looking up the tag sets of a measurement and the fields of
+//! a tag set, and the writer's inserts of new entries. Tags are stored as a JSON object and
+//! handed out parsed.
+//!
+//! Never decides whether a new series may be created (the writer's series cap does) and
+//! never deletes an entry.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::open::Ctx;
+use super::StoreError;
+use crate::model::Kind;
+
+/// One tag set: measurement plus tags, with its canonical series key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tagset {
+    /// Row id (`chunks.tagset_id`).
+    pub id: i64,
+    /// Canonical key (`cpu,host=a`).
+    pub key: String,
+    /// Measurement.
+    pub measurement: String,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// One series: a field of a tag set, with its type.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Row id (the id values are encoded with in chunks).
+    pub id: i64,
+    /// Its tag set.
+    pub tagset_id: i64,
+    /// Field key.
+    pub field: String,
+    /// Type, fixed at the first write.
+    pub kind: Kind,
+}
+
+/// The whole dictionary.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Dictionary {
+    /// Every tag set, by key.
+    pub tagsets: Vec<Tagset>,
+    /// Every series, by tag set and field.
+    pub series: Vec<Series>,
+}
+
+fn tagset_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Tagset> {
+    let tags: String = r.get(3)?;
+    Ok(Tagset {
+        id: r.get(0)?,
+        key: r.get(1)?,
+        measurement: r.get(2)?,
+        tags: serde_json::from_str(&tags).unwrap_or_default(),
+    })
+}
+
+fn series_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Series> {
+    Ok(Series {
+        id: r.get(0)?,
+        tagset_id: r.get(1)?,
+        field: r.get(2)?,
+        kind: Kind::from_code(r.get(3)?).unwrap_or(Kind::Float),
+    })
+}
+
+/// Reads the whole dictionary.
+pub fn load(conn: &Connection, path: &Path) -> Result<Dictionary, StoreError> {
+    let mut st = conn
+        .prepare_cached("SELECT id, key, measurement, tags FROM tagsets ORDER BY key")
+        .ctx(path)?;
+    let tagsets = st
+        .query_map([], tagset_row)
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .ctx(path)?;
+    let mut st = conn
+        .prepare_cached("SELECT id, tagset_id, field, kind FROM series ORDER BY tagset_id, field")
+        .ctx(path)?;
+    let series = st
+        .query_map([], series_row)
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .ctx(path)?;
+    Ok(Dictionary { tagsets, series })
+}
+
+/// The tag sets of `measurement` (every tag set when `None`), by key.
+pub fn tagsets(
+    conn: &Connection,
+    path: &Path,
+    measurement: Option<&str>,
+) -> Result<Vec<Tagset>, StoreError> {
+    // Two shapes, so that the one with a measurement uses its index.
+    match measurement {
+        Some(m) => conn
+            .prepare_cached(
+                "SELECT id, key, measurement, tags FROM tagsets WHERE measurement = ?1 ORDER BY key",
+            )
+            .and_then(|mut st| st.query_map(params![m], tagset_row)?.collect()),
+        None => conn
+            .prepare_cached("SELECT id, key, measurement, tags FROM tagsets ORDER BY key")
+            .and_then(|mut st| st.query_map([], tagset_row)?.collect()),
+    }
+    .ctx(path)
+}
+
+/// The series of tag set `tagset`, by field.
+pub fn fields(conn: &Connection, path: &Path, tagset: i64) -> Result<Vec<Series>, StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT id, tagset_id, field, kind FROM series WHERE tagset_id = ?1 ORDER BY field",
+        )
+        .ctx(path)?;
+    st.query_map(params![tagset], series_row)
+        .and_then(|rows| rows.collect())
+        .ctx(path)
+}
+
+/// The id of the numeric (not string) series `field` of tag set `tagset`, if any.
+pub fn numeric_series(
+    conn: &Connection,
+    path: &Path,
+    tagset: i64,
+    field: &str,
+) -> Result<Option<i64>, StoreError> {
+    conn.prepare_cached("SELECT id FROM series WHERE tagset_id = ?1 AND field = ?2 AND kind != 4")
+        .and_then(|mut st| {
+            st.query_row(params![tagset, field], |r| r.get(0))
+                .optional()
+        })
+        .ctx(path)
+}
+
+/// Number of series.
+pub fn series_count(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.query_row("SELECT COUNT(*) FROM series", [], |r| r.get(0))
+        .ctx(path)
+}
+
+/// The writer's inserts, prepared once per transaction.
+pub(super) struct Inserts<'c> {
+    tagset: rusqlite::CachedStatement<'c>,
+    series: rusqlite::CachedStatement<'c>,
+    conn: &'c Connection,
+}
+
+impl<'c> Inserts<'c> {
+    pub(super) fn prepare(conn: &'c Connection, path: &Path) -> Result<Self, StoreError> {
+        Ok(Inserts {
+            tagset: conn
+                .prepare_cached("INSERT INTO tagsets (key, measurement, tags) VALUES (?1, ?2, ?3)")
+                .ctx(path)?,
+            series: conn
+                .prepare_cached(
+                    "INSERT INTO series (tagset_id, field, kind, created_ns) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .ctx(path)?,
+            conn,
+        })
+    }
+
+    /// A new tag set; returns its id.
+    pub(super) fn tagset(
+        &mut self,
+        key: &str,
+        measurement: &str,
+        tags_json: &str,
+    ) -> rusqlite::Result<i64> {
+        self.tagset.execute(params![key, measurement, tags_json])?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// A new series; returns its id.
+    pub(super) fn series(
+        &mut self,
+        tagset: i64,
+        field: &str,
+        kind: Kind,
+        now: i64,
+    ) -> rusqlite::Result<i64> {
+        self.series
+            .execute(params![tagset, field, kind.code(), now])?;
+        Ok(self.conn.last_insert_rowid())
+    }
+}

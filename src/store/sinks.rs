@@ -1,0 +1,398 @@
+//! The `sinks` and `dead_letters` tables: a forwarder's durable state ([`Durable`]: cursor,
+//! batch sequence, totals) and its moves ([`ack`], [`dead_letter`], [`fallback_ack`], ...),
+//! each one statement or one short `BEGIN IMMEDIATE` transaction on the forwarder's
+//! [`super::Mode::Cursor`] connection; and, for the rollup job and the status page, which
+//! raw chunks each sink had not forwarded yet when eviction took them ([`record_eviction`],
+//! inside the eviction's transaction, and [`evictions`]).
+//!
+//! Never decides when a cursor moves: the forwarder calls [`ack`] only after the remote end
+//! acknowledged.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, TransactionBehavior};
+
+use super::chunks::ChunkSize;
+use super::open::Ctx;
+use super::StoreError;
+
+/// What eviction took from one sink before it forwarded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lost {
+    /// Sink name.
+    pub sink: String,
+    /// Chunks.
+    pub chunks: i64,
+    /// Points.
+    pub points: i64,
+    /// Newest chunk id among them.
+    pub through: i64,
+}
+
+/// Adds the chunks of `evicted` above each sink's cursor to that sink's eviction totals,
+/// inside the eviction's transaction; returns what each sink lost (sinks that lost nothing
+/// are left out).
+pub fn record_eviction(
+    tx: &Connection,
+    path: &Path,
+    evicted: &[ChunkSize],
+) -> Result<Vec<Lost>, StoreError> {
+    let cursors: Vec<(String, i64)> = tx
+        .prepare_cached("SELECT name, cursor_chunk_id FROM sinks")
+        .and_then(|mut st| {
+            st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|rows| rows.collect())
+        })
+        .ctx(path)?;
+    let mut out = Vec::new();
+    for (sink, cursor) in cursors {
+        let lost: Vec<_> = evicted.iter().filter(|c| c.id > cursor).collect();
+        if lost.is_empty() {
+            continue;
+        }
+        let l = Lost {
+            sink,
+            chunks: lost.len() as i64,
+            points: lost.iter().map(|c| c.n).sum(),
+            through: lost.iter().map(|c| c.id).max().unwrap_or(0),
+        };
+        tx.prepare_cached(
+            "UPDATE sinks SET evicted_unforwarded_chunks = evicted_unforwarded_chunks + ?2, \
+             evicted_unforwarded_points = evicted_unforwarded_points + ?3, \
+             evicted_through_chunk_id = MAX(evicted_through_chunk_id, ?4) WHERE name = ?1",
+        )
+        .and_then(|mut st| st.execute(params![l.sink, l.chunks, l.points, l.through]))
+        .ctx(path)?;
+        out.push(l);
+    }
+    Ok(out)
+}
+
+/// One sink's cursor and eviction totals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evictions {
+    /// Sink name.
+    pub name: String,
+    /// Last chunk id the sink's remote end acknowledged.
+    pub cursor: i64,
+    /// Raw chunks evicted before the sink forwarded them, all time.
+    pub chunks: i64,
+    /// Their points.
+    pub points: i64,
+    /// Newest chunk id among them.
+    pub through: i64,
+}
+
+/// Every sink's cursor and eviction totals, by name.
+pub fn evictions(conn: &Connection, path: &Path) -> Result<Vec<Evictions>, StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT name, cursor_chunk_id, evicted_unforwarded_chunks, evicted_unforwarded_points, \
+             evicted_through_chunk_id FROM sinks ORDER BY name",
+        )
+        .ctx(path)?;
+    st.query_map([], |r| {
+        Ok(Evictions {
+            name: r.get(0)?,
+            cursor: r.get(1)?,
+            chunks: r.get(2)?,
+            points: r.get(3)?,
+            through: r.get(4)?,
+        })
+    })
+    .and_then(|rows| rows.collect())
+    .ctx(path)
+}
+
+/// Creates sink `name`'s row if it does not exist yet (cursor 0).
+pub fn ensure(conn: &Connection, path: &Path, name: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT OR IGNORE INTO sinks (name) VALUES (?1)",
+        params![name],
+    )
+    .map(|_| ())
+    .ctx(path)
+}
+
+/// Creates sink `name`'s row if needed and, if a batch was in flight when the agent last
+/// stopped (`inflight_through_chunk_id` above the cursor), counts it as replayed; returns
+/// the row.
+pub fn open_row(conn: &Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
+    ensure(conn, path, name)?;
+    conn.execute(
+        "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
+         WHERE name = ?1 AND inflight_through_chunk_id > cursor_chunk_id",
+        params![name],
+    )
+    .ctx(path)?;
+    load(conn, path, name)
+}
+
+/// A sink's durable state as stored in `sinks`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// Last chunk id acknowledged.
+    pub cursor: i64,
+    /// Last batch sequence number acknowledged.
+    pub seq: i64,
+    /// Points acknowledged, all time.
+    pub forwarded: i64,
+    /// Points dead-lettered, all time.
+    pub dead_points: i64,
+    /// Batches sent again after a fault, all time.
+    pub replayed: i64,
+    /// Raw points evicted before this sink forwarded them.
+    pub evicted_points: i64,
+    /// Newest chunk id evicted before forwarding.
+    pub evicted_through: i64,
+    /// Points sent from the rollup tier in place of evicted raw data.
+    pub fallback_points: i64,
+    /// Highest chunk id whose eviction gap was covered from the rollup tier.
+    pub fallback_through: i64,
+    /// Last acknowledgement time, ns (0 = never).
+    pub last_success_ns: i64,
+    /// Newest point time acknowledged.
+    pub forwarded_ts_max: i64,
+}
+
+/// Sink `name`'s row.
+pub fn load(conn: &Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
+    conn.prepare_cached(
+        "SELECT cursor_chunk_id, batch_seq, forwarded_points, dead_letter_points, replayed_batches, \
+         evicted_unforwarded_points, evicted_through_chunk_id, fallback_points, \
+         fallback_through_chunk_id, last_success_ns, forwarded_ts_max FROM sinks WHERE name = ?1",
+    )
+    .and_then(|mut st| {
+        st.query_row(params![name], |r| {
+            Ok(Durable {
+                cursor: r.get(0)?,
+                seq: r.get(1)?,
+                forwarded: r.get(2)?,
+                dead_points: r.get(3)?,
+                replayed: r.get(4)?,
+                evicted_points: r.get(5)?,
+                evicted_through: r.get(6)?,
+                fallback_points: r.get(7)?,
+                fallback_through: r.get(8)?,
+                last_success_ns: r.get(9)?,
+                forwarded_ts_max: r.get(10)?,
+            })
+        })
+    })
+    .ctx(path)
+}
+
+/// Records that batches through chunk `through` are being sent (one small write).
+pub fn mark_inflight(
+    conn: &Connection,
+    path: &Path,
+    name: &str,
+    through: i64,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE sinks SET inflight_through_chunk_id = ?2 WHERE name = ?1",
+        params![name, through],
+    )
+    .map(|_| ())
+    .ctx(path)
+}
+
+/// An acknowledged batch: what moves with the cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    /// Last chunk id of the batch.
+    pub through: i64,
+    /// Its sequence number.
+    pub seq: i64,
+    /// Its points.
+    pub points: i64,
+    /// Its newest point time.
+    pub ts_max: i64,
+    /// When it was acknowledged, ns.
+    pub now_ns: i64,
+}
+
+/// The remote end acknowledged everything through chunk `a.through`: moves the cursor, in
+/// one short transaction.
+pub fn ack(conn: &mut Connection, path: &Path, name: &str, a: &Ack) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(path)?;
+    tx.execute(
+        "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
+         forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
+         forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
+        params![name, a.through, a.seq, a.points, a.now_ns, a.ts_max],
+    )
+    .ctx(path)?;
+    tx.commit().ctx(path)
+}
+
+/// A batch the remote end refused as bad data.
+#[derive(Debug, Clone, Copy)]
+pub struct Refused<'a> {
+    /// First chunk id of the batch.
+    pub first: i64,
+    /// Last chunk id of the batch.
+    pub through: i64,
+    /// Its sequence number.
+    pub seq: i64,
+    /// Its points.
+    pub points: i64,
+    /// The HTTP status.
+    pub status: u16,
+    /// The server's answer.
+    pub reason: &'a str,
+    /// The batch as sent, before compression.
+    pub payload: &'a [u8],
+    /// When, ns.
+    pub now_ns: i64,
+    /// A batch of rollup points sent for evicted raw data: the raw cursor stays.
+    pub fallback: bool,
+}
+
+/// Keeps a refused batch in `dead_letters` and moves the cursor past it (unless it was a
+/// fallback batch), in one transaction.
+pub fn dead_letter(
+    conn: &mut Connection,
+    path: &Path,
+    name: &str,
+    d: &Refused<'_>,
+) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(path)?;
+    tx.execute(
+        "INSERT INTO dead_letters (sink, first_chunk_id, last_chunk_id, points, status, reason, created_ns, payload) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![name, d.first, d.through, d.points, d.status, d.reason, d.now_ns, d.payload],
+    )
+    .ctx(path)?;
+    tx.execute(
+        "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
+         dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
+        params![name, if d.fallback { 0 } else { d.through }, d.seq, d.points],
+    )
+    .ctx(path)?;
+    tx.commit().ctx(path)
+}
+
+/// Dead-lettered batches of sink `name`.
+pub fn dead_letter_batches(conn: &Connection, path: &Path, name: &str) -> Result<i64, StoreError> {
+    conn.query_row(
+        "SELECT COUNT(*) FROM dead_letters WHERE sink = ?1",
+        params![name],
+        |r| r.get(0),
+    )
+    .ctx(path)
+}
+
+/// Counts a batch sent again after a fault.
+pub fn count_replay(conn: &Connection, path: &Path, name: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE sinks SET replayed_batches = replayed_batches + 1 WHERE name = ?1",
+        params![name],
+    )
+    .map(|_| ())
+    .ctx(path)
+}
+
+/// A batch of rollup points sent in place of evicted raw data was acknowledged: records its
+/// sequence number and, with `done = Some((through, points))`, that the eviction gap through
+/// chunk `through` is covered, with `points` rollup points in all. The raw cursor stays.
+pub fn fallback_ack(
+    conn: &Connection,
+    path: &Path,
+    name: &str,
+    seq: i64,
+    done: Option<(i64, i64)>,
+) -> Result<(), StoreError> {
+    let (through, points) = done.unwrap_or((0, 0));
+    conn.execute(
+        "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
+         fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
+         fallback_points = fallback_points + ?4 WHERE name = ?1",
+        params![name, seq, through, points],
+    )
+    .map(|_| ())
+    .ctx(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Synchronous;
+    use crate::store::{open, Mode, Writer};
+
+    /// The forwarder's moves, through the functions the forwarder is to call: the cursor
+    /// only moves forward, a replay left in flight is counted once at open, a dead letter
+    /// keeps the batch and (not for a fallback batch) moves the cursor.
+    #[test]
+    fn a_sink_row_moves_forward_only_and_counts_replays_and_dead_letters() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Writer::open(dir.path(), 10, Synchronous::Normal).unwrap());
+        let (mut c, path) = open(dir.path(), Mode::Cursor).unwrap();
+        assert_eq!(open_row(&c, &path, "s").unwrap(), Durable::default());
+        mark_inflight(&c, &path, "s", 9).unwrap();
+        let a = Ack {
+            through: 5,
+            seq: 2,
+            points: 10,
+            ts_max: 77,
+            now_ns: 1,
+        };
+        ack(&mut c, &path, "s", &a).unwrap();
+        ack(
+            &mut c,
+            &path,
+            "s",
+            &Ack {
+                through: 3,
+                seq: 1,
+                ..a
+            },
+        )
+        .unwrap();
+        let d = load(&c, &path, "s").unwrap();
+        assert_eq!(
+            (d.cursor, d.seq, d.forwarded, d.forwarded_ts_max),
+            (5, 2, 20, 77)
+        );
+        // Reopened with chunks through 9 in flight: one replay, counted once.
+        assert_eq!(open_row(&c, &path, "s").unwrap().replayed, 1);
+        assert_eq!(open_row(&c, &path, "s").unwrap().replayed, 1);
+        let r = Refused {
+            first: 6,
+            through: 8,
+            seq: 3,
+            points: 4,
+            status: 400,
+            reason: "bad",
+            payload: b"x",
+            now_ns: 2,
+            fallback: false,
+        };
+        dead_letter(&mut c, &path, "s", &r).unwrap();
+        dead_letter(
+            &mut c,
+            &path,
+            "s",
+            &Refused {
+                through: 99,
+                fallback: true,
+                ..r
+            },
+        )
+        .unwrap();
+        let d = load(&c, &path, "s").unwrap();
+        assert_eq!((d.cursor, d.dead_points), (8, 8));
+        assert_eq!(dead_letter_batches(&c, &path, "s").unwrap(), 2);
+        fallback_ack(&c, &path, "s", 4, Some((12, 30))).unwrap();
+        count_replay(&c, &path, "s").unwrap();
+        let d = load(&c, &path, "s").unwrap();
+        assert_eq!(
+            (d.seq, d.fallback_through, d.fallback_points, d.replayed),
+            (4, 12, 30, 2)
+        );
+    }
+}

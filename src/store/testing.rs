@@ -1,0 +1,87 @@
+//! Test-only views of the tables that no production code needs (whole-table dumps, exact
+//! row counts, a sink row with a chosen cursor, an older schema): kept here so that tests
+//! elsewhere issue no SQL of their own. Compiled only for tests.
+
+use std::path::Path;
+
+use rusqlite::Connection;
+
+use super::db_path;
+
+fn conn(dir: &Path) -> Connection {
+    Connection::open(db_path(dir)).expect("open the test store")
+}
+
+/// One `rollups` row, every column in table order.
+pub type RollupRow = (
+    i64,
+    i64,
+    i64,
+    i64,
+    f64,
+    f64,
+    f64,
+    i64,
+    f64,
+    i64,
+    f64,
+    Vec<u8>,
+);
+
+/// Every `rollups` row, by tier, series and bucket.
+pub fn rollup_rows(dir: &Path) -> Vec<RollupRow> {
+    let c = conn(dir);
+    let mut st = c
+        .prepare("SELECT * FROM rollups ORDER BY tier, series_id, bucket")
+        .unwrap();
+    let rows = st
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+                r.get(6)?,
+                r.get(7)?,
+                r.get(8)?,
+                r.get(9)?,
+                r.get(10)?,
+                r.get(11)?,
+            ))
+        })
+        .unwrap();
+    rows.map(|r| r.unwrap()).collect()
+}
+
+/// Rows of tier `key`, counted in the table (not the counter).
+pub fn count_tier_rows(dir: &Path, key: i64) -> i64 {
+    conn(dir)
+        .query_row("SELECT COUNT(*) FROM rollups WHERE tier = ?1", [key], |r| {
+            r.get(0)
+        })
+        .unwrap()
+}
+
+/// Adds sink `name` with its cursor at `cursor`.
+pub fn add_sink(dir: &Path, name: &str, cursor: i64) {
+    conn(dir)
+        .execute(
+            "INSERT INTO sinks (name, cursor_chunk_id) VALUES (?1, ?2)",
+            rusqlite::params![name, cursor],
+        )
+        .unwrap();
+}
+
+/// Takes a current store back to schema version 3 as it would have been (no tier row
+/// counters, no `clock_fix`), keeping its data.
+pub fn downgrade_to_v3(dir: &Path) {
+    let c = conn(dir);
+    c.execute("DELETE FROM counters WHERE name LIKE 'rows_%'", [])
+        .unwrap();
+    c.execute("DELETE FROM schema_migrations WHERE version >= 4", [])
+        .unwrap();
+    c.execute("DROP TABLE clock_fix", []).unwrap();
+    c.pragma_update(None, "user_version", 3).unwrap();
+}

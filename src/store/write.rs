@@ -1,0 +1,264 @@
+//! The single writer of a database: commits batches of lines in one transaction each,
+//! growing the series dictionary (with the series cap and type checks) and packing each tag
+//! set's points into chunk rows. Its connection is the only one that writes ingested points.
+//!
+//! Never reads the ingest queue (the writer task hands it batches) and never deletes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{params, Connection};
+
+use super::open::{open, Ctx, Mode};
+use super::{codec, dict, StoreError};
+use crate::config::Synchronous;
+use crate::model::{split_series_key, Batch, Kind, Rejection};
+
+/// Everything the writer caches about the series dictionary.
+#[derive(Default)]
+struct Dictionary {
+    tagsets: HashMap<String, i64>,
+    /// (tagset id, field) -> (series id, kind)
+    series: HashMap<i64, HashMap<String, (i64, Kind)>>,
+    series_count: usize,
+}
+
+/// The single writer of a database.
+pub struct Writer {
+    conn: Connection,
+    path: PathBuf,
+    dict: Dictionary,
+    max_series: usize,
+    buf: Vec<u8>,
+}
+
+/// What one committed batch did.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct WriteSummary {
+    /// Points (lines) stored.
+    pub points: usize,
+    /// Field values stored.
+    pub values: usize,
+    /// Points refused, with reasons.
+    pub rejected: Vec<Rejection>,
+}
+
+impl Writer {
+    /// Opens (creating and migrating if needed) the database in `dir`.
+    pub fn open(dir: &Path, max_series: usize, sync: Synchronous) -> Result<Writer, StoreError> {
+        let (conn, path) = open(dir, Mode::Writer(sync))?;
+        let mut w = Writer {
+            conn,
+            path,
+            dict: Dictionary::default(),
+            max_series,
+            buf: Vec::with_capacity(256),
+        };
+        w.load_dictionary()?;
+        Ok(w)
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Number of series in the dictionary.
+    pub fn series_count(&self) -> usize {
+        self.dict.series_count
+    }
+
+    fn load_dictionary(&mut self) -> Result<(), StoreError> {
+        let all = dict::load(&self.conn, &self.path)?;
+        let mut d = Dictionary::default();
+        for t in all.tagsets {
+            d.tagsets.insert(t.key, t.id);
+        }
+        for s in all.series {
+            d.series
+                .entry(s.tagset_id)
+                .or_default()
+                .insert(s.field, (s.id, s.kind));
+            d.series_count += 1;
+        }
+        self.dict = d;
+        Ok(())
+    }
+
+    /// Commits `batches` in one transaction. On error nothing of them is stored (and the
+    /// dictionary cache is reloaded so it matches the database again).
+    pub fn write(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
+        let result = self.write_inner(batches);
+        if result.is_err() {
+            if let Err(e) = self.load_dictionary() {
+                tracing::error!(error = %e, "reloading the series dictionary failed");
+            }
+        }
+        result
+    }
+
+    fn write_inner(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
+        let path = self.path.clone();
+        let now = crate::now_ns();
+        let tx = self.conn.transaction().ctx(&path)?;
+        let mut out = Vec::with_capacity(batches.len());
+        {
+            let mut ins_chunk = tx
+                .prepare_cached(
+                    "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .ctx(&path)?;
+            let mut ins = dict::Inserts::prepare(&tx, &path)?;
+            let dict = &mut self.dict;
+            let values = &mut self.buf;
+            // Points of this transaction grouped by tag set, in arrival order per tag set.
+            let mut open: Vec<ChunkBuilder> = Vec::new();
+            let mut open_index: HashMap<i64, usize> = HashMap::new();
+            for batch in batches {
+                let mut sum = WriteSummary::default();
+                'lines: for line in &batch.lines {
+                    // Check the whole line before storing any of it (InfluxDB semantics:
+                    // a line is stored entirely or not at all).
+                    let tagset_id = dict.tagsets.get(line.key.as_str()).copied();
+                    let mut new_series = 0usize;
+                    for (field, value) in &line.fields {
+                        let known = tagset_id
+                            .and_then(|t| dict.series.get(&t))
+                            .and_then(|m| m.get(field.as_str()));
+                        match known {
+                            Some((_, kind)) if *kind != value.kind() => {
+                                sum.rejected.push(Rejection {
+                                    line: line.line_no,
+                                    error: format!(
+                                        "field type conflict: input field \"{field}\" on series \"{}\" is type {}, already exists as type {}",
+                                        line.key,
+                                        value.kind().name(),
+                                        kind.name()
+                                    ),
+                                });
+                                continue 'lines;
+                            }
+                            Some(_) => {}
+                            None => new_series += 1,
+                        }
+                    }
+                    if new_series > 0 && dict.series_count + new_series > self.max_series {
+                        sum.rejected.push(Rejection {
+                            line: line.line_no,
+                            error: format!(
+                                "series limit reached: the store holds {} series and max_series is {}; \
+                                 \"{}\" would add {new_series} more (check for a tag with unbounded values, \
+                                 or raise [storage] max_series)",
+                                dict.series_count, self.max_series, line.key
+                            ),
+                        });
+                        continue 'lines;
+                    }
+                    let tagset_id = match tagset_id {
+                        Some(id) => id,
+                        None => {
+                            let (measurement, tags) = split_series_key(&line.key);
+                            let tags_json = serde_json::to_string(
+                                &tags
+                                    .into_iter()
+                                    .collect::<std::collections::BTreeMap<_, _>>(),
+                            )
+                            .unwrap_or_else(|_| "{}".into());
+                            let id = ins.tagset(&line.key, &measurement, &tags_json).ctx(&path)?;
+                            dict.tagsets.insert(line.key.clone(), id);
+                            id
+                        }
+                    };
+                    values.clear();
+                    let fields = dict.series.entry(tagset_id).or_default();
+                    for (field, value) in &line.fields {
+                        let sid = match fields.get(field.as_str()) {
+                            Some((sid, _)) => *sid,
+                            None => {
+                                let sid =
+                                    ins.series(tagset_id, field, value.kind(), now).ctx(&path)?;
+                                fields.insert(field.clone(), (sid, value.kind()));
+                                dict.series_count += 1;
+                                sid
+                            }
+                        };
+                        codec::encode_value(values, sid, value);
+                    }
+                    let slot = *open_index.entry(tagset_id).or_insert_with(|| {
+                        open.push(ChunkBuilder::new(tagset_id));
+                        open.len() - 1
+                    });
+                    let chunk = &mut open[slot];
+                    chunk.push(line.ts, line.fields.len(), values);
+                    if chunk.points.len() >= MAX_CHUNK_POINTS {
+                        chunk.flush(&mut ins_chunk).ctx(&path)?;
+                    }
+                    sum.points += 1;
+                    sum.values += line.fields.len();
+                }
+                out.push(sum);
+            }
+            for chunk in &mut open {
+                chunk.flush(&mut ins_chunk).ctx(&path)?;
+            }
+        }
+        tx.commit().ctx(&path)?;
+        Ok(out)
+    }
+}
+
+/// Most points packed into one chunk row.
+pub const MAX_CHUNK_POINTS: usize = 2048;
+
+/// Accumulates the points of one tag set into chunk rows.
+struct ChunkBuilder {
+    tagset_id: i64,
+    data: Vec<u8>,
+    points: Vec<(i64, std::ops::Range<usize>, usize)>,
+    values: Vec<u8>,
+}
+
+impl ChunkBuilder {
+    fn new(tagset_id: i64) -> Self {
+        ChunkBuilder {
+            tagset_id,
+            data: Vec::new(),
+            points: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Adds one point whose encoded values are `encoded`.
+    fn push(&mut self, ts: i64, count: usize, encoded: &[u8]) {
+        let start = self.values.len();
+        self.values.extend_from_slice(encoded);
+        self.points.push((ts, start..self.values.len(), count));
+    }
+
+    /// Writes the pending points as one row (time deltas need `ts_min`, hence the two-step
+    /// build) and starts a new chunk.
+    fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<()> {
+        if self.points.is_empty() {
+            return Ok(());
+        }
+        let ts_min = self.points.iter().map(|p| p.0).min().unwrap_or(0);
+        let ts_max = self.points.iter().map(|p| p.0).max().unwrap_or(0);
+        self.data.clear();
+        let mut prev = ts_min;
+        for (ts, range, count) in &self.points {
+            codec::encode_point_header(&mut self.data, prev, *ts, *count);
+            self.data.extend_from_slice(&self.values[range.clone()]);
+            prev = *ts;
+        }
+        insert.execute(params![
+            self.tagset_id,
+            ts_min,
+            ts_max,
+            self.points.len() as i64,
+            &self.data[..]
+        ])?;
+        self.points.clear();
+        self.values.clear();
+        Ok(())
+    }
+}
