@@ -656,9 +656,11 @@ fn mqtt_sink_down_during_eviction_gets_the_span_from_the_rollup_tier() {
     );
 }
 
-/// kill -9 in the middle of an eviction-fallback span sent over MQTT: the span resumes after
-/// its last acknowledged batch, so at most the batch in flight (one point here) reaches the
-/// subscriber twice, under its own sequence number; numbers only grow across the restart.
+/// kill -9 in the middle of an eviction-fallback span sent over MQTT, with a batch in flight
+/// (the broker is frozen with SIGSTOP once the first batches are through): the span resumes
+/// after its last acknowledged batch, so only the batch in flight (one point here) can reach
+/// the subscriber twice, under its own sequence number; numbers only grow across the
+/// restart, and the batch is counted as replayed.
 #[test]
 fn mqtt_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
     if !require(Peer::Mosquitto) {
@@ -675,14 +677,24 @@ fn mqtt_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
         (sink_status(&agent, "mq")["evicted_unforwarded_points"] == 600).then_some(())
     })
     .expect("eviction counted for the sink");
-    let _broker = Mosquitto::start(&dir.path().join("mq"), port, None);
+    let broker = Mosquitto::start(&dir.path().join("mq"), port, None);
     wait_for(Duration::from_secs(30), || {
         (rollup_lines(&sub.text()).len() >= 3).then_some(())
     })
     .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "mq"), agent.log_text()));
+    // Freeze the broker: the next batch (due within 0.5 s) is published and never
+    // acknowledged.
+    signal(broker.child.id() as i32, "STOP");
+    std::thread::sleep(Duration::from_millis(1500));
     let http = agent.http.port();
     agent.kill9();
-    let before = rollup_lines(&sub.text()).len();
+    signal(broker.child.id() as i32, "CONT");
+    let before = wait_for(Duration::from_secs(5), || {
+        let n = rollup_lines(&sub.text()).len();
+        std::thread::sleep(Duration::from_millis(300));
+        (rollup_lines(&sub.text()).len() == n).then_some(n)
+    })
+    .unwrap();
     assert!(
         before < 10,
         "the span was done before the kill ({before} points)"
@@ -711,12 +723,13 @@ fn mqtt_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
          {} delivered in all, {dups} twice; replayed_batches {replayed}",
         lines.len()
     );
-    // The window is one batch of one point.
+    // The window is one batch of one point: that batch, and only it, is sent again (and
+    // reaches the subscriber twice if the frozen broker had read it).
     assert!(
         dups <= 1,
         "acknowledged parts of the span sent again: {per_point:#?}"
     );
-    assert!(replayed >= dups as i64, "{s}");
+    assert_eq!(replayed, 1, "the batch in flight at the kill: {s}");
     assert_eq!(s["fallback_points"], 10, "{s}");
     // In order of arrival each message's (seq, part) is above the one before, except a batch
     // sent again after the kill: same number, same points.
@@ -746,49 +759,51 @@ fn mqtt_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
     assert_eq!(s["batch_seq"], *seqs.last().unwrap(), "{s}");
 }
 
-/// kill -9 in the middle of an eviction-fallback span sent to InfluxDB (through a proxy
-/// that keeps what InfluxDB acknowledged): the span resumes after its last acknowledged
-/// batch, so at most the batch in flight (one point here) is written twice.
+/// kill -9 in the middle of an eviction-fallback span sent to InfluxDB, through a proxy that
+/// is down until the span is evicted, keeps what InfluxDB acknowledged and holds back
+/// InfluxDB's answer to the fourth batch: the
+/// span resumes after its last acknowledged batch, so exactly the batch in flight (one point
+/// here) is written twice, and nothing else.
 #[test]
 fn influx_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
     if !require(Peer::Influxdb) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let influx_port = free_port();
-    // InfluxDB is down until started below: the proxy answers 502 meanwhile.
-    let proxy = FaultProxy::start(format!("127.0.0.1:{influx_port}").parse().unwrap());
+    let influx = Influxd::start(&dir.path().join("influx"));
+    influx_create_db(&influx, "edge");
+    // Down (502) until the span is evicted.
+    let proxy = FaultProxy::start(influx.http);
+    proxy.down.store(true, std::sync::atomic::Ordering::SeqCst);
+    proxy.stall_at.store(4, std::sync::atomic::Ordering::SeqCst);
     let url = format!("http://127.0.0.1:{}", proxy.port);
-    // One rollup point a batch, two batches a second: the 10-point span takes ~5 s.
-    let slow = format!(
+    // One rollup point a batch: ten batches, the fourth held in flight by the proxy.
+    let top = format!(
         "device_id = \"d1\"\n{}",
-        influx_sink("influx", &url, "max_points = 1\nmax_rate = 2\n")
+        influx_sink("influx", &url, "max_points = 1\n")
     );
-    let agent = agent_with(dir.path(), &slow);
+    let agent = agent_with(dir.path(), &top);
     evict_unsent_old_span(&agent, dir.path());
     wait_for(Duration::from_secs(10), || {
         (sink_status(&agent, "influx")["evicted_unforwarded_points"] == 600).then_some(())
     })
-    .expect("eviction counted for the sink");
+    .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "influx"), agent.log_text()));
     let delivered = || -> Vec<String> { rollup_lines(&proxy.delivered.lock().unwrap().join("\n")) };
-    let influx = influxd_on(&dir.path().join("influx"), influx_port);
-    influx_create_db(&influx, "edge");
+    proxy.down.store(false, std::sync::atomic::Ordering::SeqCst);
+    // Three batches acknowledged, the fourth written but not answered.
     wait_for(Duration::from_secs(60), || {
-        (delivered().len() >= 3).then_some(())
+        (delivered().len() >= 4).then_some(())
     })
     .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "influx"), agent.log_text()));
+    std::thread::sleep(Duration::from_millis(300));
     let http = agent.http.port();
     agent.kill9();
     let before = delivered().len();
-    assert!(
-        before < 10,
-        "the span was done before the kill ({before} points)"
-    );
-    let fast = format!(
-        "device_id = \"d1\"\n{}",
-        influx_sink("influx", &url, "max_points = 1\n")
-    );
-    let agent = agent_on(dir.path(), &fast, http);
+    assert_eq!(before, 4, "the proxy answered past the stall");
+    proxy
+        .stall_at
+        .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+    let agent = agent_on(dir.path(), &top, http);
     let s = wait_for(Duration::from_secs(30), || {
         let s = sink_status(&agent, "influx");
         (s["backlog_points"] == 0 && s["forwarded_points"] == 600).then_some(s)
@@ -804,12 +819,13 @@ fn influx_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
          {} written in all, {dups} twice; replayed_batches {replayed}",
         lines.len()
     );
-    // One batch in flight, of one point.
-    assert!(
-        dups <= 1,
-        "acknowledged parts of the span sent again: {per_point:#?}"
+    // The batch in flight (one point), and nothing the sink saw acknowledged.
+    assert_eq!(
+        dups, 1,
+        "only the batch in flight is sent again: {per_point:#?}"
     );
-    assert!(replayed >= dups as i64, "{s}");
+    assert_eq!(per_point.get(lines[3].as_str()), Some(&2), "{lines:#?}");
+    assert!(replayed >= 1, "{s}");
     assert_eq!(s["fallback_points"], 10, "{s}");
     let r = influx.query(
         "edge",

@@ -470,12 +470,19 @@ pub fn parse_mqtt(text: &str) -> (Vec<i64>, Vec<i64>) {
 
 /// A fault-injecting HTTP proxy: answers the scripted statuses first (with the given extra
 /// header), then forwards every request to `upstream`. Counts requests, and keeps the body
-/// (gunzipped) of every request that `upstream` answered 2xx.
+/// (gunzipped) of every request that `upstream` answered 2xx. From the `stall_at`-th such
+/// body on, it never answers (the request reached `upstream`, its sender waits): a batch
+/// stays in flight for as long as the test wants.
 pub struct FaultProxy {
     pub port: u16,
     pub script: Script,
     pub requests: Arc<Mutex<Vec<(u16, usize)>>>,
     pub delivered: Delivered,
+    /// 1-based; `usize::MAX` (the default): never.
+    pub stall_at: Arc<std::sync::atomic::AtomicUsize>,
+    /// While true, every request is answered 502 without reaching `upstream` (as a proxy
+    /// whose upstream is down).
+    pub down: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Bodies `upstream` acknowledged, in order.
@@ -488,12 +495,20 @@ impl FaultProxy {
         let script: Script = Default::default();
         let requests: Arc<Mutex<Vec<(u16, usize)>>> = Default::default();
         let delivered: Delivered = Default::default();
-        let (s2, r2, d2) = (script.clone(), requests.clone(), delivered.clone());
+        let stall_at = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let state = Shared {
+            script: script.clone(),
+            log: requests.clone(),
+            delivered: delivered.clone(),
+            stall_at: stall_at.clone(),
+            down: down.clone(),
+        };
         std::thread::spawn(move || {
             for conn in l.incoming().flatten() {
-                let (s3, r3, d3) = (s2.clone(), r2.clone(), d2.clone());
+                let state = state.clone();
                 std::thread::spawn(move || {
-                    let _ = serve(conn, upstream, s3, r3, d3);
+                    let _ = serve(conn, upstream, state);
                 });
             }
         });
@@ -502,6 +517,8 @@ impl FaultProxy {
             script,
             requests,
             delivered,
+            stall_at,
+            down,
         }
     }
 
@@ -513,13 +530,24 @@ impl FaultProxy {
 /// Scripted answers: status and an optional extra header.
 pub type Script = Arc<Mutex<VecDeque<(u16, Option<(&'static str, &'static str)>)>>>;
 
-fn serve(
-    conn: TcpStream,
-    upstream: SocketAddr,
+/// What every connection of a [`FaultProxy`] shares.
+#[derive(Clone)]
+struct Shared {
     script: Script,
     log: Arc<Mutex<Vec<(u16, usize)>>>,
     delivered: Delivered,
-) -> std::io::Result<()> {
+    stall_at: Arc<std::sync::atomic::AtomicUsize>,
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn serve(conn: TcpStream, upstream: SocketAddr, state: Shared) -> std::io::Result<()> {
+    let Shared {
+        script,
+        log,
+        delivered,
+        stall_at,
+        down,
+    } = state;
     let mut w = conn.try_clone()?;
     let mut r = BufReader::new(conn);
     loop {
@@ -546,7 +574,11 @@ fn serve(
         let mut body = vec![0u8; len];
         r.read_exact(&mut body)?;
         let path = start.split(' ').nth(1).unwrap_or("/").to_string();
-        let scripted = script.lock().unwrap().pop_front();
+        let scripted = if down.load(std::sync::atomic::Ordering::SeqCst) {
+            Some((502, None))
+        } else {
+            script.lock().unwrap().pop_front()
+        };
         let (status, extra, resp) = match scripted {
             Some((st, h)) => (st, h, format!("{{\"error\":\"injected {st}\"}}")),
             None => {
@@ -579,7 +611,17 @@ fn serve(
             } else {
                 String::from_utf8_lossy(&body).into_owned()
             };
-            delivered.lock().unwrap().push(text);
+            let n = {
+                let mut d = delivered.lock().unwrap();
+                d.push(text);
+                d.len()
+            };
+            if n >= stall_at.load(std::sync::atomic::Ordering::SeqCst) {
+                // Never answer: wait until the sender goes away.
+                let mut rest = Vec::new();
+                let _ = r.read_to_end(&mut rest);
+                return Ok(());
+            }
         }
         let mut out = format!(
             "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nContent-Type: application/json\r\n",
