@@ -907,7 +907,12 @@ fn while_the_clock_is_not_set_writes_are_kept_and_held_then_all_forwarded() {
     wait_for(Duration::from_secs(5), || {
         (sink_status(&agent, "influx")["backlog_points"] == 500).then_some(())
     })
-    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "influx")));
+    .unwrap_or_else(|| {
+        panic!(
+            "the 500 held points should wait as the sink's backlog: {}",
+            sink_status(&agent, "influx")
+        )
+    });
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(influx_count(&influx, "edge", "m"), 0);
     assert_eq!(sink_status(&agent, "influx")["forwarded_points"], 0);

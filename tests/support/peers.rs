@@ -67,7 +67,10 @@ pub fn require(peer: Peer) -> bool {
         .unwrap_or("this test")
         .to_string();
     if skip_listed(std::env::var(SKIP_PEERS_VAR).ok().as_deref(), peer) {
-        eprintln!(
+        // Straight to stderr, past the test harness's capture: a skip is never silent.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
             "SKIPPED {test}: {SKIP_PEERS_VAR} names {} (nothing was checked)",
             peer.name()
         );
@@ -92,7 +95,7 @@ pub fn require(peer: Peer) -> bool {
     }
     assert!(
         missing.is_empty(),
-        "{test} needs {} on PATH: install it with `apt-get install {}` \
+        "{test} needs {} on PATH: `apt-get install {}` \
          (or set {SKIP_PEERS_VAR}={} to skip the tests that need it, on purpose)",
         missing.join(", "),
         packages.join(" "),
