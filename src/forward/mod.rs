@@ -12,7 +12,7 @@
 //! pure functions here with time as an argument.
 //!
 //! It never reads the ingest queue and never writes points: its only writes are its own
-//! `sinks` row and `dead_letters`, in short transactions.
+//! `sinks` and `sink_fallback` rows and `dead_letters`, in short transactions.
 
 pub mod config;
 pub mod encode;

@@ -1,7 +1,8 @@
 //! The forwarder's side of the store: a read-only connection that reads raw chunks after a
 //! cursor and decodes them into [`Point`]s, and a small read-write connection that moves a
-//! sink's cursor (and records dead letters) in short `BEGIN IMMEDIATE` transactions, with a
-//! busy timeout, beside the ingest writer and the rollup job. It never reads the ingest queue.
+//! sink's cursor (and records dead letters, and its progress through an eviction-fallback
+//! span) in short `BEGIN IMMEDIATE` transactions, with a busy timeout, beside the ingest
+//! writer and the rollup job. It never reads the ingest queue.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
