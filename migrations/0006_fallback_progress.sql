@@ -5,15 +5,18 @@
 -- instead of starting over: only the batches in flight are sent again (with their numbers).
 --
 -- One row per sink while a span is in progress (deleted when the gap is covered).
--- `bucket`, `series_id`: the last rollup row acknowledged, in the order the span is sent
--- (bucket, then series id); NULL before the first acknowledgement. `inflight`: batches of
--- the span handed to the remote end and not acknowledged yet (counted in
--- `sinks.replayed_batches` at the next start when the agent stopped with any).
+-- `span_from`: where the span starts (the bucket of the newest point the sink acknowledged),
+-- which names the span: a position recorded for another span is ignored. `bucket`,
+-- `series_id`: the last rollup row acknowledged, in the order the span is sent (bucket, then
+-- series id); NULL before the first acknowledgement. `inflight`: batches of the span handed
+-- to the remote end and not acknowledged yet (counted in `sinks.replayed_batches` at the next
+-- start when the agent stopped with any).
 --
 -- `IF NOT EXISTS`: a store rolled back to an older `user_version` for a test replays this
 -- file without losing the rows.
 CREATE TABLE IF NOT EXISTS sink_fallback (
     sink      TEXT PRIMARY KEY,
+    span_from INTEGER,
     bucket    INTEGER,
     series_id INTEGER,
     inflight  INTEGER NOT NULL DEFAULT 0

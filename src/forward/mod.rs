@@ -411,6 +411,8 @@ pub(crate) struct FallbackSpan {
     pub rows: store::RollupRows,
     /// The chunk id the gap runs through.
     pub through: i64,
+    /// Where the span starts (ns): it names the span.
+    pub from: i64,
     /// Part of the span was acknowledged before (by an earlier run): these are the rest.
     pub resumed: bool,
 }
@@ -429,7 +431,11 @@ impl FallbackSpan {
             points: end.saturating_sub(done_before) as i64,
             reached: end
                 .checked_sub(1)
-                .and_then(|i| self.rows.keys.get(i).copied()),
+                .and_then(|i| self.rows.keys.get(i).copied())
+                .map(|row| store::FallbackPos {
+                    from: self.from,
+                    row,
+                }),
             inflight: inflight as i64,
             done: (end >= self.rows.points.len()).then_some(self.through),
         }
@@ -473,13 +479,16 @@ pub(crate) fn fallback_span(
     } else {
         i64::MIN
     };
+    // A place recorded in this span (not in one abandoned earlier) is where it resumes.
+    let after = d.fallback_pos.filter(|p| p.from == from).map(|p| p.row);
     let rows = cursor
-        .fallback_points(tier, from, to, d.fallback_pos, identity)
+        .fallback_points(tier, from, to, after, identity)
         .ok()?;
     Some(FallbackSpan {
         rows,
         through: d.evicted_through,
-        resumed: d.fallback_pos.is_some(),
+        from,
+        resumed: after.is_some(),
     })
 }
 

@@ -242,10 +242,18 @@ pub struct Durable {
     pub last_success_ns: i64,
     /// Newest point time acknowledged.
     pub forwarded_ts_max: i64,
-    /// While an eviction-fallback span is being sent: the last rollup row acknowledged
-    /// (bucket, series id), in the order the span is sent; `None` before the first
-    /// acknowledgement or when no span is in progress.
-    pub fallback_pos: Option<(i64, i64)>,
+    /// While an eviction-fallback span is being sent: how far it got; `None` before the
+    /// first acknowledgement or when no span is in progress.
+    pub fallback_pos: Option<FallbackPos>,
+}
+
+/// The place reached in an eviction-fallback span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackPos {
+    /// Where the span starts (ns): it names the span.
+    pub from: i64,
+    /// The last rollup row acknowledged (bucket, series id), in the order the span is sent.
+    pub row: (i64, i64),
 }
 
 /// One acknowledged (or dead-lettered) batch of an eviction-fallback span, as recorded by
@@ -254,9 +262,9 @@ pub struct Durable {
 pub struct FallbackProgress {
     /// Rollup points in the batch.
     pub points: i64,
-    /// The last rollup row of the batch (bucket, series id): where the span resumes after a
+    /// The last rollup row of the batch and its span: where the span resumes after a
     /// restart. `None` for an empty span.
-    pub reached: Option<(i64, i64)>,
+    pub reached: Option<FallbackPos>,
     /// Batches of the span still in flight after this one.
     pub inflight: i64,
     /// `Some(through)` when this batch ends the span: the eviction gap through chunk
@@ -290,12 +298,15 @@ fn record_fallback(
     if p.done.is_some() {
         tx.execute("DELETE FROM sink_fallback WHERE sink = ?1", params![name])?;
     } else {
-        let (bucket, series) = p.reached.unzip();
+        let from = p.reached.map(|r| r.from);
+        let (bucket, series) = p.reached.map(|r| r.row).unzip();
         tx.execute(
-            "INSERT INTO sink_fallback (sink, bucket, series_id, inflight) VALUES (?1, ?2, ?3, ?4) \
-             ON CONFLICT (sink) DO UPDATE SET bucket = COALESCE(excluded.bucket, bucket), \
+            "INSERT INTO sink_fallback (sink, span_from, bucket, series_id, inflight) \
+             VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (sink) DO UPDATE SET span_from = COALESCE(excluded.span_from, span_from), \
+             bucket = COALESCE(excluded.bucket, bucket), \
              series_id = COALESCE(excluded.series_id, series_id), inflight = excluded.inflight",
-            params![name, bucket, series, p.inflight],
+            params![name, from, bucket, series, p.inflight],
         )?;
     }
     Ok(())
@@ -364,7 +375,8 @@ impl Cursor {
                 "SELECT s.cursor_chunk_id, s.batch_seq, s.forwarded_points, s.dead_letter_points, \
                  s.replayed_batches, s.evicted_unforwarded_points, s.evicted_through_chunk_id, \
                  s.fallback_points, s.fallback_through_chunk_id, s.last_success_ns, s.forwarded_ts_max, \
-                 f.bucket, f.series_id FROM sinks s LEFT JOIN sink_fallback f ON f.sink = s.name \
+                 f.span_from, f.bucket, f.series_id FROM sinks s \
+                 LEFT JOIN sink_fallback f ON f.sink = s.name \
                  WHERE s.name = ?1",
                 params![self.name],
                 |r| {
@@ -380,8 +392,8 @@ impl Cursor {
                         fallback_through: r.get(8)?,
                         last_success_ns: r.get(9)?,
                         forwarded_ts_max: r.get(10)?,
-                        fallback_pos: match (r.get(11)?, r.get(12)?) {
-                            (Some(b), Some(s)) => Some((b, s)),
+                        fallback_pos: match (r.get(11)?, r.get(12)?, r.get(13)?) {
+                            (Some(from), Some(b), Some(s)) => Some(FallbackPos { from, row: (b, s) }),
                             _ => None,
                         },
                     })
@@ -650,7 +662,11 @@ mod tests {
         // Three points acknowledged as batch 7, a fourth batch in flight, then a crash.
         let p = span.progress(0, 3, 1);
         assert_eq!(p.points, 3);
-        assert_eq!(p.reached, Some((MIN, 1)));
+        let pos = FallbackPos {
+            from: i64::MIN,
+            row: (MIN, 1),
+        };
+        assert_eq!(p.reached, Some(pos));
         assert_eq!(p.done, None);
         cur.fallback_ack(7, &p).unwrap();
         cur.mark_fallback_inflight(1).unwrap();
@@ -658,7 +674,7 @@ mod tests {
         let (cur, d) = Cursor::open(dir.path(), "s").unwrap();
         assert_eq!(d.seq, 7);
         assert_eq!(d.fallback_points, 3);
-        assert_eq!(d.fallback_pos, Some((MIN, 1)));
+        assert_eq!(d.fallback_pos, Some(pos));
         assert_eq!(d.replayed, 1, "the batch in flight is counted as replayed");
         assert_eq!(d.cursor, 0, "the raw cursor does not move");
         assert_eq!(d.fallback_through, 0, "the gap is not covered yet");
@@ -691,8 +707,29 @@ mod tests {
         let d = cur.load().unwrap();
         assert_eq!(d.cursor, 0);
         assert_eq!((d.seq, d.dead_points, d.fallback_points), (3, 4, 4));
-        assert_eq!(d.fallback_pos, Some((MIN, 2)));
+        assert_eq!(d.fallback_pos.map(|p| p.row), Some((MIN, 2)));
         let rest = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
         assert_eq!(rest.rows.points.len(), 6);
+    }
+
+    #[test]
+    fn a_place_recorded_in_another_span_is_ignored() {
+        let (dir, src, mut cur) = store_with_an_eviction_gap();
+        let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        // Seven points acknowledged: the place is (3 min, series 1) in the span from MIN.
+        cur.fallback_ack(1, &span.progress(0, 7, 0)).unwrap();
+        let rest = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert_eq!(rest.rows.points.len(), 3);
+        // Raw data acknowledged since moves the start of the span: a new span, sent whole.
+        let conn = Connection::open(db_path(dir.path())).unwrap();
+        conn.execute(
+            "UPDATE sinks SET forwarded_ts_max = ?1 WHERE name = 's'",
+            params![2 * MIN + 5],
+        )
+        .unwrap();
+        let other = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert!(!other.resumed);
+        assert_eq!(other.from, 2 * MIN);
+        assert_eq!(other.rows.points.len(), 6);
     }
 }
