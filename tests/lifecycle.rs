@@ -50,13 +50,33 @@ fn sigterm_flushes_and_exits_0_quickly_and_data_survives_restart() {
     assert!(agent.log_text().contains("store open"));
 }
 
+/// Points stored per value of tag `tag`, for the series matching `q`.
+fn count_by_tag(agent: &Agent, q: &str, tag: &str) -> std::collections::BTreeMap<String, usize> {
+    let (code, body) = get(&agent.url(&format!(
+        "/api/v1/query?from=-1h&to=now&limit=100000000&{q}"
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for s in v["series"].as_array().unwrap() {
+        let key = s["tags"][tag].as_str().unwrap_or("").to_string();
+        *out.entry(key).or_default() += s["points"].as_array().unwrap().len();
+    }
+    out
+}
+
+/// SIGTERM while a client writes as fast as it can: exit 0, and after a restart every
+/// acknowledged request is there whole; the only other data is at most the one request the
+/// agent stored but could no longer answer.
 #[test]
 fn sigterm_during_ingest_still_exits_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
     let url = agent.url("/write");
     let stop = AtomicBool::new(false);
-    let acked = Mutex::new(0usize);
+    // Request numbers answered 204, in order (one request at a time).
+    let acked: Mutex<Vec<usize>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut i = 0;
@@ -66,26 +86,53 @@ fn sigterm_during_ingest_still_exits_cleanly() {
                     .map(|j| format!("busy,b={i} v={j} {}\n", base + j))
                     .collect();
                 match post(&url, body.as_bytes(), &[]) {
-                    Ok((204, _)) => *acked.lock().unwrap() += 1000,
+                    Ok((204, _)) => acked.lock().unwrap().push(i),
                     _ => break,
                 }
                 i += 1;
             }
         });
-        std::thread::sleep(Duration::from_millis(700));
+        // Signal in the middle of the stream, once it is flowing.
+        let flowing = wait_for(Duration::from_secs(20), || {
+            (acked.lock().unwrap().len() >= 5).then_some(())
+        });
         let pid = agent.pid();
         signal(pid, "TERM");
         stop.store(true, Ordering::Relaxed);
+        assert!(
+            flowing.is_some(),
+            "fewer than 5 writes acknowledged in 20 s"
+        );
     });
     let mut agent = agent;
     let status = agent.child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "{}", agent.log_text());
     drop(agent);
-    let acked = *acked.lock().unwrap();
+    let acked = acked.into_inner().unwrap();
+    assert!(acked.len() >= 5, "{} writes acknowledged", acked.len());
     let agent = Agent::start(dir.path(), QUIET);
+    let stored = count_by_tag(&agent, "measurement=busy", "b");
+    for id in &acked {
+        assert_eq!(
+            stored.get(&id.to_string()),
+            Some(&1000),
+            "acknowledged request {id} lost or partial"
+        );
+    }
+    // Anything else is the next request, whole, stored as the agent stopped answering.
+    let next = (acked.len()).to_string();
+    let extra: Vec<_> = stored
+        .iter()
+        .filter(|(k, _)| k.parse::<usize>().map_or(true, |k| k >= acked.len()))
+        .collect();
     assert!(
-        count(&agent, "measurement=busy") >= acked,
-        "an acknowledged write was lost"
+        extra.is_empty() || extra == vec![(&next, &1000)],
+        "stored beyond the {} acknowledged requests: {extra:?}",
+        acked.len()
+    );
+    assert_eq!(
+        count(&agent, "measurement=busy"),
+        (acked.len() + extra.len()) * 1000
     );
 }
 

@@ -113,11 +113,9 @@ fn body(points: &[Point], uint_as_int: bool, max_bytes: usize) -> (Vec<u8>, usiz
 
 /// An eviction gap being covered from the rollup tier.
 struct Fallback {
-    points: Vec<Point>,
-    /// Points acknowledged so far.
+    span: super::FallbackSpan,
+    /// Points acknowledged (or dead-lettered) so far.
     off: usize,
-    /// The chunk id the gap runs through.
-    through: i64,
 }
 
 /// Counts a store failure, shows it in the sink's status and sleeps the backoff it calls
@@ -187,29 +185,36 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         let now_s = started.elapsed().as_secs_f64();
         ctx.status.update(|s| s.drain_rate_pps = meter.rate(now_s));
         // Eviction took raw data this sink never sent: send the rollup rows instead, in
-        // batches of `max_points` / `max_bytes`, before any more raw data. The gap counts as
-        // covered once every batch of it was acknowledged (a restart in between sends the
-        // whole span again: InfluxDB overwrites identical points).
+        // batches of `max_points` / `max_bytes`, before any more raw data. Each acknowledged
+        // batch records how far the span got, so a restart in between resumes after it.
         if fb.is_none() {
-            if let Some((pts, through)) = super::fallback_due(&ctx, &src, &cur) {
-                if pts.is_empty() {
-                    tracing::warn!(sink = %name, through_chunk = through, "raw data this sink had not sent was evicted and the rollup tier has no rows for that span (non-numeric fields, or rows evicted too); counted in evicted_unforwarded_points");
-                    let _ = cur.fallback_ack(seq, Some((through, 0)));
+            if let Some(span) = super::fallback_due(&ctx, &src, &cur) {
+                let through = span.through;
+                if span.rows.points.is_empty() {
+                    if !span.resumed {
+                        tracing::warn!(sink = %name, through_chunk = through, "raw data this sink had not sent was evicted and the rollup tier has no rows for that span (non-numeric fields, or rows evicted too); counted in evicted_unforwarded_points");
+                    }
+                    if let Err(e) = cur.fallback_ack(seq, &span.progress(0, 0, 0)) {
+                        if !fail_and_wait(&ctx, &stop, &mut jitter, &mut failures, &e.to_string()) {
+                            break;
+                        }
+                    }
                     last_refresh = None;
                     continue;
                 }
-                tracing::warn!(sink = %name, points = pts.len(), through_chunk = through, "raw data this sink had not sent was evicted; sending that span from the rollup tier (tag edgewatch_rollup)");
-                fb = Some(Fallback {
-                    points: pts,
-                    off: 0,
-                    through,
-                });
+                if span.resumed {
+                    tracing::info!(sink = %name, points = span.rows.points.len(), through_chunk = through, "resuming the eviction gap from the rollup tier after its last acknowledged batch");
+                } else {
+                    tracing::warn!(sink = %name, points = span.rows.points.len(), through_chunk = through, "raw data this sink had not sent was evicted; sending that span from the rollup tier (tag edgewatch_rollup)");
+                }
+                fb = Some(Fallback { span, off: 0 });
             }
         }
         let fallback = fb.as_ref().map(|f| {
+            let pts = &f.span.rows.points;
             (
-                f.through,
-                f.points[f.off..(f.off + max_points).min(f.points.len())].to_vec(),
+                f.span.through,
+                pts[f.off..(f.off + max_points).min(pts.len())].to_vec(),
             )
         });
         let mut full = false;
@@ -273,7 +278,9 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         if retrying {
             let _ = cur.count_replay();
         }
-        if !is_fallback {
+        if is_fallback {
+            let _ = cur.mark_fallback_inflight(1);
+        } else {
             let _ = cur.mark_inflight(last);
         }
         let outcome = send(&agent, &ctx.cfg, &url, &payload);
@@ -283,16 +290,19 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         let sleep = match outcome {
             Outcome::Ack => {
                 let r = if let Some(f) = fb.as_mut().filter(|_| is_fallback) {
-                    f.off += points.len();
-                    if f.off >= f.points.len() {
-                        let total = f.points.len() as i64;
-                        fb = None;
-                        last_refresh = None;
-                        tracing::info!(sink = %name, points = total, "eviction gap covered from the rollup tier");
-                        cur.fallback_ack(seq, Some((last, total)))
-                    } else {
-                        Ok(())
+                    let end = f.off + points.len();
+                    let progress = f.span.progress(f.off, end, 0);
+                    let r = cur.fallback_ack(seq, &progress);
+                    if r.is_ok() {
+                        f.off = end;
+                        ctx.status.update(|s| s.fallback_points += progress.points);
+                        if progress.done.is_some() {
+                            fb = None;
+                            last_refresh = None;
+                            tracing::info!(sink = %name, through_chunk = last, "eviction gap covered from the rollup tier");
+                        }
                     }
+                    r
                 } else {
                     seq += 1;
                     cur.ack(last, seq, n, ts_max, now)
@@ -329,6 +339,10 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
             Outcome::DeadLetter { status, reason } => {
                 seq += 1;
                 tracing::warn!(sink = %name, status, %reason, first_chunk = first, last_chunk = last, points = n, "batch refused as bad data; kept in dead_letters");
+                let progress = fb
+                    .as_ref()
+                    .filter(|_| is_fallback)
+                    .map(|f| f.span.progress(f.off, f.off + points.len(), 0));
                 let r = cur.dead_letter(
                     first,
                     last,
@@ -338,7 +352,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                     &reason,
                     &payload,
                     now,
-                    is_fallback,
+                    progress.as_ref(),
                 );
                 ctx.status.error(&reason);
                 if let Err(e) = r {
@@ -346,12 +360,11 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                     seq -= 1;
                     Some(Duration::from_millis(200))
                 } else {
-                    if let Some(f) = fb.as_mut().filter(|_| is_fallback) {
+                    if let (Some(f), Some(p)) = (fb.as_mut(), progress) {
                         f.off += points.len();
-                        if f.off >= f.points.len() {
-                            let total = f.points.len() as i64;
+                        ctx.status.update(|s| s.fallback_points += p.points);
+                        if p.done.is_some() {
                             fb = None;
-                            let _ = cur.fallback_ack(seq, Some((last, total)));
                         }
                     } else {
                         cursor = last;

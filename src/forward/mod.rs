@@ -12,7 +12,7 @@
 //! pure functions here with time as an argument.
 //!
 //! It never reads the ingest queue and never writes points: its only writes are its own
-//! `sinks` row and `dead_letters`, in short transactions.
+//! `sinks` and `sink_fallback` rows and `dead_letters`, in short transactions.
 
 pub mod config;
 pub mod encode;
@@ -395,13 +395,51 @@ pub(crate) fn refresh_backlog(
 }
 
 /// If retention or the disk budget evicted raw chunks this sink had not forwarded, the
-/// rollup rows of the lost span, to send instead (see [`fallback_span`]).
+/// rollup rows of the lost span still to send (see [`fallback_span`]).
 pub(crate) fn fallback_due(
     ctx: &SinkCtx,
     src: &store::Source,
     cursor: &store::Cursor,
-) -> Option<(Vec<encode::Point>, i64)> {
+) -> Option<FallbackSpan> {
     fallback_span(ctx.fallback_tier_s, &ctx.identity, src, cursor)
+}
+
+/// The rollup rows of an eviction gap still to send.
+#[derive(Debug)]
+pub(crate) struct FallbackSpan {
+    /// The points, in the order they are sent, and the place of each in the span.
+    pub rows: store::RollupRows,
+    /// The chunk id the gap runs through.
+    pub through: i64,
+    /// Where the span starts (ns): it names the span.
+    pub from: i64,
+    /// Part of the span was acknowledged before (by an earlier run): these are the rest.
+    pub resumed: bool,
+}
+
+impl FallbackSpan {
+    /// The progress to record once `points[..end]` are acknowledged, `done_before` of them
+    /// before this batch, with `inflight` batches of the span still unacknowledged.
+    pub fn progress(
+        &self,
+        done_before: usize,
+        end: usize,
+        inflight: usize,
+    ) -> store::FallbackProgress {
+        let end = end.min(self.rows.points.len());
+        store::FallbackProgress {
+            points: end.saturating_sub(done_before) as i64,
+            reached: end
+                .checked_sub(1)
+                .and_then(|i| self.rows.keys.get(i).copied())
+                .map(|row| store::FallbackPos {
+                    from: self.from,
+                    row,
+                }),
+            inflight: inflight as i64,
+            done: (end >= self.rows.points.len()).then_some(self.through),
+        }
+    }
 }
 
 /// The eviction fallback. When eviction took raw chunks this sink had not sent (chunk ids up
@@ -410,19 +448,22 @@ pub(crate) fn fallback_due(
 /// acknowledged to the oldest raw point still pending after the evicted chunks (or to the
 /// end, when none is left). Every bucket that starts in that span is returned, one point
 /// per series, field and bucket, tagged `edgewatch_rollup=<tier>s`, with fields
-/// `<field>_mean`, `_min`, `_max` and `_count` (see [`store::Cursor::fallback_points`]).
+/// `<field>_mean`, `_min`, `_max` and `_count` (see [`store::Cursor::fallback_points`]),
+/// ordered by bucket then series. A span is sent in several batches; each acknowledged
+/// batch records the last row it carried, and a span resumed after a restart starts after
+/// that row, so a crash sends again only the batches that were in flight.
 ///
 /// The edges overlap the raw data on purpose (a bucket partly sent raw is sent whole as a
 /// rollup point too): the contract is no silent hole, not no overlap. Rollup points are
 /// distinct series (the tag), so they never overwrite raw points. Only numeric fields have
 /// rollups; evicted strings and booleans are counted (`evicted_unforwarded_points`) but
-/// cannot be replaced. Returns the points and the chunk id they cover through.
+/// cannot be replaced.
 pub(crate) fn fallback_span(
     tier: Option<i64>,
     identity: &[(String, String)],
     src: &store::Source,
     cursor: &store::Cursor,
-) -> Option<(Vec<encode::Point>, i64)> {
+) -> Option<FallbackSpan> {
     let tier = tier?;
     let d = cursor.load().ok()?;
     if d.evicted_through <= d.cursor.max(d.fallback_through) {
@@ -438,8 +479,17 @@ pub(crate) fn fallback_span(
     } else {
         i64::MIN
     };
-    let pts = cursor.fallback_points(tier, from, to, identity).ok()?;
-    Some((pts, d.evicted_through))
+    // A place recorded in this span (not in one abandoned earlier) is where it resumes.
+    let after = d.fallback_pos.filter(|p| p.from == from).map(|p| p.row);
+    let rows = cursor
+        .fallback_points(tier, from, to, after, identity)
+        .ok()?;
+    Some(FallbackSpan {
+        rows,
+        through: d.evicted_through,
+        from,
+        resumed: after.is_some(),
+    })
 }
 
 /// The running forwarders.

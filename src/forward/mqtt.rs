@@ -44,12 +44,11 @@ struct Flight {
 
 /// An eviction gap being covered from the rollup tier (see [`super::fallback_span`]).
 struct FallbackJob {
-    points: Vec<Point>,
+    span: super::FallbackSpan,
     /// Points acknowledged.
     acked: usize,
     /// Points published on this connection.
     sent: usize,
-    through: i64,
 }
 
 fn qos(q: u8) -> QoS {
@@ -454,10 +453,12 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 }
             }
             if let (Some((seq, end)), Some(job)) = (fb_acked, fb.as_mut()) {
+                // Record how far the span got with the batch's number, in one transaction: a
+                // restart resumes after it, sending again only the batches still in flight
+                // (with their numbers).
+                let progress = job.span.progress(job.acked, end, inflight.len());
                 job.acked = end;
-                let finished =
-                    (end >= job.points.len()).then_some((job.through, job.points.len() as i64));
-                if finished.is_some() {
+                if progress.done.is_some() {
                     fb = None;
                     last_refresh = None;
                     tracing::info!(sink = %name, "eviction gap covered from the rollup tier");
@@ -465,17 +466,25 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 let db2 = db.clone();
                 let r = tokio::task::spawn_blocking(move || {
                     let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
-                    g.1.fallback_ack(seq, finished)
+                    g.1.fallback_ack(seq, &progress)
                 })
                 .await;
-                if let Ok(Err(e)) = r {
-                    ctx.status.error(&e.to_string());
+                match r {
+                    Ok(Ok(())) => {
+                        acked_seq = acked_seq.max(seq);
+                        ctx.status.update(|s| {
+                            s.batch_seq = acked_seq;
+                            s.fallback_points += progress.points;
+                            s.last_success_ns = Some(crate::now_ns());
+                        });
+                    }
+                    Ok(Err(e)) => {
+                        // Delivered; sent again (under the same number) after a restart.
+                        ctx.status.error(&e.to_string());
+                        tracing::warn!(sink = %name, error = %e, "cannot persist the progress of the eviction gap");
+                    }
+                    Err(_) => {}
                 }
-                acked_seq = acked_seq.max(seq);
-                ctx.status.update(|s| {
-                    s.batch_seq = acked_seq;
-                    s.last_success_ns = Some(crate::now_ns());
-                });
             }
             // Eviction took raw data this sink never sent: cover that span from the rollup
             // tier first, alone in the window.
@@ -487,24 +496,28 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 let r = tokio::task::spawn_blocking(move || {
                     let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
                     let due = super::fallback_span(tier, &ident, &g.0, &g.1);
-                    if let Some((pts, through)) = &due {
-                        if pts.is_empty() {
-                            let _ = g.1.fallback_ack(seq, Some((*through, 0)));
-                        }
+                    if let Some(span) = due.as_ref().filter(|s| s.rows.points.is_empty()) {
+                        let _ = g.1.fallback_ack(seq, &span.progress(0, 0, 0));
                     }
                     due
                 })
                 .await;
-                if let Ok(Some((pts, through))) = r {
-                    if pts.is_empty() {
-                        tracing::warn!(sink = %name, through_chunk = through, "raw data this sink had not sent was evicted and the rollup tier has no rows for that span; counted in evicted_unforwarded_points");
+                if let Ok(Some(span)) = r {
+                    let (points, through) = (span.rows.points.len(), span.through);
+                    if points == 0 {
+                        if !span.resumed {
+                            tracing::warn!(sink = %name, through_chunk = through, "raw data this sink had not sent was evicted and the rollup tier has no rows for that span; counted in evicted_unforwarded_points");
+                        }
                     } else {
-                        tracing::warn!(sink = %name, points = pts.len(), through_chunk = through, "raw data this sink had not sent was evicted; sending that span from the rollup tier (tag edgewatch_rollup)");
+                        if span.resumed {
+                            tracing::info!(sink = %name, points, through_chunk = through, "resuming the eviction gap from the rollup tier after its last acknowledged batch");
+                        } else {
+                            tracing::warn!(sink = %name, points, through_chunk = through, "raw data this sink had not sent was evicted; sending that span from the rollup tier (tag edgewatch_rollup)");
+                        }
                         fb = Some(FallbackJob {
-                            points: pts,
+                            span,
                             acked: 0,
                             sent: 0,
-                            through,
                         });
                     }
                 }
@@ -526,11 +539,12 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             // Publish more while the window has room.
             while connected && inflight.len() < window && !stop.is_cancelled() {
                 if let Some(job) = fb.as_mut() {
-                    if job.sent >= job.points.len() {
+                    let all = &job.span.rows.points;
+                    if job.sent >= all.len() {
                         break;
                     }
-                    let end = (job.sent + ctx.cfg.max_points).min(job.points.len());
-                    let pts = &job.points[job.sent..end];
+                    let end = (job.sent + ctx.cfg.max_points).min(all.len());
+                    let pts = &all[job.sent..end];
                     let wait = rate.reserve(started.elapsed().as_secs_f64(), pts.len());
                     if !wait.is_zero() {
                         tokio::select! {
@@ -539,16 +553,29 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                         }
                     }
                     next_seq += 1;
-                    let msgs = messages(&ctx, next_seq, acked_cursor, job.through, pts);
+                    let through = job.span.through;
+                    let msgs = messages(&ctx, next_seq, acked_cursor, through, pts);
                     inflight.push_back(Flight {
                         seq: next_seq,
-                        last: job.through,
+                        last: through,
                         points: pts.len() as i64,
                         ts_max: pts.iter().map(|p| p.ts).max().unwrap_or(0),
                         remaining: msgs.len(),
                         fallback_end: Some(end),
                     });
                     job.sent = end;
+                    {
+                        // Counted as replayed at the next start if the agent stops first.
+                        let db2 = db.clone();
+                        let n = inflight.len() as i64;
+                        let _ = tokio::task::spawn_blocking(move || {
+                            db2.lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .1
+                                .mark_fallback_inflight(n)
+                        })
+                        .await;
+                    }
                     for (topic, payload) in msgs {
                         unassigned.push_back(Some(next_seq));
                         if let Err(e) = client.publish(topic, q, false, payload).await {
@@ -664,10 +691,15 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         ctx.status.update(|s| s.connected = false);
         if lost > 0 {
             let db2 = db.clone();
+            let in_span = fb.is_some();
             let _ = tokio::task::spawn_blocking(move || {
                 let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
                 for _ in 0..lost {
                     let _ = g.1.count_replay();
+                }
+                if in_span {
+                    // Counted now: not again at the next start.
+                    let _ = g.1.mark_fallback_inflight(0);
                 }
             })
             .await;

@@ -1,7 +1,8 @@
 //! The forwarder's side of the store: a read-only connection that reads raw chunks after a
 //! cursor and decodes them into [`Point`]s, and a small read-write connection that moves a
-//! sink's cursor (and records dead letters) in short `BEGIN IMMEDIATE` transactions, with a
-//! busy timeout, beside the ingest writer and the rollup job. It never reads the ingest queue.
+//! sink's cursor (and records dead letters, and its progress through an eviction-fallback
+//! span) in short `BEGIN IMMEDIATE` transactions, with a busy timeout, beside the ingest
+//! writer and the rollup job. It never reads the ingest queue.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -241,6 +242,74 @@ pub struct Durable {
     pub last_success_ns: i64,
     /// Newest point time acknowledged.
     pub forwarded_ts_max: i64,
+    /// While an eviction-fallback span is being sent: how far it got; `None` before the
+    /// first acknowledgement or when no span is in progress.
+    pub fallback_pos: Option<FallbackPos>,
+}
+
+/// The place reached in an eviction-fallback span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackPos {
+    /// Where the span starts (ns): it names the span.
+    pub from: i64,
+    /// The last rollup row acknowledged (bucket, series id), in the order the span is sent.
+    pub row: (i64, i64),
+}
+
+/// One acknowledged (or dead-lettered) batch of an eviction-fallback span, as recorded by
+/// [`Cursor::fallback_ack`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FallbackProgress {
+    /// Rollup points in the batch.
+    pub points: i64,
+    /// The last rollup row of the batch and its span: where the span resumes after a
+    /// restart. `None` for an empty span.
+    pub reached: Option<FallbackPos>,
+    /// Batches of the span still in flight after this one.
+    pub inflight: i64,
+    /// `Some(through)` when this batch ends the span: the eviction gap through chunk
+    /// `through` is covered.
+    pub done: Option<i64>,
+}
+
+/// Rollup rows standing in for evicted raw data, in the order they are sent.
+#[derive(Debug, Default)]
+pub struct RollupRows {
+    /// One point per series, field and bucket.
+    pub points: Vec<Point>,
+    /// (bucket, series id) of each point: its place in the span.
+    pub keys: Vec<(i64, i64)>,
+}
+
+/// Records `p` for sink `name` inside `tx`: the batch's sequence number, its points, and
+/// either the place reached in the span or, when it ends the span, that the gap is covered.
+fn record_fallback(
+    tx: &rusqlite::Transaction<'_>,
+    name: &str,
+    seq: i64,
+    p: &FallbackProgress,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
+         fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
+         fallback_points = fallback_points + ?4 WHERE name = ?1",
+        params![name, seq, p.done.unwrap_or(0), p.points],
+    )?;
+    if p.done.is_some() {
+        tx.execute("DELETE FROM sink_fallback WHERE sink = ?1", params![name])?;
+    } else {
+        let from = p.reached.map(|r| r.from);
+        let (bucket, series) = p.reached.map(|r| r.row).unzip();
+        tx.execute(
+            "INSERT INTO sink_fallback (sink, span_from, bucket, series_id, inflight) \
+             VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (sink) DO UPDATE SET span_from = COALESCE(excluded.span_from, span_from), \
+             bucket = COALESCE(excluded.bucket, bucket), \
+             series_id = COALESCE(excluded.series_id, series_id), inflight = excluded.inflight",
+            params![name, from, bucket, series, p.inflight],
+        )?;
+    }
+    Ok(())
 }
 
 /// The sink's cursor row, through its own read-write connection.
@@ -251,28 +320,45 @@ pub struct Cursor {
 }
 
 impl Cursor {
-    /// Opens a read-write connection and makes sure the sink's row exists. If a batch was in
-    /// flight when the agent last stopped, counts it as replayed.
+    /// Opens a read-write connection and makes sure the sink's row exists. If batches were in
+    /// flight when the agent last stopped (raw, or parts of an eviction-fallback span),
+    /// counts them as replayed.
     pub fn open(dir: &Path, name: &str) -> Result<(Cursor, Durable), StoreError> {
         let path = db_path(dir);
         let p2 = path.clone();
         let e = sq(&p2);
-        let conn = Connection::open(&path).map_err(&e)?;
+        let mut conn = Connection::open(&path).map_err(&e)?;
         conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
         conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(&e)?;
         conn.pragma_update(None, "cache_size", -256).map_err(&e)?;
-        conn.execute(
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        tx.execute(
             "INSERT OR IGNORE INTO sinks (name) VALUES (?1)",
             params![name],
         )
         .map_err(&e)?;
-        conn.execute(
+        tx.execute(
             "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
              WHERE name = ?1 AND inflight_through_chunk_id > cursor_chunk_id",
             params![name],
         )
         .map_err(&e)?;
+        tx.execute(
+            "UPDATE sinks SET replayed_batches = replayed_batches + \
+             (SELECT inflight FROM sink_fallback WHERE sink = ?1) \
+             WHERE name = ?1 AND (SELECT inflight FROM sink_fallback WHERE sink = ?1) > 0",
+            params![name],
+        )
+        .map_err(&e)?;
+        tx.execute(
+            "UPDATE sink_fallback SET inflight = 0 WHERE sink = ?1",
+            params![name],
+        )
+        .map_err(&e)?;
+        tx.commit().map_err(&e)?;
         let c = Cursor {
             conn,
             path: path.clone(),
@@ -286,9 +372,12 @@ impl Cursor {
     pub fn load(&self) -> Result<Durable, StoreError> {
         self.conn
             .query_row(
-                "SELECT cursor_chunk_id, batch_seq, forwarded_points, dead_letter_points, replayed_batches, \
-                 evicted_unforwarded_points, evicted_through_chunk_id, fallback_points, \
-                 fallback_through_chunk_id, last_success_ns, forwarded_ts_max FROM sinks WHERE name = ?1",
+                "SELECT s.cursor_chunk_id, s.batch_seq, s.forwarded_points, s.dead_letter_points, \
+                 s.replayed_batches, s.evicted_unforwarded_points, s.evicted_through_chunk_id, \
+                 s.fallback_points, s.fallback_through_chunk_id, s.last_success_ns, s.forwarded_ts_max, \
+                 f.span_from, f.bucket, f.series_id FROM sinks s \
+                 LEFT JOIN sink_fallback f ON f.sink = s.name \
+                 WHERE s.name = ?1",
                 params![self.name],
                 |r| {
                     Ok(Durable {
@@ -303,6 +392,10 @@ impl Cursor {
                         fallback_through: r.get(8)?,
                         last_success_ns: r.get(9)?,
                         forwarded_ts_max: r.get(10)?,
+                        fallback_pos: match (r.get(11)?, r.get(12)?, r.get(13)?) {
+                            (Some(from), Some(b), Some(s)) => Some(FallbackPos { from, row: (b, s) }),
+                            _ => None,
+                        },
                     })
                 },
             )
@@ -347,7 +440,8 @@ impl Cursor {
 
     /// The remote end refused the batch as bad data: keeps it in `dead_letters` and moves the
     /// cursor past it, in one transaction. A refused batch of rollup points (`fallback`) is
-    /// kept the same way, but the raw cursor stays where it is.
+    /// kept the same way, but the raw cursor stays where it is and the span moves on past it
+    /// (as [`Cursor::fallback_ack`] records).
     #[allow(clippy::too_many_arguments)]
     pub fn dead_letter(
         &mut self,
@@ -359,7 +453,7 @@ impl Cursor {
         reason: &str,
         payload: &[u8],
         now_ns: i64,
-        fallback: bool,
+        fallback: Option<&FallbackProgress>,
     ) -> Result<(), StoreError> {
         let e = sq(&self.path);
         let tx = self
@@ -375,9 +469,17 @@ impl Cursor {
         tx.execute(
             "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
              dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
-            params![self.name, if fallback { 0 } else { through }, seq, points],
+            params![
+                self.name,
+                if fallback.is_some() { 0 } else { through },
+                seq,
+                points
+            ],
         )
         .map_err(&e)?;
+        if let Some(p) = fallback {
+            record_fallback(&tx, &self.name, seq, p).map_err(&e)?;
+        }
         tx.commit().map_err(&e)
     }
 
@@ -404,50 +506,60 @@ impl Cursor {
     }
 
     /// Rollup rows covering the raw span the sink lost to eviction: the buckets of tier
-    /// `tier_s` from `from_ns` (inclusive) to `to_ns` (exclusive), as points of measurement
-    /// `<measurement>` with fields `<field>_mean`, `_min`, `_max`, `_count` and the tag
-    /// `edgewatch_rollup=<tier>s`, so consumers can tell them from raw points.
+    /// `tier_s` from `from_ns` (inclusive) to `to_ns` (exclusive), after the row `after`
+    /// (bucket, series id) when a span is resumed, ordered by bucket then series id, as
+    /// points of measurement `<measurement>` with fields `<field>_mean`, `_min`, `_max`,
+    /// `_count` and the tag `edgewatch_rollup=<tier>s`, so consumers can tell them from raw
+    /// points.
     pub fn fallback_points(
         &self,
         tier_s: i64,
         from_ns: i64,
         to_ns: i64,
+        after: Option<(i64, i64)>,
         identity: &[(String, String)],
-    ) -> Result<Vec<Point>, StoreError> {
+    ) -> Result<RollupRows, StoreError> {
         let e = sq(&self.path);
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT t.key, s.field, r.bucket, r.count, r.sum, r.min, r.max FROM rollups r \
+                "SELECT t.key, s.field, r.bucket, r.count, r.sum, r.min, r.max, r.series_id FROM rollups r \
                  JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
-                 WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 ORDER BY r.bucket, t.key, s.field",
+                 WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 \
+                 AND (r.bucket > ?4 OR (r.bucket = ?4 AND r.series_id > ?5)) \
+                 ORDER BY r.bucket, r.series_id",
             )
             .map_err(&e)?;
         let mut ident = identity.to_vec();
         ident.push(("edgewatch_rollup".into(), format!("{tier_s}s")));
         let mut cache: HashMap<String, Arc<Series>> = HashMap::new();
+        let (after_bucket, after_series) = after.unwrap_or((i64::MIN, i64::MIN));
         let rows = st
-            .query_map(params![tier_s, from_ns, to_ns], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, f64>(4)?,
-                    r.get::<_, f64>(5)?,
-                    r.get::<_, f64>(6)?,
-                ))
-            })
+            .query_map(
+                params![tier_s, from_ns, to_ns, after_bucket, after_series],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, i64>(3)?,
+                        r.get::<_, f64>(4)?,
+                        r.get::<_, f64>(5)?,
+                        r.get::<_, f64>(6)?,
+                        r.get::<_, i64>(7)?,
+                    ))
+                },
+            )
             .map_err(&e)?;
-        let mut out = Vec::new();
+        let mut out = RollupRows::default();
         for row in rows {
-            let (key, field, bucket, count, sum, min, max) = row.map_err(&e)?;
+            let (key, field, bucket, count, sum, min, max, series_id) = row.map_err(&e)?;
             let s = cache
                 .entry(key.clone())
                 .or_insert_with(|| Arc::new(series(&key, &ident)))
                 .clone();
             use crate::model::Value::*;
-            out.push(Point {
+            out.points.push(Point {
                 series: s,
                 ts: bucket,
                 fields: vec![
@@ -460,25 +572,164 @@ impl Cursor {
                     (format!("{field}_count").into(), I64(count)),
                 ],
             });
+            out.keys.push((bucket, series_id));
         }
         Ok(out)
     }
 
-    /// A batch of rollup points sent in place of evicted raw data was acknowledged: records
-    /// its sequence number (MQTT consumers drop duplicates by it, so a number is never
-    /// reused) and, with `done = Some((through, points))`, that the eviction gap through
-    /// chunk `through` is covered, with `points` rollup points in all. The raw cursor does
-    /// not move: raw chunks that survived below `through` are still sent.
-    pub fn fallback_ack(&mut self, seq: i64, done: Option<(i64, i64)>) -> Result<(), StoreError> {
-        let (through, points) = done.unwrap_or((0, 0));
+    /// Records that `inflight` batches of an eviction-fallback span are handed to the remote
+    /// end and not acknowledged yet (one small write; counted as replayed at the next start
+    /// if the agent stops before their acknowledgement).
+    pub fn mark_fallback_inflight(&mut self, inflight: i64) -> Result<(), StoreError> {
         self.conn
             .execute(
-                "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
-                 fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
-                 fallback_points = fallback_points + ?4 WHERE name = ?1",
-                params![self.name, seq, through, points],
+                "INSERT INTO sink_fallback (sink, inflight) VALUES (?1, ?2) \
+                 ON CONFLICT (sink) DO UPDATE SET inflight = excluded.inflight",
+                params![self.name, inflight],
             )
             .map(|_| ())
             .map_err(sq(&self.path))
+    }
+
+    /// A batch of rollup points sent in place of evicted raw data was acknowledged: records,
+    /// in one transaction, its sequence number (MQTT consumers drop duplicates by it, so a
+    /// number is never reused for other data), its points, and the place reached in the span
+    /// (so a restart resumes after it and sends again at most the batches in flight), or,
+    /// when it ends the span, that the eviction gap is covered. The raw cursor does not move:
+    /// raw chunks that survived below the gap are still sent.
+    pub fn fallback_ack(&mut self, seq: i64, p: &FallbackProgress) -> Result<(), StoreError> {
+        let e = sq(&self.path);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(&e)?;
+        record_fallback(&tx, &self.name, seq, p).map_err(&e)?;
+        tx.commit().map_err(&e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: i64 = 60_000_000_000;
+
+    /// A migrated store with one tag set, two numeric series and five 1-minute buckets of
+    /// each (10 rollup rows), and sink `s` that lost chunks through id 5 to eviction.
+    fn store_with_an_eviction_gap() -> (tempfile::TempDir, Source, Cursor) {
+        let dir = tempfile::tempdir().unwrap();
+        drop(
+            crate::store::Writer::open(dir.path(), 100, crate::config::Synchronous::Normal)
+                .unwrap(),
+        );
+        let (cur, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!(d.fallback_pos, None);
+        let conn = Connection::open(db_path(dir.path())).unwrap();
+        conn.execute_batch(
+            "INSERT INTO tagsets (id, key, measurement, tags) VALUES (1, 'm,k=v', 'm', '{\"k\":\"v\"}');
+             INSERT INTO series (id, tagset_id, field, kind, created_ns) VALUES (1, 1, 'a', 0, 0), (2, 1, 'b', 0, 0);
+             UPDATE sinks SET evicted_through_chunk_id = 5, evicted_unforwarded_points = 600 WHERE name = 's';",
+        )
+        .unwrap();
+        for b in 0..5 {
+            for sid in [2, 1] {
+                conn.execute(
+                    "INSERT INTO rollups (tier, series_id, bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch) \
+                     VALUES (60, ?1, ?2, 60, 60.0, 0.0, 2.0, ?2, 0.0, ?2, 2.0, x'')",
+                    params![sid, b * MIN],
+                )
+                .unwrap();
+            }
+        }
+        let src = Source::open(dir.path(), vec![("device_id".into(), "d".into())]).unwrap();
+        (dir, src, cur)
+    }
+
+    fn ident() -> Vec<(String, String)> {
+        vec![("device_id".into(), "d".into())]
+    }
+
+    #[test]
+    fn a_fallback_span_resumes_after_its_last_acknowledged_batch() {
+        let (dir, src, mut cur) = store_with_an_eviction_gap();
+        let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert!(!span.resumed);
+        assert_eq!(span.through, 5);
+        let want: Vec<(i64, i64)> = (0..5).flat_map(|b| [(b * MIN, 1), (b * MIN, 2)]).collect();
+        assert_eq!(span.rows.keys, want, "by bucket, then series");
+        assert_eq!(span.rows.points.len(), 10);
+        assert_eq!(span.rows.points[0].fields[0].0.as_ref(), "a_mean");
+        // Three points acknowledged as batch 7, a fourth batch in flight, then a crash.
+        let p = span.progress(0, 3, 1);
+        assert_eq!(p.points, 3);
+        let pos = FallbackPos {
+            from: i64::MIN,
+            row: (MIN, 1),
+        };
+        assert_eq!(p.reached, Some(pos));
+        assert_eq!(p.done, None);
+        cur.fallback_ack(7, &p).unwrap();
+        cur.mark_fallback_inflight(1).unwrap();
+        drop(cur);
+        let (cur, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!(d.seq, 7);
+        assert_eq!(d.fallback_points, 3);
+        assert_eq!(d.fallback_pos, Some(pos));
+        assert_eq!(d.replayed, 1, "the batch in flight is counted as replayed");
+        assert_eq!(d.cursor, 0, "the raw cursor does not move");
+        assert_eq!(d.fallback_through, 0, "the gap is not covered yet");
+        // The rest, and only the rest.
+        let rest = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert!(rest.resumed);
+        assert_eq!(rest.rows.keys, want[3..].to_vec());
+        drop(cur);
+        // Counted once: a second start without a batch in flight adds nothing.
+        let (mut cur, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!(d.replayed, 1);
+        let p = rest.progress(0, 7, 0);
+        assert_eq!(p.done, Some(5));
+        cur.fallback_ack(8, &p).unwrap();
+        let d = cur.load().unwrap();
+        assert_eq!(
+            (d.seq, d.fallback_points, d.fallback_through, d.fallback_pos),
+            (8, 10, 5, None)
+        );
+        assert!(crate::forward::fallback_span(Some(60), &ident(), &src, &cur).is_none());
+    }
+
+    #[test]
+    fn a_dead_lettered_fallback_batch_moves_the_span_on_in_the_same_transaction() {
+        let (_dir, src, mut cur) = store_with_an_eviction_gap();
+        let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        let p = span.progress(0, 4, 0);
+        cur.dead_letter(0, 5, 3, 4, 400, "bad", b"x", 1, Some(&p))
+            .unwrap();
+        let d = cur.load().unwrap();
+        assert_eq!(d.cursor, 0);
+        assert_eq!((d.seq, d.dead_points, d.fallback_points), (3, 4, 4));
+        assert_eq!(d.fallback_pos.map(|p| p.row), Some((MIN, 2)));
+        let rest = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert_eq!(rest.rows.points.len(), 6);
+    }
+
+    #[test]
+    fn a_place_recorded_in_another_span_is_ignored() {
+        let (dir, src, mut cur) = store_with_an_eviction_gap();
+        let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        // Seven points acknowledged: the place is (3 min, series 1) in the span from MIN.
+        cur.fallback_ack(1, &span.progress(0, 7, 0)).unwrap();
+        let rest = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert_eq!(rest.rows.points.len(), 3);
+        // Raw data acknowledged since moves the start of the span: a new span, sent whole.
+        let conn = Connection::open(db_path(dir.path())).unwrap();
+        conn.execute(
+            "UPDATE sinks SET forwarded_ts_max = ?1 WHERE name = 's'",
+            params![2 * MIN + 5],
+        )
+        .unwrap();
+        let other = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
+        assert!(!other.resumed);
+        assert_eq!(other.from, 2 * MIN);
+        assert_eq!(other.rows.points.len(), 6);
     }
 }

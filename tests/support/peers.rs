@@ -1,6 +1,10 @@
 //! Peers for the forwarding tests: a real `mosquitto` (plain or TLS with a CA made here by
 //! the `openssl` CLI), an InfluxDB 1.x on a chosen port, a fault-injecting HTTP proxy, and
 //! an agent started with top-level config keys (`device_id`, `[tags]`, `[[sink]]`).
+//!
+//! A test that needs a peer calls [`require`] first: a missing peer fails the test, naming
+//! the Debian package to install. Only an explicit opt-out skips it, loudly:
+//! `EDGEWATCH_TEST_SKIP_PEERS=influxdb,mosquitto` (comma-separated [`Peer`] names).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,6 +15,94 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::*;
+
+/// A program a test starts as its peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Peer {
+    /// `influxd` (Debian `influxdb`).
+    Influxdb,
+    /// `mosquitto`, `mosquitto_sub` and `mosquitto_pub` (Debian `mosquitto`,
+    /// `mosquitto-clients`).
+    Mosquitto,
+}
+
+/// The variable that lists the peers whose tests are skipped on purpose.
+pub const SKIP_PEERS_VAR: &str = "EDGEWATCH_TEST_SKIP_PEERS";
+
+impl Peer {
+    /// The name used in [`SKIP_PEERS_VAR`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::Influxdb => "influxdb",
+            Peer::Mosquitto => "mosquitto",
+        }
+    }
+
+    /// (program, arguments that make it print and exit, Debian package).
+    fn programs(self) -> &'static [(&'static str, &'static [&'static str], &'static str)] {
+        match self {
+            Peer::Influxdb => &[("influxd", &["version"], "influxdb")],
+            Peer::Mosquitto => &[
+                ("mosquitto", &["-h"], "mosquitto"),
+                ("mosquitto_sub", &["--help"], "mosquitto-clients"),
+                ("mosquitto_pub", &["--help"], "mosquitto-clients"),
+            ],
+        }
+    }
+}
+
+/// Whether `var` (the value of [`SKIP_PEERS_VAR`]) names `peer`.
+pub fn skip_listed(var: Option<&str>, peer: Peer) -> bool {
+    var.unwrap_or("")
+        .split(',')
+        .any(|n| n.trim().eq_ignore_ascii_case(peer.name()))
+}
+
+/// Call first in every test that starts `peer`. True: run the test. A peer that is not
+/// installed fails the test, naming the Debian package(s) to install; false (skip) only when
+/// [`SKIP_PEERS_VAR`] names the peer, said on stderr.
+pub fn require(peer: Peer) -> bool {
+    let test = std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string();
+    if skip_listed(std::env::var(SKIP_PEERS_VAR).ok().as_deref(), peer) {
+        // Straight to stderr, past the test harness's capture: a skip is never silent.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: {SKIP_PEERS_VAR} names {} (nothing was checked)",
+            peer.name()
+        );
+        return false;
+    }
+    let mut missing: Vec<&str> = Vec::new();
+    let mut packages: Vec<&str> = Vec::new();
+    for (program, args, package) in peer.programs() {
+        let found = Command::new(program)
+            .args(*args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok();
+        if !found {
+            missing.push(program);
+            if !packages.contains(package) {
+                packages.push(package);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "{test} needs {} on PATH: `apt-get install {}` \
+         (or set {SKIP_PEERS_VAR}={} to skip the tests that need it, on purpose)",
+        missing.join(", "),
+        packages.join(" "),
+        peer.name()
+    );
+    true
+}
 
 /// Collectors and rollup off.
 pub const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n[health]\nenabled = false\n";
@@ -310,6 +402,46 @@ impl Sub {
         }
     }
 
+    /// Like [`Sub::start`], and returns once the subscription is in place: probe messages
+    /// (`# probe`, which [`parse_mqtt`] ignores) are published with `mosquitto_pub` until
+    /// one arrives. From then on the broker keeps every message for this persistent session.
+    pub fn start_subscribed(
+        port: u16,
+        topic: &str,
+        id: &str,
+        out: &Path,
+        tls_ca: Option<&Path>,
+    ) -> Sub {
+        let sub = Sub::start(port, topic, id, out, tls_ca);
+        let seen = wait_for(Duration::from_secs(10), || {
+            let mut cmd = Command::new("mosquitto_pub");
+            cmd.args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                topic,
+                "-q",
+                "1",
+                "-m",
+                "# probe",
+            ]);
+            if let Some(ca) = tls_ca {
+                cmd.arg("--cafile").arg(ca);
+            }
+            let _ = cmd.stdout(Stdio::null()).stderr(Stdio::null()).status();
+            wait_for(Duration::from_millis(300), || {
+                sub.text().contains("# probe").then_some(())
+            })
+        });
+        assert!(
+            seen.is_some(),
+            "mosquitto_sub never received a probe on {topic}"
+        );
+        sub
+    }
+
     pub fn text(&self) -> String {
         std::fs::read_to_string(&self.out).unwrap_or_default()
     }
@@ -340,12 +472,24 @@ pub fn parse_mqtt(text: &str) -> (Vec<i64>, Vec<i64>) {
 }
 
 /// A fault-injecting HTTP proxy: answers the scripted statuses first (with the given extra
-/// header), then forwards every request to `upstream`. Counts requests.
+/// header), then forwards every request to `upstream`. Counts requests, and keeps the body
+/// (gunzipped) of every request that `upstream` answered 2xx. From the `stall_at`-th such
+/// body on, it never answers (the request reached `upstream`, its sender waits): a batch
+/// stays in flight for as long as the test wants.
 pub struct FaultProxy {
     pub port: u16,
     pub script: Script,
     pub requests: Arc<Mutex<Vec<(u16, usize)>>>,
+    pub delivered: Delivered,
+    /// 1-based; `usize::MAX` (the default): never.
+    pub stall_at: Arc<std::sync::atomic::AtomicUsize>,
+    /// While true, every request is answered 502 without reaching `upstream` (as a proxy
+    /// whose upstream is down).
+    pub down: Arc<std::sync::atomic::AtomicBool>,
 }
+
+/// Bodies `upstream` acknowledged, in order.
+pub type Delivered = Arc<Mutex<Vec<String>>>;
 
 impl FaultProxy {
     pub fn start(upstream: SocketAddr) -> FaultProxy {
@@ -353,12 +497,21 @@ impl FaultProxy {
         let port = l.local_addr().unwrap().port();
         let script: Script = Default::default();
         let requests: Arc<Mutex<Vec<(u16, usize)>>> = Default::default();
-        let (s2, r2) = (script.clone(), requests.clone());
+        let delivered: Delivered = Default::default();
+        let stall_at = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let state = Shared {
+            script: script.clone(),
+            log: requests.clone(),
+            delivered: delivered.clone(),
+            stall_at: stall_at.clone(),
+            down: down.clone(),
+        };
         std::thread::spawn(move || {
             for conn in l.incoming().flatten() {
-                let (s3, r3) = (s2.clone(), r2.clone());
+                let state = state.clone();
                 std::thread::spawn(move || {
-                    let _ = serve(conn, upstream, s3, r3);
+                    let _ = serve(conn, upstream, state);
                 });
             }
         });
@@ -366,6 +519,9 @@ impl FaultProxy {
             port,
             script,
             requests,
+            delivered,
+            stall_at,
+            down,
         }
     }
 
@@ -377,12 +533,24 @@ impl FaultProxy {
 /// Scripted answers: status and an optional extra header.
 pub type Script = Arc<Mutex<VecDeque<(u16, Option<(&'static str, &'static str)>)>>>;
 
-fn serve(
-    conn: TcpStream,
-    upstream: SocketAddr,
+/// What every connection of a [`FaultProxy`] shares.
+#[derive(Clone)]
+struct Shared {
     script: Script,
     log: Arc<Mutex<Vec<(u16, usize)>>>,
-) -> std::io::Result<()> {
+    delivered: Delivered,
+    stall_at: Arc<std::sync::atomic::AtomicUsize>,
+    down: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn serve(conn: TcpStream, upstream: SocketAddr, state: Shared) -> std::io::Result<()> {
+    let Shared {
+        script,
+        log,
+        delivered,
+        stall_at,
+        down,
+    } = state;
     let mut w = conn.try_clone()?;
     let mut r = BufReader::new(conn);
     loop {
@@ -409,7 +577,11 @@ fn serve(
         let mut body = vec![0u8; len];
         r.read_exact(&mut body)?;
         let path = start.split(' ').nth(1).unwrap_or("/").to_string();
-        let scripted = script.lock().unwrap().pop_front();
+        let scripted = if down.load(std::sync::atomic::Ordering::SeqCst) {
+            Some((502, None))
+        } else {
+            script.lock().unwrap().pop_front()
+        };
         let (status, extra, resp) = match scripted {
             Some((st, h)) => (st, h, format!("{{\"error\":\"injected {st}\"}}")),
             None => {
@@ -431,6 +603,29 @@ fn serve(
             }
         };
         log.lock().unwrap().push((status, len));
+        if (200..300).contains(&status) && scripted.is_none() {
+            let gzipped = headers.iter().any(|(k, v)| {
+                k.eq_ignore_ascii_case("content-encoding") && v.eq_ignore_ascii_case("gzip")
+            });
+            let text = if gzipped {
+                let mut s = String::new();
+                flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut s)?;
+                s
+            } else {
+                String::from_utf8_lossy(&body).into_owned()
+            };
+            let n = {
+                let mut d = delivered.lock().unwrap();
+                d.push(text);
+                d.len()
+            };
+            if n >= stall_at.load(std::sync::atomic::Ordering::SeqCst) {
+                // Never answer: wait until the sender goes away.
+                let mut rest = Vec::new();
+                let _ = r.read_to_end(&mut rest);
+                return Ok(());
+            }
+        }
         let mut out = format!(
             "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nContent-Type: application/json\r\n",
             resp.len()
