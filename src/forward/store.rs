@@ -1,25 +1,24 @@
 //! The forwarder's side of the store: a read-only connection that reads raw chunks after a
-//! cursor and decodes them into [`Point`]s, and a small read-write connection that moves a
-//! sink's cursor (and records dead letters, and its progress through an eviction-fallback
-//! span) in short `BEGIN IMMEDIATE` transactions, with a busy timeout, beside the ingest
-//! writer and the rollup job. It never reads the ingest queue.
+//! cursor and decodes them into [`Point`]s (names from the store's dictionary), and a small
+//! read-write connection ([`Mode::Cursor`]) through which a sink's cursor moves (and its dead
+//! letters, and its progress through an eviction-fallback span, are recorded), beside the
+//! ingest writer and the rollup job. Every statement is a typed function of `crate::store`
+//! ([`sinks`], [`chunks`], [`dict`], [`tiers`]); this file turns rows into points and
+//! issues no SQL. It never reads the ingest queue.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::Connection;
 
 use super::encode::{series, Point, Series};
-use crate::store::{codec, db_path, StoreError};
+use crate::store::chunks::{self, Chunk, Scan};
+use crate::store::sinks::{self, Ack, Refused};
+use crate::store::{clockfix, dict, tiers, Ctx, Mode, Reader, StoreError};
 
-fn sq(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
-    move |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        source,
-    }
-}
+pub use crate::store::sinks::{Durable, FallbackPos, FallbackProgress};
 
 /// A run of whole chunks read after a cursor.
 #[derive(Debug, Default)]
@@ -37,52 +36,43 @@ pub struct Chunks {
 
 /// Reads raw chunks in id order.
 pub struct Source {
-    conn: Connection,
-    path: PathBuf,
+    db: Reader,
     identity: Vec<(String, String)>,
     tagsets: HashMap<i64, Arc<Series>>,
     fields: HashMap<i64, Arc<str>>,
 }
 
+/// A chunk row as read, before its tag set is looked up.
+struct Raw {
+    id: i64,
+    tagset_id: i64,
+    ts_min: i64,
+    ts_max: i64,
+    n: i64,
+    data: Vec<u8>,
+}
+
 impl Source {
     /// Opens `dir`'s store read-only; `identity` tags are added to every point.
     pub fn open(dir: &Path, identity: Vec<(String, String)>) -> Result<Source, StoreError> {
-        // The store's own read-only handle: same flags, cache and schema-version check.
-        let crate::store::Reader { conn, path } = crate::store::Reader::open(dir)?;
         Ok(Source {
-            conn,
-            path,
+            db: Reader::open(dir)?,
             identity,
             tagsets: HashMap::new(),
             fields: HashMap::new(),
         })
     }
 
+    /// Loads the dictionary entries not known yet (entries are never deleted or renamed).
     fn reload(&mut self) -> Result<(), StoreError> {
-        let e = sq(&self.path);
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT id, key FROM tagsets")
-            .map_err(&e)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
-            .map_err(&e)?;
-        for row in rows {
-            let (id, key) = row.map_err(&e)?;
+        let d = dict::load(self.db.conn(), self.db.path())?;
+        for t in d.tagsets {
             self.tagsets
-                .entry(id)
-                .or_insert_with(|| Arc::new(series(&key, &self.identity)));
+                .entry(t.id)
+                .or_insert_with(|| Arc::new(series(&t.key, &self.identity)));
         }
-        let mut st = self
-            .conn
-            .prepare_cached("SELECT id, field FROM series")
-            .map_err(&e)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))
-            .map_err(&e)?;
-        for row in rows {
-            let (id, f) = row.map_err(&e)?;
-            self.fields.entry(id).or_insert_with(|| f.into());
+        for s in d.series {
+            self.fields.entry(s.id).or_insert_with(|| s.field.into());
         }
         Ok(())
     }
@@ -90,49 +80,45 @@ impl Source {
     /// Reads whole chunks with id > `after`, oldest first, until `max_points` points (at
     /// least one chunk).
     pub fn read(&mut self, after: i64, max_points: usize) -> Result<Chunks, StoreError> {
-        let mut rows: Vec<(i64, i64, i64, i64, Vec<u8>)> = Vec::new();
+        let (conn, path) = (self.db.conn(), self.db.path());
+        // Chunks stamped by a clock that is not set yet wait (see crate::clock).
+        let hold = clockfix::hold_from(conn).ctx(path)?.unwrap_or(i64::MAX);
+        let scan = Scan {
+            after: Some(after),
+            before: Some(hold),
+            limit: Some(max_points.clamp(1, 100_000)),
+            ..Scan::default()
+        };
+        let mut rows: Vec<Raw> = Vec::new();
         let mut full = false;
-        {
-            let e = sq(&self.path);
-            // Chunks stamped by a clock that is not set yet wait (see crate::clock).
-            let hold = crate::clock::hold_from(&self.conn)
-                .map_err(&e)?
-                .unwrap_or(i64::MAX);
-            let mut st = self
-                .conn
-                .prepare_cached(
-                    "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id > ?1 AND id < ?3 ORDER BY id LIMIT ?2",
-                )
-                .map_err(&e)?;
-            let mut q = st
-                .query(params![after, max_points.clamp(1, 100_000) as i64, hold])
-                .map_err(&e)?;
-            let mut points = 0usize;
-            while let Some(r) = q.next().map_err(&e)? {
-                let n: i64 = r.get(3).map_err(&e)?;
-                if !rows.is_empty() && points + n.max(0) as usize > max_points {
-                    full = true;
-                    break;
-                }
-                points += n.max(0) as usize;
-                rows.push((
-                    r.get(0).map_err(&e)?,
-                    r.get(1).map_err(&e)?,
-                    r.get(2).map_err(&e)?,
-                    n,
-                    r.get(4).map_err(&e)?,
-                ));
-                if points >= max_points {
-                    full = true;
-                    break;
-                }
+        let mut points = 0usize;
+        chunks::scan(conn, path, &scan, |c| {
+            let n = c.n.max(0) as usize;
+            if !rows.is_empty() && points + n > max_points {
+                full = true;
+                return Ok(ControlFlow::Break(()));
             }
-        }
+            points += n;
+            rows.push(Raw {
+                id: c.id,
+                tagset_id: c.tagset_id,
+                ts_min: c.ts_min,
+                ts_max: c.ts_max,
+                n: c.n,
+                data: c.data.to_vec(),
+            });
+            if points >= max_points {
+                full = true;
+                return Ok(ControlFlow::Break(()));
+            }
+            Ok(ControlFlow::Continue(()))
+        })?;
         let mut out = Chunks {
             full,
             ..Chunks::default()
         };
-        for (id, tagset, ts_min, n, data) in rows {
+        for raw in rows {
+            let (id, tagset) = (raw.id, raw.tagset_id);
             if !self.tagsets.contains_key(&tagset) {
                 self.reload()?;
             }
@@ -146,13 +132,17 @@ impl Source {
                 continue;
             };
             let mut decoded: Vec<(i64, i64, crate::model::Value)> =
-                Vec::with_capacity(n.max(0) as usize);
-            codec::decode_chunk(&data, ts_min, |ts, sid, v| decoded.push((ts, sid, v))).map_err(
-                |source| StoreError::Corrupt {
-                    path: self.path.clone(),
-                    source,
-                },
-            )?;
+                Vec::with_capacity(raw.n.max(0) as usize);
+            Chunk {
+                id,
+                tagset_id: tagset,
+                ts_min: raw.ts_min,
+                ts_max: raw.ts_max,
+                n: raw.n,
+                bytes: raw.data.len() as i64,
+                data: &raw.data,
+            }
+            .decode(self.db.path(), |ts, sid, v| decoded.push((ts, sid, v)))?;
             if decoded
                 .iter()
                 .any(|(_, sid, _)| !self.fields.contains_key(sid))
@@ -195,81 +185,9 @@ impl Source {
 
     /// Backlog after `cursor`: (points, chunks, ts_min of the oldest chunk).
     pub fn backlog(&self, cursor: i64) -> Result<(i64, i64, Option<i64>), StoreError> {
-        let e = sq(&self.path);
-        let (points, chunks): (i64, i64) = self
-            .conn
-            .query_row(
-                "SELECT COALESCE(SUM(n), 0), COUNT(*) FROM chunks WHERE id > ?1",
-                params![cursor],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(&e)?;
-        let oldest: Option<i64> = self
-            .conn
-            .query_row(
-                "SELECT ts_min FROM chunks WHERE id > ?1 ORDER BY id LIMIT 1",
-                params![cursor],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(&e)?;
-        Ok((points, chunks, oldest))
+        let b = chunks::backlog(self.db.conn(), self.db.path(), cursor, i64::MAX)?;
+        Ok((b.points, b.chunks, b.oldest_ts))
     }
-}
-
-/// A sink's durable state as stored in `sinks`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Durable {
-    /// Last chunk id acknowledged.
-    pub cursor: i64,
-    /// Last batch sequence number acknowledged.
-    pub seq: i64,
-    /// Points acknowledged, all time.
-    pub forwarded: i64,
-    /// Points dead-lettered, all time.
-    pub dead_points: i64,
-    /// Batches sent again after a fault, all time.
-    pub replayed: i64,
-    /// Raw points evicted before this sink forwarded them.
-    pub evicted_points: i64,
-    /// Newest chunk id evicted before forwarding.
-    pub evicted_through: i64,
-    /// Points sent from the rollup tier in place of evicted raw data.
-    pub fallback_points: i64,
-    /// Highest chunk id whose eviction gap was covered from the rollup tier.
-    pub fallback_through: i64,
-    /// Last acknowledgement time, ns (0 = never).
-    pub last_success_ns: i64,
-    /// Newest point time acknowledged.
-    pub forwarded_ts_max: i64,
-    /// While an eviction-fallback span is being sent: how far it got; `None` before the
-    /// first acknowledgement or when no span is in progress.
-    pub fallback_pos: Option<FallbackPos>,
-}
-
-/// The place reached in an eviction-fallback span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FallbackPos {
-    /// Where the span starts (ns): it names the span.
-    pub from: i64,
-    /// The last rollup row acknowledged (bucket, series id), in the order the span is sent.
-    pub row: (i64, i64),
-}
-
-/// One acknowledged (or dead-lettered) batch of an eviction-fallback span, as recorded by
-/// [`Cursor::fallback_ack`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FallbackProgress {
-    /// Rollup points in the batch.
-    pub points: i64,
-    /// The last rollup row of the batch and its span: where the span resumes after a
-    /// restart. `None` for an empty span.
-    pub reached: Option<FallbackPos>,
-    /// Batches of the span still in flight after this one.
-    pub inflight: i64,
-    /// `Some(through)` when this batch ends the span: the eviction gap through chunk
-    /// `through` is covered.
-    pub done: Option<i64>,
 }
 
 /// Rollup rows standing in for evicted raw data, in the order they are sent.
@@ -279,37 +197,6 @@ pub struct RollupRows {
     pub points: Vec<Point>,
     /// (bucket, series id) of each point: its place in the span.
     pub keys: Vec<(i64, i64)>,
-}
-
-/// Records `p` for sink `name` inside `tx`: the batch's sequence number, its points, and
-/// either the place reached in the span or, when it ends the span, that the gap is covered.
-fn record_fallback(
-    tx: &rusqlite::Transaction<'_>,
-    name: &str,
-    seq: i64,
-    p: &FallbackProgress,
-) -> rusqlite::Result<()> {
-    tx.execute(
-        "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
-         fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
-         fallback_points = fallback_points + ?4 WHERE name = ?1",
-        params![name, seq, p.done.unwrap_or(0), p.points],
-    )?;
-    if p.done.is_some() {
-        tx.execute("DELETE FROM sink_fallback WHERE sink = ?1", params![name])?;
-    } else {
-        let from = p.reached.map(|r| r.from);
-        let (bucket, series) = p.reached.map(|r| r.row).unzip();
-        tx.execute(
-            "INSERT INTO sink_fallback (sink, span_from, bucket, series_id, inflight) \
-             VALUES (?1, ?2, ?3, ?4, ?5) \
-             ON CONFLICT (sink) DO UPDATE SET span_from = COALESCE(excluded.span_from, span_from), \
-             bucket = COALESCE(excluded.bucket, bucket), \
-             series_id = COALESCE(excluded.series_id, series_id), inflight = excluded.inflight",
-            params![name, from, bucket, series, p.inflight],
-        )?;
-    }
-    Ok(())
 }
 
 /// The sink's cursor row, through its own read-write connection.
@@ -322,95 +209,26 @@ pub struct Cursor {
 impl Cursor {
     /// Opens a read-write connection and makes sure the sink's row exists. If batches were in
     /// flight when the agent last stopped (raw, or parts of an eviction-fallback span),
-    /// counts them as replayed.
+    /// counts them as replayed (see [`sinks::open_row`]).
     pub fn open(dir: &Path, name: &str) -> Result<(Cursor, Durable), StoreError> {
-        let path = db_path(dir);
-        let p2 = path.clone();
-        let e = sq(&p2);
-        let mut conn = Connection::open(&path).map_err(&e)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(&e)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(&e)?;
-        conn.pragma_update(None, "cache_size", -256).map_err(&e)?;
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&e)?;
-        tx.execute(
-            "INSERT OR IGNORE INTO sinks (name) VALUES (?1)",
-            params![name],
-        )
-        .map_err(&e)?;
-        tx.execute(
-            "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
-             WHERE name = ?1 AND inflight_through_chunk_id > cursor_chunk_id",
-            params![name],
-        )
-        .map_err(&e)?;
-        tx.execute(
-            "UPDATE sinks SET replayed_batches = replayed_batches + \
-             (SELECT inflight FROM sink_fallback WHERE sink = ?1) \
-             WHERE name = ?1 AND (SELECT inflight FROM sink_fallback WHERE sink = ?1) > 0",
-            params![name],
-        )
-        .map_err(&e)?;
-        tx.execute(
-            "UPDATE sink_fallback SET inflight = 0 WHERE sink = ?1",
-            params![name],
-        )
-        .map_err(&e)?;
-        tx.commit().map_err(&e)?;
+        let (mut conn, path) = crate::store::open(dir, Mode::Cursor)?;
+        let d = sinks::open_row(&mut conn, &path, name)?;
         let c = Cursor {
             conn,
-            path: path.clone(),
+            path,
             name: name.to_string(),
         };
-        let d = c.load()?;
         Ok((c, d))
     }
 
     /// Reads the row.
     pub fn load(&self) -> Result<Durable, StoreError> {
-        self.conn
-            .query_row(
-                "SELECT s.cursor_chunk_id, s.batch_seq, s.forwarded_points, s.dead_letter_points, \
-                 s.replayed_batches, s.evicted_unforwarded_points, s.evicted_through_chunk_id, \
-                 s.fallback_points, s.fallback_through_chunk_id, s.last_success_ns, s.forwarded_ts_max, \
-                 f.span_from, f.bucket, f.series_id FROM sinks s \
-                 LEFT JOIN sink_fallback f ON f.sink = s.name \
-                 WHERE s.name = ?1",
-                params![self.name],
-                |r| {
-                    Ok(Durable {
-                        cursor: r.get(0)?,
-                        seq: r.get(1)?,
-                        forwarded: r.get(2)?,
-                        dead_points: r.get(3)?,
-                        replayed: r.get(4)?,
-                        evicted_points: r.get(5)?,
-                        evicted_through: r.get(6)?,
-                        fallback_points: r.get(7)?,
-                        fallback_through: r.get(8)?,
-                        last_success_ns: r.get(9)?,
-                        forwarded_ts_max: r.get(10)?,
-                        fallback_pos: match (r.get(11)?, r.get(12)?, r.get(13)?) {
-                            (Some(from), Some(b), Some(s)) => Some(FallbackPos { from, row: (b, s) }),
-                            _ => None,
-                        },
-                    })
-                },
-            )
-            .map_err(sq(&self.path))
+        sinks::load(&self.conn, &self.path, &self.name)
     }
 
     /// Records that batches through chunk `through` are being sent (one small write).
     pub fn mark_inflight(&mut self, through: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE sinks SET inflight_through_chunk_id = ?2 WHERE name = ?1",
-                params![self.name, through],
-            )
-            .map(|_| ())
-            .map_err(sq(&self.path))
+        sinks::mark_inflight(&self.conn, &self.path, &self.name, through)
     }
 
     /// The remote end acknowledged everything through chunk `through` (batch `seq`, `points`
@@ -423,19 +241,14 @@ impl Cursor {
         ts_max: i64,
         now_ns: i64,
     ) -> Result<(), StoreError> {
-        let e = sq(&self.path);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&e)?;
-        tx.execute(
-            "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
-             forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
-             forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
-            params![self.name, through, seq, points, now_ns, ts_max],
-        )
-        .map_err(&e)?;
-        tx.commit().map_err(&e)
+        let a = Ack {
+            through,
+            seq,
+            points,
+            ts_max,
+            now_ns,
+        };
+        sinks::ack(&mut self.conn, &self.path, &self.name, &a)
     }
 
     /// The remote end refused the batch as bad data: keeps it in `dead_letters` and moves the
@@ -455,54 +268,28 @@ impl Cursor {
         now_ns: i64,
         fallback: Option<&FallbackProgress>,
     ) -> Result<(), StoreError> {
-        let e = sq(&self.path);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&e)?;
-        tx.execute(
-            "INSERT INTO dead_letters (sink, first_chunk_id, last_chunk_id, points, status, reason, created_ns, payload) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            params![self.name, first, through, points, status, reason, now_ns, payload],
-        )
-        .map_err(&e)?;
-        tx.execute(
-            "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
-             dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
-            params![
-                self.name,
-                if fallback.is_some() { 0 } else { through },
-                seq,
-                points
-            ],
-        )
-        .map_err(&e)?;
-        if let Some(p) = fallback {
-            record_fallback(&tx, &self.name, seq, p).map_err(&e)?;
-        }
-        tx.commit().map_err(&e)
+        let r = Refused {
+            first,
+            through,
+            seq,
+            points,
+            status,
+            reason,
+            payload,
+            now_ns,
+            fallback,
+        };
+        sinks::dead_letter(&mut self.conn, &self.path, &self.name, &r)
     }
 
     /// Dead-lettered batches of this sink.
     pub fn dead_letter_batches(&self) -> Result<i64, StoreError> {
-        self.conn
-            .query_row(
-                "SELECT COUNT(*) FROM dead_letters WHERE sink = ?1",
-                params![self.name],
-                |r| r.get(0),
-            )
-            .map_err(sq(&self.path))
+        sinks::dead_letter_batches(&self.conn, &self.path, &self.name)
     }
 
     /// Counts a batch sent again after a fault.
     pub fn count_replay(&mut self) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "UPDATE sinks SET replayed_batches = replayed_batches + 1 WHERE name = ?1",
-                params![self.name],
-            )
-            .map(|_| ())
-            .map_err(sq(&self.path))
+        sinks::count_replay(&self.conn, &self.path, &self.name)
     }
 
     /// Rollup rows covering the raw span the sink lost to eviction: the buckets of tier
@@ -519,60 +306,32 @@ impl Cursor {
         after: Option<(i64, i64)>,
         identity: &[(String, String)],
     ) -> Result<RollupRows, StoreError> {
-        let e = sq(&self.path);
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT t.key, s.field, r.bucket, r.count, r.sum, r.min, r.max, r.series_id FROM rollups r \
-                 JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
-                 WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 \
-                 AND (r.bucket > ?4 OR (r.bucket = ?4 AND r.series_id > ?5)) \
-                 ORDER BY r.bucket, r.series_id",
-            )
-            .map_err(&e)?;
+        let rows = tiers::named_rows(&self.conn, &self.path, tier_s, from_ns, to_ns, after)?;
         let mut ident = identity.to_vec();
         ident.push(("edgewatch_rollup".into(), format!("{tier_s}s")));
         let mut cache: HashMap<String, Arc<Series>> = HashMap::new();
-        let (after_bucket, after_series) = after.unwrap_or((i64::MIN, i64::MIN));
-        let rows = st
-            .query_map(
-                params![tier_s, from_ns, to_ns, after_bucket, after_series],
-                |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, i64>(3)?,
-                        r.get::<_, f64>(4)?,
-                        r.get::<_, f64>(5)?,
-                        r.get::<_, f64>(6)?,
-                        r.get::<_, i64>(7)?,
-                    ))
-                },
-            )
-            .map_err(&e)?;
         let mut out = RollupRows::default();
-        for row in rows {
-            let (key, field, bucket, count, sum, min, max, series_id) = row.map_err(&e)?;
+        for r in rows {
             let s = cache
-                .entry(key.clone())
-                .or_insert_with(|| Arc::new(series(&key, &ident)))
+                .entry(r.key.clone())
+                .or_insert_with(|| Arc::new(series(&r.key, &ident)))
                 .clone();
             use crate::model::Value::*;
+            let field = &r.field;
             out.points.push(Point {
                 series: s,
-                ts: bucket,
+                ts: r.bucket,
                 fields: vec![
                     (
                         format!("{field}_mean").into(),
-                        F64(sum / count.max(1) as f64),
+                        F64(r.sum / r.count.max(1) as f64),
                     ),
-                    (format!("{field}_min").into(), F64(min)),
-                    (format!("{field}_max").into(), F64(max)),
-                    (format!("{field}_count").into(), I64(count)),
+                    (format!("{field}_min").into(), F64(r.min)),
+                    (format!("{field}_max").into(), F64(r.max)),
+                    (format!("{field}_count").into(), I64(r.count)),
                 ],
             });
-            out.keys.push((bucket, series_id));
+            out.keys.push((r.bucket, r.series_id));
         }
         Ok(out)
     }
@@ -581,14 +340,7 @@ impl Cursor {
     /// end and not acknowledged yet (one small write; counted as replayed at the next start
     /// if the agent stops before their acknowledgement).
     pub fn mark_fallback_inflight(&mut self, inflight: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute(
-                "INSERT INTO sink_fallback (sink, inflight) VALUES (?1, ?2) \
-                 ON CONFLICT (sink) DO UPDATE SET inflight = excluded.inflight",
-                params![self.name, inflight],
-            )
-            .map(|_| ())
-            .map_err(sq(&self.path))
+        sinks::mark_fallback_inflight(&self.conn, &self.path, &self.name, inflight)
     }
 
     /// A batch of rollup points sent in place of evicted raw data was acknowledged: records,
@@ -598,13 +350,7 @@ impl Cursor {
     /// when it ends the span, that the eviction gap is covered. The raw cursor does not move:
     /// raw chunks that survived below the gap are still sent.
     pub fn fallback_ack(&mut self, seq: i64, p: &FallbackProgress) -> Result<(), StoreError> {
-        let e = sq(&self.path);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(&e)?;
-        record_fallback(&tx, &self.name, seq, p).map_err(&e)?;
-        tx.commit().map_err(&e)
+        sinks::fallback_ack(&mut self.conn, &self.path, &self.name, seq, p)
     }
 }
 
@@ -624,21 +370,33 @@ mod tests {
         );
         let (cur, d) = Cursor::open(dir.path(), "s").unwrap();
         assert_eq!(d.fallback_pos, None);
-        let conn = Connection::open(db_path(dir.path())).unwrap();
-        conn.execute_batch(
-            "INSERT INTO tagsets (id, key, measurement, tags) VALUES (1, 'm,k=v', 'm', '{\"k\":\"v\"}');
-             INSERT INTO series (id, tagset_id, field, kind, created_ns) VALUES (1, 1, 'a', 0, 0), (2, 1, 'b', 0, 0);
-             UPDATE sinks SET evicted_through_chunk_id = 5, evicted_unforwarded_points = 600 WHERE name = 's';",
-        )
-        .unwrap();
+        let (_, sids) = crate::store::testing::add_tagset(
+            dir.path(),
+            "m,k=v",
+            "m",
+            r#"{"k":"v"}"#,
+            &["a", "b"],
+        );
+        assert_eq!(sids, [1, 2]);
+        let (conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let evicted = chunks::ChunkSize {
+            id: 5,
+            n: 600,
+            bytes: 1,
+        };
+        sinks::record_eviction(&conn, &path, &[evicted]).unwrap();
         for b in 0..5 {
             for sid in [2, 1] {
-                conn.execute(
-                    "INSERT INTO rollups (tier, series_id, bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch) \
-                     VALUES (60, ?1, ?2, 60, 60.0, 0.0, 2.0, ?2, 0.0, ?2, 2.0, x'')",
-                    params![sid, b * MIN],
-                )
-                .unwrap();
+                let acc = crate::store::bucket::Acc {
+                    count: 60,
+                    sum: 60.0,
+                    min: 0.0,
+                    max: 2.0,
+                    first: (b * MIN, 0.0),
+                    last: (b * MIN, 2.0),
+                    ..Default::default()
+                };
+                tiers::put(&conn, &path, 60, sid, b * MIN, &acc, false).unwrap();
             }
         }
         let src = Source::open(dir.path(), vec![("device_id".into(), "d".into())]).unwrap();
@@ -714,19 +472,14 @@ mod tests {
 
     #[test]
     fn a_place_recorded_in_another_span_is_ignored() {
-        let (dir, src, mut cur) = store_with_an_eviction_gap();
+        let (_dir, src, mut cur) = store_with_an_eviction_gap();
         let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
         // Seven points acknowledged: the place is (3 min, series 1) in the span from MIN.
         cur.fallback_ack(1, &span.progress(0, 7, 0)).unwrap();
         let rest = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
         assert_eq!(rest.rows.points.len(), 3);
         // Raw data acknowledged since moves the start of the span: a new span, sent whole.
-        let conn = Connection::open(db_path(dir.path())).unwrap();
-        conn.execute(
-            "UPDATE sinks SET forwarded_ts_max = ?1 WHERE name = 's'",
-            params![2 * MIN + 5],
-        )
-        .unwrap();
+        cur.ack(0, 1, 0, 2 * MIN + 5, 1).unwrap();
         let other = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
         assert!(!other.resumed);
         assert_eq!(other.from, 2 * MIN);

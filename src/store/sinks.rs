@@ -1,9 +1,11 @@
-//! The `sinks` and `dead_letters` tables: a forwarder's durable state ([`Durable`]: cursor,
-//! batch sequence, totals) and its moves ([`ack`], [`dead_letter`], [`fallback_ack`], ...),
-//! each one statement or one short `BEGIN IMMEDIATE` transaction on the forwarder's
-//! [`super::Mode::Cursor`] connection; and, for the rollup job and the status page, which
-//! raw chunks each sink had not forwarded yet when eviction took them ([`record_eviction`],
-//! inside the eviction's transaction, and [`evictions`]).
+//! The `sinks`, `sink_fallback` and `dead_letters` tables: a forwarder's durable state
+//! ([`Durable`]: cursor, batch sequence, totals, its place in an eviction-fallback span) and
+//! its moves ([`ack`], [`dead_letter`], [`fallback_ack`], ...), each one statement or one
+//! short `BEGIN IMMEDIATE` transaction on the forwarder's [`super::Mode::Cursor`] connection
+//! (a batch's bookkeeping, its cursor move and its fallback progress commit together); and,
+//! for the rollup job and the status page, which raw chunks each sink had not forwarded yet
+//! when eviction took them ([`record_eviction`], inside the eviction's transaction, and
+//! [`evictions`]).
 //!
 //! Never decides when a cursor moves: the forwarder calls [`ack`] only after the remote end
 //! acknowledged.
@@ -114,21 +116,38 @@ pub fn ensure(conn: &Connection, path: &Path, name: &str) -> Result<(), StoreErr
     .ctx(path)
 }
 
-/// Creates sink `name`'s row if needed and, if a batch was in flight when the agent last
-/// stopped (`inflight_through_chunk_id` above the cursor), counts it as replayed; returns
-/// the row.
-pub fn open_row(conn: &Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
-    ensure(conn, path, name)?;
-    conn.execute(
+/// Creates sink `name`'s row if needed and counts as replayed what was in flight when the
+/// agent last stopped: a raw batch (`inflight_through_chunk_id` above the cursor) and the
+/// batches of an eviction-fallback span (`sink_fallback.inflight`), in one `BEGIN IMMEDIATE`
+/// transaction; returns the row.
+pub fn open_row(conn: &mut Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(path)?;
+    ensure(&tx, path, name)?;
+    tx.execute(
         "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
          WHERE name = ?1 AND inflight_through_chunk_id > cursor_chunk_id",
         params![name],
     )
     .ctx(path)?;
+    tx.execute(
+        "UPDATE sinks SET replayed_batches = replayed_batches + \
+         (SELECT inflight FROM sink_fallback WHERE sink = ?1) \
+         WHERE name = ?1 AND (SELECT inflight FROM sink_fallback WHERE sink = ?1) > 0",
+        params![name],
+    )
+    .ctx(path)?;
+    tx.execute(
+        "UPDATE sink_fallback SET inflight = 0 WHERE sink = ?1",
+        params![name],
+    )
+    .ctx(path)?;
+    tx.commit().ctx(path)?;
     load(conn, path, name)
 }
 
-/// A sink's durable state as stored in `sinks`.
+/// A sink's durable state as stored in `sinks` (and `sink_fallback`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Durable {
     /// Last chunk id acknowledged.
@@ -153,14 +172,45 @@ pub struct Durable {
     pub last_success_ns: i64,
     /// Newest point time acknowledged.
     pub forwarded_ts_max: i64,
+    /// While an eviction-fallback span is being sent: how far it got; `None` before the
+    /// first acknowledgement or when no span is in progress.
+    pub fallback_pos: Option<FallbackPos>,
 }
 
-/// Sink `name`'s row.
+/// The place reached in an eviction-fallback span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FallbackPos {
+    /// Where the span starts (ns): it names the span.
+    pub from: i64,
+    /// The last rollup row acknowledged (bucket, series id), in the order the span is sent.
+    pub row: (i64, i64),
+}
+
+/// One acknowledged (or dead-lettered) batch of an eviction-fallback span, as recorded by
+/// [`fallback_ack`] (or [`dead_letter`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FallbackProgress {
+    /// Rollup points in the batch.
+    pub points: i64,
+    /// The last rollup row of the batch and its span: where the span resumes after a
+    /// restart. `None` for an empty span.
+    pub reached: Option<FallbackPos>,
+    /// Batches of the span still in flight after this one.
+    pub inflight: i64,
+    /// `Some(through)` when this batch ends the span: the eviction gap through chunk
+    /// `through` is covered.
+    pub done: Option<i64>,
+}
+
+/// Sink `name`'s row, with its place in an eviction-fallback span if one is in progress.
 pub fn load(conn: &Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
     conn.prepare_cached(
-        "SELECT cursor_chunk_id, batch_seq, forwarded_points, dead_letter_points, replayed_batches, \
-         evicted_unforwarded_points, evicted_through_chunk_id, fallback_points, \
-         fallback_through_chunk_id, last_success_ns, forwarded_ts_max FROM sinks WHERE name = ?1",
+        "SELECT s.cursor_chunk_id, s.batch_seq, s.forwarded_points, s.dead_letter_points, \
+         s.replayed_batches, s.evicted_unforwarded_points, s.evicted_through_chunk_id, \
+         s.fallback_points, s.fallback_through_chunk_id, s.last_success_ns, s.forwarded_ts_max, \
+         f.span_from, f.bucket, f.series_id FROM sinks s \
+         LEFT JOIN sink_fallback f ON f.sink = s.name \
+         WHERE s.name = ?1",
     )
     .and_then(|mut st| {
         st.query_row(params![name], |r| {
@@ -176,6 +226,10 @@ pub fn load(conn: &Connection, path: &Path, name: &str) -> Result<Durable, Store
                 fallback_through: r.get(8)?,
                 last_success_ns: r.get(9)?,
                 forwarded_ts_max: r.get(10)?,
+                fallback_pos: match (r.get(11)?, r.get(12)?, r.get(13)?) {
+                    (Some(from), Some(b), Some(s)) => Some(FallbackPos { from, row: (b, s) }),
+                    _ => None,
+                },
             })
         })
     })
@@ -247,12 +301,13 @@ pub struct Refused<'a> {
     pub payload: &'a [u8],
     /// When, ns.
     pub now_ns: i64,
-    /// A batch of rollup points sent for evicted raw data: the raw cursor stays.
-    pub fallback: bool,
+    /// A batch of rollup points sent for evicted raw data: the raw cursor stays, and the
+    /// span moves on past it (as [`fallback_ack`] records).
+    pub fallback: Option<&'a FallbackProgress>,
 }
 
-/// Keeps a refused batch in `dead_letters` and moves the cursor past it (unless it was a
-/// fallback batch), in one transaction.
+/// Keeps a refused batch in `dead_letters` and moves the cursor past it (or, for a fallback
+/// batch, the span), in one `BEGIN IMMEDIATE` transaction.
 pub fn dead_letter(
     conn: &mut Connection,
     path: &Path,
@@ -271,9 +326,17 @@ pub fn dead_letter(
     tx.execute(
         "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
          dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
-        params![name, if d.fallback { 0 } else { d.through }, d.seq, d.points],
+        params![
+            name,
+            if d.fallback.is_some() { 0 } else { d.through },
+            d.seq,
+            d.points
+        ],
     )
     .ctx(path)?;
+    if let Some(p) = d.fallback {
+        record_fallback(&tx, path, name, d.seq, p)?;
+    }
     tx.commit().ctx(path)
 }
 
@@ -297,25 +360,76 @@ pub fn count_replay(conn: &Connection, path: &Path, name: &str) -> Result<(), St
     .ctx(path)
 }
 
-/// A batch of rollup points sent in place of evicted raw data was acknowledged: records its
-/// sequence number and, with `done = Some((through, points))`, that the eviction gap through
-/// chunk `through` is covered, with `points` rollup points in all. The raw cursor stays.
-pub fn fallback_ack(
+/// Records that `inflight` batches of an eviction-fallback span are handed to the remote end
+/// and not acknowledged yet (one small write; [`open_row`] counts them as replayed if the
+/// agent stops before their acknowledgement).
+pub fn mark_fallback_inflight(
     conn: &Connection,
     path: &Path,
     name: &str,
-    seq: i64,
-    done: Option<(i64, i64)>,
+    inflight: i64,
 ) -> Result<(), StoreError> {
-    let (through, points) = done.unwrap_or((0, 0));
     conn.execute(
-        "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
-         fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
-         fallback_points = fallback_points + ?4 WHERE name = ?1",
-        params![name, seq, through, points],
+        "INSERT INTO sink_fallback (sink, inflight) VALUES (?1, ?2) \
+         ON CONFLICT (sink) DO UPDATE SET inflight = excluded.inflight",
+        params![name, inflight],
     )
     .map(|_| ())
     .ctx(path)
+}
+
+/// A batch of rollup points sent in place of evicted raw data was acknowledged: records, in
+/// one `BEGIN IMMEDIATE` transaction, its sequence number, its points, and the place reached
+/// in the span or, when it ends the span (`p.done`), that the eviction gap is covered. The
+/// raw cursor stays.
+pub fn fallback_ack(
+    conn: &mut Connection,
+    path: &Path,
+    name: &str,
+    seq: i64,
+    p: &FallbackProgress,
+) -> Result<(), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(path)?;
+    record_fallback(&tx, path, name, seq, p)?;
+    tx.commit().ctx(path)
+}
+
+/// Records `p` for sink `name` inside the caller's transaction: the batch's sequence number,
+/// its points, and either the place reached in the span or, when it ends the span, that the
+/// gap is covered (the span's row goes).
+fn record_fallback(
+    tx: &Connection,
+    path: &Path,
+    name: &str,
+    seq: i64,
+    p: &FallbackProgress,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "UPDATE sinks SET batch_seq = MAX(batch_seq, ?2), \
+         fallback_through_chunk_id = MAX(fallback_through_chunk_id, ?3), \
+         fallback_points = fallback_points + ?4 WHERE name = ?1",
+        params![name, seq, p.done.unwrap_or(0), p.points],
+    )
+    .ctx(path)?;
+    if p.done.is_some() {
+        tx.execute("DELETE FROM sink_fallback WHERE sink = ?1", params![name])
+            .ctx(path)?;
+    } else {
+        let from = p.reached.map(|r| r.from);
+        let (bucket, series) = p.reached.map(|r| r.row).unzip();
+        tx.execute(
+            "INSERT INTO sink_fallback (sink, span_from, bucket, series_id, inflight) \
+             VALUES (?1, ?2, ?3, ?4, ?5) \
+             ON CONFLICT (sink) DO UPDATE SET span_from = COALESCE(excluded.span_from, span_from), \
+             bucket = COALESCE(excluded.bucket, bucket), \
+             series_id = COALESCE(excluded.series_id, series_id), inflight = excluded.inflight",
+            params![name, from, bucket, series, p.inflight],
+        )
+        .ctx(path)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -324,15 +438,15 @@ mod tests {
     use crate::config::Synchronous;
     use crate::store::{open, Mode, Writer};
 
-    /// The forwarder's moves, through the functions the forwarder is to call: the cursor
-    /// only moves forward, a replay left in flight is counted once at open, a dead letter
-    /// keeps the batch and (not for a fallback batch) moves the cursor.
+    /// The forwarder's moves, through the functions the forwarder calls: the cursor only
+    /// moves forward, a replay left in flight (raw or fallback) is counted once at open, a
+    /// dead letter keeps the batch and moves the cursor (a fallback batch: the span).
     #[test]
     fn a_sink_row_moves_forward_only_and_counts_replays_and_dead_letters() {
         let dir = tempfile::tempdir().unwrap();
         drop(Writer::open(dir.path(), 10, Synchronous::Normal).unwrap());
         let (mut c, path) = open(dir.path(), Mode::Cursor).unwrap();
-        assert_eq!(open_row(&c, &path, "s").unwrap(), Durable::default());
+        assert_eq!(open_row(&mut c, &path, "s").unwrap(), Durable::default());
         mark_inflight(&c, &path, "s", 9).unwrap();
         let a = Ack {
             through: 5,
@@ -359,8 +473,8 @@ mod tests {
             (5, 2, 20, 77)
         );
         // Reopened with chunks through 9 in flight: one replay, counted once.
-        assert_eq!(open_row(&c, &path, "s").unwrap().replayed, 1);
-        assert_eq!(open_row(&c, &path, "s").unwrap().replayed, 1);
+        assert_eq!(open_row(&mut c, &path, "s").unwrap().replayed, 1);
+        assert_eq!(open_row(&mut c, &path, "s").unwrap().replayed, 1);
         let r = Refused {
             first: 6,
             through: 8,
@@ -370,29 +484,51 @@ mod tests {
             reason: "bad",
             payload: b"x",
             now_ns: 2,
-            fallback: false,
+            fallback: None,
         };
         dead_letter(&mut c, &path, "s", &r).unwrap();
+        let pos = FallbackPos {
+            from: 60,
+            row: (120, 3),
+        };
+        let part = FallbackProgress {
+            points: 4,
+            reached: Some(pos),
+            inflight: 2,
+            done: None,
+        };
         dead_letter(
             &mut c,
             &path,
             "s",
             &Refused {
                 through: 99,
-                fallback: true,
+                fallback: Some(&part),
                 ..r
             },
         )
         .unwrap();
         let d = load(&c, &path, "s").unwrap();
         assert_eq!((d.cursor, d.dead_points), (8, 8));
+        assert_eq!((d.fallback_points, d.fallback_pos), (4, Some(pos)));
         assert_eq!(dead_letter_batches(&c, &path, "s").unwrap(), 2);
-        fallback_ack(&c, &path, "s", 4, Some((12, 30))).unwrap();
+        // Two fallback batches were in flight at the stop: both counted, once.
+        assert_eq!(open_row(&mut c, &path, "s").unwrap().replayed, 3);
+        mark_fallback_inflight(&c, &path, "s", 0).unwrap();
+        assert_eq!(open_row(&mut c, &path, "s").unwrap().replayed, 3);
+        let end = FallbackProgress {
+            points: 26,
+            reached: None,
+            inflight: 0,
+            done: Some(12),
+        };
+        fallback_ack(&mut c, &path, "s", 4, &end).unwrap();
         count_replay(&c, &path, "s").unwrap();
         let d = load(&c, &path, "s").unwrap();
         assert_eq!(
             (d.seq, d.fallback_through, d.fallback_points, d.replayed),
-            (4, 12, 30, 2)
+            (4, 12, 30, 4)
         );
+        assert_eq!(d.fallback_pos, None, "a covered gap leaves no place behind");
     }
 }

@@ -1,5 +1,6 @@
 //! Test-only views of the tables that no production code needs (whole-table dumps, exact
-//! row counts, a sink row with a chosen cursor, an older schema): kept here so that tests
+//! row counts, a sink row with a chosen cursor, dictionary entries without chunks, an older
+//! schema): kept here so that tests
 //! elsewhere issue no SQL of their own. Compiled only for tests.
 
 use std::path::Path;
@@ -84,4 +85,24 @@ pub fn downgrade_to_v3(dir: &Path) {
         .unwrap();
     c.execute("DROP TABLE clock_fix", []).unwrap();
     c.pragma_update(None, "user_version", 3).unwrap();
+}
+
+/// Adds tag set `key` (of `measurement`, tags as a JSON object) with float series `fields`,
+/// through the writer's own inserts; returns the tag set's id and the series' ids, in
+/// `fields` order.
+pub fn add_tagset(
+    dir: &Path,
+    key: &str,
+    measurement: &str,
+    tags_json: &str,
+    fields: &[&str],
+) -> (i64, Vec<i64>) {
+    let c = conn(dir);
+    let mut ins = super::dict::Inserts::prepare(&c, &db_path(dir)).unwrap();
+    let tagset = ins.tagset(key, measurement, tags_json).unwrap();
+    let series = fields
+        .iter()
+        .map(|f| ins.series(tagset, f, crate::model::Kind::Float, 0).unwrap())
+        .collect();
+    (tagset, series)
 }

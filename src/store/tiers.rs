@@ -345,6 +345,8 @@ pub struct NamedRow {
     pub field: String,
     /// Bucket start, ns.
     pub bucket: i64,
+    /// Series id: with `bucket`, the row's place in a [`named_rows`] read.
+    pub series_id: i64,
     /// Values.
     pub count: i64,
     /// Their sum.
@@ -355,30 +357,37 @@ pub struct NamedRow {
     pub max: f64,
 }
 
-/// The rows of tier `key` with `from <= bucket < to`, by bucket, series key and field.
+/// The rows of tier `key` with `from <= bucket < to`, ordered by bucket then series id,
+/// starting after the row `after` (bucket, series id) when given: a read that stopped can
+/// resume where it was.
 pub fn named_rows(
     conn: &Connection,
     path: &Path,
     key: i64,
     from: i64,
     to: i64,
+    after: Option<(i64, i64)>,
 ) -> Result<Vec<NamedRow>, StoreError> {
     let mut st = conn
         .prepare_cached(
-            "SELECT t.key, s.field, r.bucket, r.count, r.sum, r.min, r.max FROM rollups r \
+            "SELECT t.key, s.field, r.bucket, r.series_id, r.count, r.sum, r.min, r.max FROM rollups r \
              JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
-             WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 ORDER BY r.bucket, t.key, s.field",
+             WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 \
+             AND (r.bucket > ?4 OR (r.bucket = ?4 AND r.series_id > ?5)) \
+             ORDER BY r.bucket, r.series_id",
         )
         .ctx(path)?;
-    st.query_map(params![key, from, to], |r| {
+    let (after_bucket, after_series) = after.unwrap_or((i64::MIN, i64::MIN));
+    st.query_map(params![key, from, to, after_bucket, after_series], |r| {
         Ok(NamedRow {
             key: r.get(0)?,
             field: r.get(1)?,
             bucket: r.get(2)?,
-            count: r.get(3)?,
-            sum: r.get(4)?,
-            min: r.get(5)?,
-            max: r.get(6)?,
+            series_id: r.get(3)?,
+            count: r.get(4)?,
+            sum: r.get(5)?,
+            min: r.get(6)?,
+            max: r.get(7)?,
         })
     })
     .and_then(|rows| rows.collect())
