@@ -5,8 +5,9 @@
 //!   migrations; the [`Ctx`] error helper),
 //! - [`write`] (the single [`Writer`]), [`dict`] (the series dictionary), [`chunks`] (raw
 //!   chunk scans and the few other statements on them), [`query`] (series list, raw queries),
-//! - [`tiers`] (rollup rows and tier cursors), [`counters`], [`sinks`] (eviction accounting
-//!   per forwarder), [`clockfix`] (the clock hold's rows),
+//! - [`tiers`] (rollup rows and tier cursors), [`counters`], [`sinks`] (each forwarder's
+//!   cursor, dead letters, fallback progress and eviction accounting), [`clockfix`] (the
+//!   clock hold's rows),
 //! - pure encodings: [`codec`] (packed chunks), [`bucket`] (a bucket's aggregate and its
 //!   maths), [`sketch`] (DDSketch).
 //!
