@@ -461,6 +461,11 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         storage.contains("1.0 GB budget") && storage.contains("Retention per tier"),
         "{storage}"
     );
+    // The evicted table: raw chunks and points, then each tier's rows.
+    assert!(
+        storage.contains("Evictedwhatcountraw chunks0raw points0rows 1m0rows 1h0"),
+        "{storage}"
+    );
     let empty_inf = r["emptyInference"].as_str().unwrap_or("");
     assert!(
         empty_inf.contains("curl -XPOST") && empty_inf.contains("inference,model="),
