@@ -1,6 +1,7 @@
 //! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series`,
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
-//! `/api/v1/inference` (derived latency signals) and `/api/v1/status`. It only reads — through its own
+//! `/api/v1/inference` (derived latency signals) and `/api/v1/status` (the one place the
+//! status document, [`Status`], is assembled). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
 //! ingest like everything else.
 
@@ -17,6 +18,7 @@ use warp::{Filter, Reply};
 
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
+use crate::status::{self, Status};
 use crate::store::query::RawQuery;
 use crate::store::{Reader, StoreError};
 use crate::timeparse::parse_time;
@@ -281,21 +283,22 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
 }
 
 async fn status(ctx: ApiCtx) -> Response {
-    warp::reply::json(&status_json(&ctx).await).into_response()
+    warp::reply::json(&status_document(&ctx).await).into_response()
 }
 
-/// The `/api/v1/status` document (also what `/metrics` reads the agent's health from).
-pub async fn status_json(ctx: &ApiCtx) -> serde_json::Value {
-    let ctx = ctx.clone();
-    let series = with_reader(&ctx, |r| r.series_count()).await.unwrap_or(-1);
+/// The status document: `/api/v1/status` answers it, `/metrics` exports the agent's health
+/// from it. The one place it is assembled; each part comes from the module that owns it. A
+/// part the store cannot give (a read error) is `null`.
+pub async fn status_document(ctx: &ApiCtx) -> Status {
+    let series = with_reader(ctx, |r| r.series_count()).await.ok();
     let plan = ctx.plan.clone();
-    let rollup = with_reader(&ctx, move |r| {
+    let rollup = with_reader(ctx, move |r| {
         crate::rollup::status(r, &plan, crate::now_ns())
     })
     .await
-    .unwrap_or(serde_json::Value::Null);
+    .ok();
     let floor = ctx.plan.clock_floor_ns;
-    let clock = with_reader(&ctx, move |r| {
+    let clock = with_reader(ctx, move |r| {
         crate::clock::status(&r.conn, floor, crate::now_ns()).map_err(|source| {
             crate::store::StoreError::Sqlite {
                 path: r.path.clone(),
@@ -304,41 +307,43 @@ pub async fn status_json(ctx: &ApiCtx) -> serde_json::Value {
         })
     })
     .await
-    .unwrap_or(serde_json::Value::Null);
+    .ok();
     let s = &ctx.stats;
     let g = Stats::get;
-    json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "uptime_s": ctx.started.elapsed().as_secs(),
-        "ingest": {
-            "points_written": g(&s.points_written),
-            "values_written": g(&s.values_written),
-            "points_rejected": g(&s.points_rejected),
-            "points_dropped": g(&s.points_dropped),
-            "writes_throttled": g(&s.writes_throttled),
-            "writes_too_large": g(&s.writes_too_large),
-            "udp_datagrams": g(&s.udp_datagrams),
-            "queue_points": ctx.handle.queued(),
-            "queue_capacity": ctx.handle.capacity(),
-            "commits": g(&s.commits),
-            "commit_errors": g(&s.commit_errors),
-            "last_commit_ms": g(&s.last_commit_us) as f64 / 1000.0,
+    Status {
+        agent: status::Agent {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            uptime_s: ctx.started.elapsed().as_secs(),
         },
-        "store": {
-            "path": ctx.db_path,
-            "db_bytes": crate::store::disk_bytes(&ctx.db_path),
-            "series": series,
-            "max_series": ctx.max_series,
+        ingest: status::Ingest {
+            points_written: g(&s.points_written),
+            values_written: g(&s.values_written),
+            points_rejected: g(&s.points_rejected),
+            points_dropped: g(&s.points_dropped),
+            writes_throttled: g(&s.writes_throttled),
+            writes_too_large: g(&s.writes_too_large),
+            udp_datagrams: g(&s.udp_datagrams),
+            queue_points: ctx.handle.queued() as u64,
+            queue_capacity: ctx.handle.capacity() as u64,
+            commits: g(&s.commits),
+            commit_errors: g(&s.commit_errors),
+            last_commit_ms: g(&s.last_commit_us) as f64 / 1000.0,
         },
-        "rollup": rollup,
-        "clock": clock,
-        "forward": ctx.forward.snapshot(),
-        "collectors": {
-            "errors": g(&s.collector_errors),
-            "nvml": ctx.nvml.snapshot(),
-            "tegrastats": ctx.tegrastats.snapshot(crate::now_ns()),
+        store: status::Store {
+            path: ctx.db_path.clone(),
+            db_bytes: crate::store::disk_bytes(&ctx.db_path),
+            series,
+            max_series: ctx.max_series as u64,
         },
-    })
+        rollup,
+        clock,
+        forward: ctx.forward.snapshot(),
+        collectors: status::Collectors {
+            errors: g(&s.collector_errors),
+            nvml: ctx.nvml.snapshot(),
+            tegrastats: ctx.tegrastats.snapshot(crate::now_ns()),
+        },
+    }
 }
 
 /// Turns warp's rejections (unknown path, wrong method, bad query string) into JSON errors.

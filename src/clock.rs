@@ -284,15 +284,15 @@ pub fn settle(
     Ok((if done { Settle::Ready } else { Settle::Fixing }, fixed))
 }
 
-/// The `clock` object of `/api/v1/status`.
-pub fn status(conn: &Connection, floor: i64, now: i64) -> rusqlite::Result<serde_json::Value> {
-    Ok(serde_json::json!({
-        "set": now >= floor,
-        "min_valid_ns": floor,
-        "held_from_chunk_id": hold_from(conn)?,
-        "fixed_points": counters::value(conn, "clock_fixed_points")?,
-        "unfixable_points": counters::value(conn, "clock_unfixable_points")?,
-    }))
+/// The `clock` part of the status document: `floor` is `[clock] min_valid`, `now` the clock.
+pub fn status(conn: &Connection, floor: i64, now: i64) -> rusqlite::Result<crate::status::Clock> {
+    Ok(crate::status::Clock {
+        set: now >= floor,
+        min_valid_ns: floor,
+        held_from_chunk_id: hold_from(conn)?,
+        fixed_points: counters::value(conn, "clock_fixed_points")?,
+        unfixable_points: counters::value(conn, "clock_unfixable_points")?,
+    })
 }
 
 #[cfg(test)]
@@ -458,9 +458,9 @@ mod tests {
         assert!(rest.points.iter().all(|p| p.ts >= floor));
         let reader = Reader::open(dir.path()).unwrap();
         let st = status(&reader.conn, floor, set_now).unwrap();
-        assert_eq!(st["set"], true);
-        assert_eq!(st["fixed_points"], 601);
-        assert!(st["held_from_chunk_id"].is_null());
+        assert!(st.set);
+        assert_eq!(st.fixed_points, 601);
+        assert_eq!(st.held_from_chunk_id, None);
     }
 
     /// A held chunk that no longer decodes is left as it is (and said so); the others are
@@ -526,7 +526,7 @@ mod tests {
         assert_eq!(hold_from(&c).unwrap(), None);
         let st = status(&c, floor, now).unwrap();
         assert_eq!(
-            st["unfixable_points"], 2,
+            st.unfixable_points, 2,
             "this boot's points are not the earlier boot's"
         );
         // Nothing is moved either way.
@@ -563,7 +563,7 @@ mod tests {
         assert_eq!(f.points, 3, "this boot's own points are corrected");
         let st = status(&c, floor, floor + MIN).unwrap();
         assert_eq!(
-            st["unfixable_points"],
+            st.unfixable_points,
             1 + 2,
             "a's one point and b's two, not this boot's"
         );
@@ -588,7 +588,7 @@ mod tests {
         assert_eq!(f.points, 0);
         assert_eq!(hold_from(&c).unwrap(), None);
         let st = status(&c, floor, now).unwrap();
-        assert_eq!(st["unfixable_points"], 2);
+        assert_eq!(st.unfixable_points, 2);
         assert_eq!(stored_times(dir.path()), vec![100 * NS, 101 * NS]);
     }
 }

@@ -16,6 +16,7 @@ pub mod model;
 pub mod queue;
 pub mod rollup;
 pub mod stats;
+pub mod status;
 pub mod store;
 pub mod timeparse;
 pub mod web;

@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tokio_util::sync::CancellationToken;
 
 use edgewatch::config::Config;
+use edgewatch::status::Status;
 use edgewatch::store::Reader;
 
 #[derive(Parser)]
@@ -485,14 +486,22 @@ fn status_command(
              (--url, or --config for its [http] listen)"
         ),
     };
-    let v: serde_json::Value = serde_json::from_str(&body)
-        .with_context(|| format!("{url} did not answer a status document"))?;
     let mut out = std::io::stdout().lock();
     if json {
+        // As the agent sent it: an agent of another version may have keys this one lacks.
+        let v: serde_json::Value =
+            serde_json::from_str(&body).with_context(|| format!("{url} did not answer JSON"))?;
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else {
-        out.write_all(render_status(&v, &base, edgewatch::now_ns()).as_bytes())?;
+        let st: Status = serde_json::from_str(&body).with_context(|| {
+            format!(
+                "{url} did not answer a status document this edgewatch {} can read \
+                 (is the agent another version? --json prints what it answered)",
+                env!("CARGO_PKG_VERSION")
+            )
+        })?;
+        out.write_all(render_status(&st, &base, edgewatch::now_ns()).as_bytes())?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -525,100 +534,98 @@ fn human_bytes(b: f64) -> String {
 }
 
 /// The readable form of the status document.
-fn render_status(v: &serde_json::Value, base: &str, now_ns: i64) -> String {
+fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
     use std::fmt::Write as _;
-    let n = |x: &serde_json::Value| x.as_i64().unwrap_or(0);
-    let f = |x: &serde_json::Value| x.as_f64().unwrap_or(0.0);
     let mut o = String::new();
     let _ = writeln!(
         o,
         "edgewatch {} at {base}, up {}",
-        v["version"].as_str().unwrap_or("?"),
-        human_age(f(&v["uptime_s"]))
+        v.agent.version,
+        human_age(v.agent.uptime_s as f64)
     );
-    let i = &v["ingest"];
+    let i = &v.ingest;
     let _ = writeln!(
         o,
         "ingest:     {} points written, {} rejected, {} dropped, {} throttled; queue {}/{}; last commit {:.1} ms",
-        n(&i["points_written"]),
-        n(&i["points_rejected"]),
-        n(&i["points_dropped"]),
-        n(&i["writes_throttled"]),
-        n(&i["queue_points"]),
-        n(&i["queue_capacity"]),
-        f(&i["last_commit_ms"]),
+        i.points_written,
+        i.points_rejected,
+        i.points_dropped,
+        i.writes_throttled,
+        i.queue_points,
+        i.queue_capacity,
+        i.last_commit_ms,
     );
-    let s = &v["store"];
-    let budget = n(&v["rollup"]["budget"]["max_bytes"]);
+    let s = &v.store;
+    let budget = v.rollup.as_ref().map_or(0, |r| r.budget.max_bytes);
     let _ = writeln!(
         o,
         "store:      {} of {} ({} series of {} max) in {}",
-        human_bytes(f(&s["db_bytes"])),
+        human_bytes(s.db_bytes as f64),
         if budget > 0 {
             format!("{} budget", human_bytes(budget as f64))
         } else {
             "no budget".into()
         },
-        n(&s["series"]),
-        n(&s["max_series"]),
-        s["path"].as_str().unwrap_or("?"),
+        s.series.map_or_else(|| "?".into(), |n| n.to_string()),
+        s.max_series,
+        s.path.display(),
     );
-    let r = &v["rollup"];
-    let tiers: Vec<String> = r["tiers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| {
-            format!(
-                "{} lag {} ({} chunks pending)",
-                t["name"].as_str().unwrap_or("?"),
-                t["lag_s"]
-                    .as_f64()
-                    .map(human_age)
-                    .unwrap_or_else(|| "not run yet".into()),
-                n(&t["pending_chunks"])
-            )
-        })
-        .collect();
-    let _ = writeln!(
-        o,
-        "rollup:     {}; evicted {} raw points",
-        if tiers.is_empty() {
-            "no tiers".into()
-        } else {
-            tiers.join(", ")
-        },
-        n(&r["evicted"]["raw_points"])
-    );
-    let c = &v["collectors"];
-    let nv = &c["nvml"];
+    match &v.rollup {
+        Some(r) => {
+            let tiers: Vec<String> = r
+                .tiers
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} lag {} ({} chunks pending)",
+                        t.name,
+                        t.lag_s.map_or_else(|| "not run yet".into(), human_age),
+                        t.pending_chunks
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "rollup:     {}; evicted {} raw points",
+                if tiers.is_empty() {
+                    "no tiers".into()
+                } else {
+                    tiers.join(", ")
+                },
+                r.evicted.raw_points
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "rollup:     unknown (the agent could not read its store)"
+            );
+        }
+    }
+    let c = &v.collectors;
+    let nv = &c.nvml;
+    let g = nv.gpus.len();
     let _ = writeln!(
         o,
         "collectors: {} errors; nvml {}{}",
-        n(&c["errors"]),
-        nv["state"].as_str().unwrap_or("?"),
-        match nv["gpus"].as_array().map(Vec::len) {
-            Some(g) if g > 0 => format!(
+        c.errors,
+        nv.state,
+        if g > 0 {
+            format!(
                 " ({g} GPU{}, driver {})",
                 if g == 1 { "" } else { "s" },
-                nv["driver"].as_str().unwrap_or("?")
-            ),
-            _ => String::new(),
+                nv.driver
+            )
+        } else {
+            String::new()
         }
     );
-    let sinks = v["forward"]["sinks"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
+    let sinks = &v.forward.sinks;
     if sinks.is_empty() {
         let _ = writeln!(o, "forwarding: no sinks configured");
         return o;
     }
-    let _ = writeln!(
-        o,
-        "forwarding: device_id {}",
-        v["forward"]["device_id"].as_str().unwrap_or("?")
-    );
+    let _ = writeln!(o, "forwarding: device_id {}", v.forward.device_id);
     let head = [
         "SINK",
         "TYPE",
@@ -632,49 +639,39 @@ fn render_status(v: &serde_json::Value, base: &str, now_ns: i64) -> String {
         "LAST ERROR",
     ];
     let mut rows: Vec<Vec<String>> = vec![head.iter().map(|h| h.to_string()).collect()];
-    for k in &sinks {
-        let state = if k["paused"] == true {
+    for k in sinks {
+        let state = if k.paused {
             "paused"
-        } else if k["connected"] == true {
+        } else if k.connected {
             "connected"
         } else {
             "down"
         };
-        let last_ok = k["last_success_ns"]
-            .as_i64()
+        let last_ok = k
+            .last_success_ns
             .map(|t| format!("{} ago", human_age((now_ns - t) as f64 / 1e9)))
             .unwrap_or_else(|| "never".into());
-        let err = k["last_error"]
-            .as_str()
+        let err = k
+            .last_error
+            .as_deref()
             .map(|e| {
                 let e: String = e.chars().take(60).collect();
-                match k["last_error_ns"].as_i64() {
+                match k.last_error_ns {
                     Some(t) => format!("{} ago: {e}", human_age((now_ns - t) as f64 / 1e9)),
                     None => e,
                 }
             })
             .unwrap_or_else(|| "-".into());
         rows.push(vec![
-            k["name"].as_str().unwrap_or("?").to_string(),
-            k["type"].as_str().unwrap_or("?").to_string(),
+            k.name.clone(),
+            k.kind.clone(),
             state.to_string(),
-            n(&k["backlog_points"]).to_string(),
-            k["oldest_unsent_age_s"]
-                .as_f64()
-                .map(human_age)
-                .unwrap_or_else(|| "-".into()),
+            k.backlog_points.to_string(),
+            k.oldest_unsent_age_s.map_or_else(|| "-".into(), human_age),
             last_ok,
-            format!(
-                "{} ({} pts)",
-                n(&k["dead_letter_batches"]),
-                n(&k["dead_letter_points"])
-            ),
-            format!("{:.0}", f(&k["drain_rate_pps"])),
-            format!(
-                "{}/{}",
-                n(&k["fallback_points"]),
-                n(&k["evicted_unforwarded_points"])
-            ),
+            format!("{} ({} pts)", k.dead_letter_batches, k.dead_letter_points),
+            format!("{:.0}", k.drain_rate_pps),
+            format!("{}/{}", k.fallback_points, k.evicted_unforwarded_points),
             err,
         ]);
     }

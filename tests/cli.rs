@@ -1,4 +1,5 @@
-//! Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
+//! Commands, config files and errors: `--version`, `--help`, `check-config`, `query`,
+//! `status` (rendering of the typed status document).
 
 use std::process::Command;
 
@@ -346,4 +347,109 @@ fn check_config_applies_the_listen_policy_of_the_agent() {
     let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("no [http] token is set"), "{err}");
+}
+
+/// Answers the next `n` HTTP requests on a loopback port with `body` (JSON, 200); returns
+/// the base URL.
+fn serve_json(body: String, n: usize) -> (String, std::thread::JoinHandle<()>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let server = std::thread::spawn(move || {
+        for _ in 0..n {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (base, server)
+}
+
+#[test]
+fn status_renders_the_typed_document_with_unknown_parts_said_so() {
+    use edgewatch::status;
+    let mut st = status::Status::default();
+    st.agent.version = "9.9.9".into();
+    st.agent.uptime_s = 3725;
+    st.ingest = status::Ingest {
+        points_written: 10,
+        points_rejected: 1,
+        points_dropped: 2,
+        writes_throttled: 3,
+        queue_points: 4,
+        queue_capacity: 1000,
+        last_commit_ms: 1.5,
+        ..status::Ingest::default()
+    };
+    st.store = status::Store {
+        path: "/data/edgewatch.db".into(),
+        db_bytes: 2_000_000,
+        series: None,
+        max_series: 500,
+    };
+    // rollup and clock: null (the agent could not read its store).
+    st.collectors.errors = 6;
+    st.collectors.nvml.state = "running".into();
+    st.collectors.nvml.driver = "550.54.15".into();
+    st.collectors.nvml.gpus.push(status::Gpu::default());
+    st.forward.device_id = "jet-7".into();
+    st.forward.sinks.push(status::Sink {
+        name: "north".into(),
+        kind: "mqtt".into(),
+        paused: true,
+        backlog_points: 42,
+        oldest_unsent_age_s: Some(75.0),
+        last_error: Some("401 unauthorized".into()),
+        dead_letter_batches: 1,
+        dead_letter_points: 9,
+        drain_rate_pps: 12.4,
+        fallback_points: 3,
+        evicted_unforwarded_points: 4,
+        ..status::Sink::default()
+    });
+    let body = serde_json::to_string(&st).unwrap();
+    assert!(body.contains(r#""rollup":null"#), "{body}");
+    let (base, server) = serve_json(body, 1);
+    let (code, out, err) = run(&["status", "--url", &base]);
+    server.join().unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    let want = format!(
+        "edgewatch 9.9.9 at {base}, up 1h02m\n\
+         ingest:     10 points written, 1 rejected, 2 dropped, 3 throttled; queue 4/1000; last commit 1.5 ms\n\
+         store:      2.0 MB of no budget (? series of 500 max) in /data/edgewatch.db\n\
+         rollup:     unknown (the agent could not read its store)\n\
+         collectors: 6 errors; nvml running (1 GPU, driver 550.54.15)\n\
+         forwarding: device_id jet-7\n\
+         \x20 SINK   TYPE  STATE   BACKLOG  OLDEST  LAST OK  DEAD       RATE/S  FALLBACK  LAST ERROR\n\
+         \x20 north  mqtt  paused  42       1m15s   never    1 (9 pts)  12      3/4       401 unauthorized\n\
+         \x20 (FALLBACK: rollup points sent / raw points evicted before this sink sent them)\n"
+    );
+    assert_eq!(out, want);
+}
+
+#[test]
+fn status_refuses_a_document_of_another_shape_and_json_prints_it_as_sent() {
+    let body = r#"{"version":"0.0.1","uptime_s":5,"sinks":[]}"#.to_string();
+    let (base, server) = serve_json(body, 2);
+    let (code, out, err) = run(&["status", "--url", &base]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("did not answer a status document") && err.contains("--json"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["status", "--url", &base, "--json"]);
+    server.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["sinks"], serde_json::json!([]), "{out}");
 }

@@ -166,6 +166,10 @@ fn metrics_of_a_fed_agent_pass_promtool_check() {
         "edgewatch_commit_duration_seconds_bucket{le=\"+Inf\"} ",
         "edgewatch_clock_set 1",
         "edgewatch_clock_holding 0",
+        "edgewatch_clock_unfixable_points_total 0",
+        "edgewatch_evicted_raw_points_total 0",
+        "edgewatch_evicted_rows_total{tier=\"1m\"} 0",
+        "edgewatch_series ",
         "# TYPE edgewatch_tegrastats_state gauge",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
@@ -179,7 +183,11 @@ fn metrics_of_a_fed_agent_pass_promtool_check() {
     assert!(commits >= 2.0, "{commits} commits:\n{text}");
     assert!(!text.contains("label"), "strings are not metrics:\n{text}");
     std::fs::write(target_dir().join("metrics-sample.txt"), &text).unwrap();
+    promtool_check(&text);
+}
 
+/// `promtool check metrics` on `text`: no error, no lint warning.
+fn promtool_check(text: &str) {
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -201,6 +209,76 @@ fn metrics_of_a_fed_agent_pass_promtool_check() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Every `edgewatch_*` family the status document can give (a sink with every optional
+/// value known, a tier not run yet, a held clock) passes promtool, not only those of an
+/// agent without sinks.
+#[test]
+fn metrics_of_every_status_family_pass_promtool_check() {
+    use edgewatch::status;
+    let mut st = status::Status::default();
+    st.agent.version = "0.0.0-test".into();
+    st.store.series = Some(3);
+    st.rollup = Some(status::Rollup {
+        tiers: vec![
+            status::Tier {
+                name: "1m".into(),
+                lag_s: Some(2.0),
+                ..status::Tier::default()
+            },
+            status::Tier {
+                name: "1h".into(),
+                lag_s: None,
+                pending_chunks: 4,
+                ..status::Tier::default()
+            },
+        ],
+        sinks: vec![status::SinkEvictions {
+            name: "north".into(),
+            evicted_unforwarded_points: 5,
+            ..status::SinkEvictions::default()
+        }],
+        ..status::Rollup::default()
+    });
+    st.clock = Some(status::Clock {
+        set: true,
+        held_from_chunk_id: Some(7),
+        ..status::Clock::default()
+    });
+    st.forward.sinks.push(status::Sink {
+        name: "north".into(),
+        kind: "influxdb".into(),
+        connected: true,
+        backlog_points: 9,
+        oldest_unsent_age_s: Some(1.5),
+        last_success_ns: Some(1_700_000_000_000_000_000),
+        last_error: Some("cannot reach".into()),
+        last_error_ns: Some(1_700_000_001_000_000_000),
+        errors: 2,
+        drain_rate_pps: 10.0,
+        ..status::Sink::default()
+    });
+    st.collectors.nvml.state = "running".into();
+    st.collectors.nvml.gpus.push(status::Gpu::default());
+    st.collectors.tegrastats.state = "off".into();
+    st.collectors.tegrastats.last_sample_age_s = Some(0.5);
+    let text = edgewatch::web::metrics::render(&st, &[], None);
+    for want in [
+        "edgewatch_sink_connected{sink=\"north\"} 1",
+        "edgewatch_sink_backlog_points{sink=\"north\"} 9",
+        "edgewatch_sink_oldest_unsent_age_seconds{sink=\"north\"} 1.5",
+        "edgewatch_sink_last_success_seconds{sink=\"north\"} 1700000000",
+        "edgewatch_sink_last_error_seconds{sink=\"north\"} 1700000001",
+        "edgewatch_sink_evicted_unforwarded_points_total{sink=\"north\"} 5",
+        "edgewatch_rollup_lag_seconds{tier=\"1h\"} NaN",
+        "edgewatch_clock_holding 1",
+        "edgewatch_nvml_gpus 1",
+        "edgewatch_tegrastats_last_sample_age_seconds 0.5",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    promtool_check(&text);
 }
 
 #[test]
@@ -231,15 +309,19 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         empty_dir.path(),
         &format!("{FED}[clock]\nmin_valid = \"2100-01-01T00:00:00Z\"\n"),
     );
-    // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML.
+    // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML; and one
+    // InfluxDB sink whose server is down (nothing listens on its port).
     let jet_dir = tempfile::tempdir().unwrap();
     let jetson = Agent::start(
         jet_dir.path(),
         &format!(
-            "[host]\nenabled = false\n[nvml]\nenabled = false\n[tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n",
+            "[host]\nenabled = false\n[nvml]\nenabled = false\n[tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n\
+             [[sink]]\ntype = \"influxdb\"\nname = \"north\"\nurl = \"http://127.0.0.1:{}\"\nversion = 1\n\
+             database = \"edge\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\n",
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/data/tegrastats/agx-orin-jp6.log")
-                .display()
+                .display(),
+            free_port()
         ),
     );
     let shot = target_dir().join("ui-screenshot.png");
@@ -379,6 +461,11 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         storage.contains("1.0 GB budget") && storage.contains("Retention per tier"),
         "{storage}"
     );
+    // The evicted table: raw chunks and points, then each tier's rows.
+    assert!(
+        storage.contains("Evictedwhatcountraw chunks0raw points0rows 1m0rows 1h0"),
+        "{storage}"
+    );
     let empty_inf = r["emptyInference"].as_str().unwrap_or("");
     assert!(
         empty_inf.contains("curl -XPOST") && empty_inf.contains("inference,model="),
@@ -418,6 +505,35 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         sections.contains("Jetson") && sections.contains("GPU"),
         "{sections}"
     );
+    // Its forwarding tab: one row per sink, every column read from `forward.sinks`.
+    let fwd = &r["jetsonForwarding"];
+    assert_eq!(
+        fwd["head"],
+        serde_json::json!([
+            "sink",
+            "kind",
+            "connection",
+            "backlog (points)",
+            "oldest unsent",
+            "last error",
+            "dead letters",
+            "evicted before sent"
+        ]),
+        "{fwd}"
+    );
+    let rows = fwd["rows"].as_array().expect("forwarding rows");
+    assert_eq!(rows.len(), 1, "{fwd}");
+    let cell = |i: usize| rows[0][i].as_str().unwrap_or("");
+    assert_eq!(cell(0), "north", "{fwd}");
+    assert_eq!(cell(1), "influxdb", "{fwd}");
+    assert_eq!(cell(2), "disconnected", "{fwd}");
+    assert!(cell(3).parse::<u64>().is_ok(), "backlog: {fwd}");
+    assert!(
+        cell(5).starts_with("cannot reach http://127.0.0.1:"),
+        "{fwd}"
+    );
+    assert_eq!(cell(6), "0", "dead letters: {fwd}");
+    assert_eq!(cell(7), "0", "evicted: {fwd}");
     assert!(shot.exists());
     eprintln!("screenshot: {}", shot.display());
 }

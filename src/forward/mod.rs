@@ -21,13 +21,14 @@ mod mqtt;
 pub mod store;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 pub use config::{SinkConfig, SinkKind};
+
+use crate::status::{Forward, Sink, StatusCell};
 
 /// What to do after the remote end answered (or did not).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,70 +210,19 @@ impl RateMeter {
     }
 }
 
-/// What `/api/v1/status` shows of one sink.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct SinkState {
-    /// Sink name.
-    pub name: String,
-    /// `influxdb` or `mqtt`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// Where it sends (credentials are never in a URL we print).
-    pub url: String,
-    /// Link up (MQTT: connected; HTTP: the last request got an answer).
-    pub connected: bool,
-    /// Paused after 401/403.
-    pub paused: bool,
-    /// Last acknowledged chunk id.
-    pub cursor_chunk_id: i64,
-    /// Last acknowledged batch sequence number.
-    pub batch_seq: i64,
-    /// Points not yet acknowledged.
-    pub backlog_points: i64,
-    /// Chunks not yet acknowledged.
-    pub backlog_chunks: i64,
-    /// Age of the oldest unsent point, seconds (null: no backlog).
-    pub oldest_unsent_age_s: Option<f64>,
-    /// Last acknowledgement, ns since the epoch.
-    pub last_success_ns: Option<i64>,
-    /// Last error (cleared by the next success).
-    pub last_error: Option<String>,
-    /// When it happened, ns.
-    pub last_error_ns: Option<i64>,
-    /// Errors seen since start.
-    pub errors: u64,
-    /// Batches refused as bad data and kept in `dead_letters`.
-    pub dead_letter_batches: i64,
-    /// Their points.
-    pub dead_letter_points: i64,
-    /// Points acknowledged, all time.
-    pub forwarded_points: i64,
-    /// Batches sent again after a fault (each may have been duplicated once).
-    pub replayed_batches: i64,
-    /// Acknowledged points per second, last 5 s.
-    pub drain_rate_pps: f64,
-    /// Configured rate limit, points/s (0 = none).
-    pub max_rate_pps: u64,
-    /// Raw points evicted before this sink forwarded them.
-    pub evicted_unforwarded_points: i64,
-    /// Rollup points sent in place of evicted raw data.
-    pub fallback_points: i64,
-}
-
-/// One sink's live status.
+/// One sink's live status: the forwarder updates it, `/api/v1/status` copies it.
 #[derive(Debug, Default)]
-pub struct SinkStatus(Mutex<SinkState>);
+pub struct SinkStatus(StatusCell<Sink>);
 
 impl SinkStatus {
     /// Applies `f` to the state.
-    pub fn update(&self, f: impl FnOnce(&mut SinkState)) {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut g);
+    pub fn update(&self, f: impl FnOnce(&mut Sink)) {
+        self.0.update(f);
     }
 
     /// A copy of the state.
-    pub fn get(&self) -> SinkState {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    pub fn get(&self) -> Sink {
+        self.0.snapshot()
     }
 
     fn error(&self, e: &str) {
@@ -307,12 +257,12 @@ pub struct ForwardStatus {
 }
 
 impl ForwardStatus {
-    /// The `forward` object of `/api/v1/status`.
-    pub fn snapshot(&self) -> serde_json::Value {
-        serde_json::json!({
-            "device_id": self.device_id,
-            "sinks": self.sinks.iter().map(|s| s.get()).collect::<Vec<_>>(),
-        })
+    /// The `forward` part of the status document.
+    pub fn snapshot(&self) -> Forward {
+        Forward {
+            device_id: self.device_id.clone(),
+            sinks: self.sinks.iter().map(|s| s.get()).collect(),
+        }
     }
 }
 

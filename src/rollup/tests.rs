@@ -269,7 +269,7 @@ fn assert_rows_counted(dir: &Path, plan: &Plan) {
     let st = status(&reader, plan, 0).unwrap();
     for (i, t) in plan.tiers.iter().enumerate() {
         let n = crate::store::testing::count_tier_rows(dir, t.key());
-        assert_eq!(st["tiers"][i]["rows"], n, "tier {}", t.name);
+        assert_eq!(st.tiers[i].rows, n, "tier {}", t.name);
     }
 }
 
@@ -374,8 +374,8 @@ fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data()
     assert_eq!(chunks as usize, lost);
     assert!(lost == 0 || through > 100);
     let status = status(&reader, &job.plan, now).unwrap();
-    assert_eq!(status["evicted"]["raw_chunks"], rep.evicted_chunks);
-    assert_eq!(status["tiers"][0]["rows"], 10_000);
+    assert_eq!(status.evicted.raw_chunks, rep.evicted_chunks as i64);
+    assert_eq!(status.tiers[0].rows, 10_000);
     assert_rows_counted(dir.path(), &job.plan);
 }
 
@@ -392,12 +392,12 @@ fn tier_row_counts_follow_inserts_merges_and_evictions() {
     job.run_once(2 * HOUR, &|| false).unwrap();
     assert_rows_counted(dir.path(), &plan);
     let reader = Reader::open(dir.path()).unwrap();
-    assert_eq!(status(&reader, &plan, 0).unwrap()["tiers"][0]["rows"], 360);
+    assert_eq!(status(&reader, &plan, 0).unwrap().tiers[0].rows, 360);
     // Late points into existing buckets add no rows; one into a new minute adds one.
     write(&mut w, "m,s=0", &[(5 * NS, 1.0), (3 * HOUR, 2.0)]);
     job.run_once(3 * HOUR, &|| false).unwrap();
     assert_rows_counted(dir.path(), &plan);
-    assert_eq!(status(&reader, &plan, 0).unwrap()["tiers"][0]["rows"], 361);
+    assert_eq!(status(&reader, &plan, 0).unwrap().tiers[0].rows, 361);
     // Tier retention deletes the old rows and the count follows.
     let mut short = plan.clone();
     short.tiers[0].retention_ns = Some(HOUR);
@@ -433,7 +433,7 @@ fn migration_4_counts_the_rows_of_an_older_store() {
     drop(Writer::open(dir.path(), 100, Synchronous::Normal).unwrap());
     let reader = Reader::open(dir.path()).unwrap();
     let st = status(&reader, &plan, 0).unwrap();
-    assert_eq!(st["tiers"][0]["rows"], 10);
-    assert_eq!(st["tiers"][1]["rows"], 1);
+    assert_eq!(st.tiers[0].rows, 10);
+    assert_eq!(st.tiers[1].rows, 1);
     assert_rows_counted(dir.path(), &plan);
 }

@@ -1,14 +1,17 @@
 //! `GET /metrics`: the Prometheus text exposition (format 0.0.4) of the latest value of every
-//! numeric series in the store, tags as labels, and the agent's own health (`edgewatch_*`,
-//! from the same JSON as `/api/v1/status`). Built on each scrape from a read of the store:
-//! nothing is kept in memory between scrapes and the writer thread is never touched.
+//! numeric series in the store, tags as labels, and the agent's own health (`edgewatch_*`)
+//! from the typed status document that `/api/v1/status` answers: each family's name, type
+//! and help are written out next to the field it exports, never derived from a field name.
+//! Built on each scrape from a read of the store: nothing is kept in memory between scrapes
+//! and the writer thread is never touched.
 //!
-//! Names: a series `measurement,tags field=` becomes the gauge `measurement_field{tags}`
-//! (snake_case; characters outside `[a-z0-9_]` become `_`), e.g. `gpu_temp_c{gpu="0",...}`,
-//! in base units where the field names a time or size unit ([`base_unit`]: `wall_ms` ->
-//! `inference_wall_seconds`, `mem_used_mb` -> `gpu_mem_used_bytes`); the `edgewatch_` prefix is kept for the agent's own metrics. Strings are left out; booleans
-//! are 0/1. A series whose newest point is older than [`LATEST_WINDOW_NS`] is left out, as
-//! Prometheus would mark it stale.
+//! Names of stored series: `measurement,tags field=` becomes the gauge
+//! `measurement_field{tags}` (snake_case; characters outside `[a-z0-9_]` become `_`), e.g.
+//! `gpu_temp_c{gpu="0",...}`, in base units where the field names a time or size unit
+//! ([`base_unit`]: `wall_ms` -> `inference_wall_seconds`, `mem_used_mb` ->
+//! `gpu_mem_used_bytes`); names starting `edgewatch_` are the agent's own and are not taken
+//! from the store. Strings are left out; booleans are 0/1. A series whose newest point is
+//! older than [`LATEST_WINDOW_NS`] is left out, as Prometheus would mark it stale.
 //!
 //! Encoding uses the `prometheus` crate's `TextEncoder` (escaping, name and label checks,
 //! duplicate detection): the classic text format is what `promtool check metrics` checks and
@@ -19,9 +22,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::ControlFlow;
 
 use prometheus::{CounterVec, GaugeVec, Opts, Registry};
-use serde_json::Value as J;
 
 use crate::model::Kind;
+use crate::status::{self, Status};
 use crate::store::bucket::numeric;
 use crate::store::chunks::{self, Scan};
 use crate::store::{dict, Reader, StoreError};
@@ -272,342 +275,399 @@ impl Scrape {
     }
 }
 
-fn num(v: &J) -> Option<f64> {
-    match v {
-        J::Number(n) => n.as_f64(),
-        J::Bool(b) => Some(if *b { 1.0 } else { 0.0 }),
-        _ => None,
+/// A boolean as a gauge value.
+fn flag(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
     }
 }
 
-/// The agent's own health from the `/api/v1/status` JSON.
-fn health(s: &mut Scrape, status: &J) {
-    let ingest = &status["ingest"];
-    for (key, name, help) in [
+/// The agent's own health from the status document: every `edgewatch_*` family is named,
+/// typed and described here, next to the field it exports (renaming a field does not rename
+/// a metric; removing one fails to compile).
+fn health(s: &mut Scrape, st: &Status) {
+    agent(s, &st.agent);
+    ingest(s, &st.ingest);
+    store(s, &st.store);
+    if let Some(r) = &st.rollup {
+        rollup(s, r);
+    }
+    if let Some(c) = &st.clock {
+        clock(s, c);
+    }
+    for k in &st.forward.sinks {
+        sink(s, k);
+    }
+    collectors(s, &st.collectors);
+}
+
+fn agent(s: &mut Scrape, a: &status::Agent) {
+    s.gauge(
+        "edgewatch_build_info",
+        "The agent's version.",
+        &[("version", &a.version)],
+        1.0,
+    );
+    s.gauge(
+        "edgewatch_uptime_seconds",
+        "Seconds since the agent started.",
+        &[],
+        a.uptime_s as f64,
+    );
+}
+
+fn ingest(s: &mut Scrape, i: &status::Ingest) {
+    let counters = [
         (
-            "points_written",
             "edgewatch_points_written_total",
             "Points (lines) committed to the store.",
+            i.points_written,
         ),
         (
-            "values_written",
             "edgewatch_values_written_total",
             "Field values committed to the store.",
+            i.values_written,
         ),
         (
-            "points_rejected",
             "edgewatch_points_rejected_total",
             "Points refused: parse errors, type conflicts, series cap.",
+            i.points_rejected,
         ),
         (
-            "points_dropped",
             "edgewatch_points_dropped_total",
             "Points dropped because the queue was full or their commit failed.",
+            i.points_dropped,
         ),
         (
-            "writes_throttled",
             "edgewatch_http_writes_throttled_total",
             "HTTP writes answered 503 (queue full).",
+            i.writes_throttled,
         ),
         (
-            "writes_too_large",
             "edgewatch_http_writes_too_large_total",
             "HTTP writes answered 413.",
+            i.writes_too_large,
         ),
         (
-            "udp_datagrams",
             "edgewatch_udp_datagrams_total",
             "UDP datagrams received.",
+            i.udp_datagrams,
         ),
         (
-            "commits",
             "edgewatch_commits_total",
             "Transactions committed by the writer.",
+            i.commits,
         ),
         (
-            "commit_errors",
             "edgewatch_commit_errors_total",
             "Transactions that failed (disk full, IO error).",
-        ),
-    ] {
-        if let Some(v) = num(&ingest[key]) {
-            s.counter(name, help, &[], v);
-        }
-    }
-    let gauges: [(&J, &str, &str, f64); 8] = [
-        (
-            &ingest["queue_points"],
-            "edgewatch_queue_points",
-            "Points waiting between ingest and the writer.",
-            1.0,
-        ),
-        (
-            &ingest["queue_capacity"],
-            "edgewatch_queue_capacity_points",
-            "Queue capacity in points.",
-            1.0,
-        ),
-        (
-            &ingest["last_commit_ms"],
-            "edgewatch_write_latency_seconds",
-            "Duration of the writer's last commit.",
-            0.001,
-        ),
-        (
-            &status["store"]["db_bytes"],
-            "edgewatch_db_bytes",
-            "Database plus WAL on disk.",
-            1.0,
-        ),
-        (
-            &status["store"]["series"],
-            "edgewatch_series",
-            "Series in the store.",
-            1.0,
-        ),
-        (
-            &status["store"]["max_series"],
-            "edgewatch_series_limit",
-            "Most series the store creates.",
-            1.0,
-        ),
-        (
-            &status["rollup"]["budget"]["max_bytes"],
-            "edgewatch_db_budget_bytes",
-            "Disk budget of the store (0: none).",
-            1.0,
-        ),
-        (
-            &status["uptime_s"],
-            "edgewatch_uptime_seconds",
-            "Seconds since the agent started.",
-            1.0,
+            i.commit_errors,
         ),
     ];
-    for (v, name, help, scale) in gauges {
-        if let Some(v) = num(v) {
-            s.gauge(name, help, &[], v * scale);
-        }
+    for (name, help, v) in counters {
+        s.counter(name, help, &[], v as f64);
     }
-    if let Some(v) = status["version"].as_str() {
-        s.gauge(
-            "edgewatch_build_info",
-            "The agent's version.",
-            &[("version", v)],
-            1.0,
-        );
+    s.gauge(
+        "edgewatch_queue_points",
+        "Points waiting between ingest and the writer.",
+        &[],
+        i.queue_points as f64,
+    );
+    s.gauge(
+        "edgewatch_queue_capacity_points",
+        "Queue capacity in points.",
+        &[],
+        i.queue_capacity as f64,
+    );
+    s.gauge(
+        "edgewatch_write_latency_seconds",
+        "Duration of the writer's last commit.",
+        &[],
+        i.last_commit_ms * 1e-3,
+    );
+}
+
+fn store(s: &mut Scrape, st: &status::Store) {
+    s.gauge(
+        "edgewatch_db_bytes",
+        "Database plus WAL on disk.",
+        &[],
+        st.db_bytes as f64,
+    );
+    if let Some(n) = st.series {
+        s.gauge("edgewatch_series", "Series in the store.", &[], n as f64);
     }
-    let collectors = &status["collectors"];
-    if let Some(v) = num(&collectors["errors"]) {
-        s.counter(
-            "edgewatch_collector_errors_total",
-            "Collector samples that failed.",
-            &[],
-            v,
-        );
-    }
-    if let Some(state) = collectors["nvml"]["state"].as_str() {
-        s.gauge(
-            "edgewatch_nvml_state",
-            "NVML collector state (1 for the current one).",
-            &[("state", state)],
-            1.0,
-        );
-        let gpus = collectors["nvml"]["gpus"].as_array().map_or(0, Vec::len);
-        s.gauge(
-            "edgewatch_nvml_gpus",
-            "GPUs the NVML collector samples.",
-            &[],
-            gpus as f64,
-        );
-    }
-    let teg = &collectors["tegrastats"];
-    if let Some(state) = teg["state"].as_str() {
-        s.gauge(
-            "edgewatch_tegrastats_state",
-            "tegrastats collector state (1 for the current one).",
-            &[("state", state)],
-            1.0,
-        );
-        for (key, name, help) in [
-            (
-                "samples",
-                "edgewatch_tegrastats_samples_total",
-                "tegrastats lines parsed and submitted.",
-            ),
-            (
-                "bad_lines",
-                "edgewatch_tegrastats_bad_lines_total",
-                "tegrastats lines that could not be parsed.",
-            ),
-            (
-                "restarts",
-                "edgewatch_tegrastats_restarts_total",
-                "Times tegrastats exited, failed or stalled and was restarted.",
-            ),
-            (
-                "stalls",
-                "edgewatch_tegrastats_stalls_total",
-                "Times tegrastats printed nothing for stall_timeout and was stopped.",
-            ),
-        ] {
-            if let Some(v) = num(&teg[key]) {
-                s.counter(name, help, &[], v);
-            }
-        }
-        if let Some(v) = num(&teg["last_sample_age_s"]) {
-            s.gauge(
-                "edgewatch_tegrastats_last_sample_age_seconds",
-                "Seconds since the last tegrastats sample.",
-                &[],
-                v,
-            );
-        }
-    }
-    let clock = &status["clock"];
-    if let Some(set) = clock["set"].as_bool() {
-        s.gauge(
-            "edgewatch_clock_set",
-            "1 when the clock reads later than [clock] min_valid (0: not set; rollup and forwarding wait).",
-            &[],
-            if set { 1.0 } else { 0.0 },
-        );
-        s.gauge(
-            "edgewatch_clock_holding",
-            "1 while points stamped before the clock was set are held back from rollup and forwarding.",
-            &[],
-            if clock["held_from_chunk_id"].is_null() { 0.0 } else { 1.0 },
-        );
-        if let Some(v) = num(&clock["fixed_points"]) {
-            s.counter(
-                "edgewatch_clock_fixed_points_total",
-                "Points whose times were corrected once the clock was set.",
-                &[],
-                v,
-            );
-        }
-    }
-    let rollup = &status["rollup"];
-    for t in rollup["tiers"].as_array().into_iter().flatten() {
-        let tier = t["name"].as_str().unwrap_or("");
-        let l = [("tier", tier)];
+    s.gauge(
+        "edgewatch_series_limit",
+        "Most series the store creates.",
+        &[],
+        st.max_series as f64,
+    );
+}
+
+fn rollup(s: &mut Scrape, r: &status::Rollup) {
+    s.gauge(
+        "edgewatch_db_budget_bytes",
+        "Disk budget of the store (0: none).",
+        &[],
+        r.budget.max_bytes as f64,
+    );
+    for t in &r.tiers {
+        let l = [("tier", t.name.as_str())];
         // NaN (unknown) while data waits for the job's first run, rather than no series.
-        let lag = num(&t["lag_s"]).unwrap_or(f64::NAN);
         s.gauge(
             "edgewatch_rollup_lag_seconds",
             "How far the tier's rollup is behind (0: caught up; NaN: not run yet).",
             &l,
-            lag,
+            t.lag_s.unwrap_or(f64::NAN),
         );
-        if let Some(v) = num(&t["pending_chunks"]) {
-            s.gauge(
-                "edgewatch_rollup_pending_chunks",
-                "Raw chunks not yet folded into the tier.",
-                &l,
-                v,
-            );
-        }
-        if let Some(v) = num(&t["rows"]) {
-            s.gauge("edgewatch_rollup_rows", "Rows of the tier.", &l, v);
-        }
-        if let Some(v) = num(&t["late_points"]) {
-            s.counter(
-                "edgewatch_rollup_late_points_total",
-                "Points that landed in a final bucket.",
-                &l,
-                v,
-            );
-        }
+        s.gauge(
+            "edgewatch_rollup_pending_chunks",
+            "Raw chunks not yet folded into the tier.",
+            &l,
+            t.pending_chunks as f64,
+        );
+        s.gauge(
+            "edgewatch_rollup_rows",
+            "Rows of the tier.",
+            &l,
+            t.rows as f64,
+        );
+        s.counter(
+            "edgewatch_rollup_late_points_total",
+            "Points that landed in a final bucket.",
+            &l,
+            t.late_points as f64,
+        );
+        s.counter(
+            "edgewatch_evicted_rows_total",
+            "Tier rows evicted by retention or the disk budget.",
+            &l,
+            t.evicted_rows as f64,
+        );
     }
-    if let Some(ev) = rollup["evicted"].as_object() {
-        for (k, v) in ev {
-            let Some(v) = num(v) else { continue };
-            match k.strip_prefix("rows_") {
-                Some(tier) => s.counter(
-                    "edgewatch_evicted_rows_total",
-                    "Tier rows evicted by retention or the disk budget.",
-                    &[("tier", tier)],
-                    v,
-                ),
-                None => s.counter(
-                    &metric_name(&format!("edgewatch_evicted_{k}_total")),
-                    "Raw data evicted by retention or the disk budget.",
-                    &[],
-                    v,
-                ),
-            }
-        }
+    s.counter(
+        "edgewatch_evicted_raw_chunks_total",
+        "Raw chunks evicted by retention or the disk budget.",
+        &[],
+        r.evicted.raw_chunks as f64,
+    );
+    s.counter(
+        "edgewatch_evicted_raw_points_total",
+        "Raw points evicted by retention or the disk budget.",
+        &[],
+        r.evicted.raw_points as f64,
+    );
+    for k in &r.sinks {
+        s.counter(
+            "edgewatch_sink_evicted_unforwarded_points_total",
+            "Points evicted before the sink forwarded them.",
+            &[("sink", &k.name)],
+            k.evicted_unforwarded_points as f64,
+        );
     }
-    for sink in rollup["sinks"].as_array().into_iter().flatten() {
-        let name = sink["name"].as_str().unwrap_or("");
-        if let Some(v) = num(&sink["evicted_unforwarded_points"]) {
-            s.counter(
-                "edgewatch_sink_evicted_unforwarded_points_total",
-                "Points evicted before the sink forwarded them.",
-                &[("sink", name)],
-                v,
-            );
-        }
-    }
-    sinks(s, status);
 }
 
-/// Per-sink forwarding state, whatever its exact shape: `sinks` or `forward` (or
-/// `forward.sinks`), as an array of objects with `name` or an object keyed by name; every
-/// numeric or boolean member `k` (one level of nesting joined with `_`) becomes
-/// `edgewatch_sink_k{sink="name"}`.
-fn sinks(s: &mut Scrape, status: &J) {
-    let forward = &status["forward"];
-    let forward = if forward.get("sinks").is_some() {
-        &forward["sinks"]
-    } else {
-        forward
-    };
-    let mut list: Vec<(String, &J)> = Vec::new();
-    for v in [&status["sinks"], forward] {
-        match v {
-            J::Array(a) => list.extend(
-                a.iter()
-                    .filter_map(|o| Some((o["name"].as_str()?.to_string(), o))),
-            ),
-            J::Object(m) => list.extend(
-                m.iter()
-                    .filter(|(_, o)| o.is_object())
-                    .map(|(n, o)| (n.clone(), o)),
-            ),
-            _ => {}
+fn clock(s: &mut Scrape, c: &status::Clock) {
+    s.gauge(
+        "edgewatch_clock_set",
+        "1 when the clock reads later than [clock] min_valid (0: not set; rollup and forwarding wait).",
+        &[],
+        flag(c.set),
+    );
+    s.gauge(
+        "edgewatch_clock_holding",
+        "1 while points stamped before the clock was set are held back from rollup and forwarding.",
+        &[],
+        flag(c.held_from_chunk_id.is_some()),
+    );
+    s.counter(
+        "edgewatch_clock_fixed_points_total",
+        "Points whose times were corrected once the clock was set.",
+        &[],
+        c.fixed_points as f64,
+    );
+    s.counter(
+        "edgewatch_clock_unfixable_points_total",
+        "Points an earlier boot stamped on an unset clock, which could not be corrected.",
+        &[],
+        c.unfixable_points as f64,
+    );
+}
+
+/// One sink's forwarding state: `edgewatch_sink_*{sink="name"}` gauges.
+fn sink(s: &mut Scrape, k: &status::Sink) {
+    let l = [("sink", k.name.as_str())];
+    let gauges = [
+        (
+            "edgewatch_sink_connected",
+            "1 while the sink's link is up (MQTT: connected; HTTP: the last request got an answer).",
+            Some(flag(k.connected)),
+        ),
+        (
+            "edgewatch_sink_paused",
+            "1 while the sink is paused after its remote end answered 401/403.",
+            Some(flag(k.paused)),
+        ),
+        (
+            "edgewatch_sink_cursor_chunk_id",
+            "Last chunk id the sink's remote end acknowledged.",
+            Some(k.cursor_chunk_id as f64),
+        ),
+        (
+            "edgewatch_sink_batch_seq",
+            "Sequence number of the sink's last acknowledged batch.",
+            Some(k.batch_seq as f64),
+        ),
+        (
+            "edgewatch_sink_backlog_points",
+            "Points the sink's remote end has not acknowledged yet.",
+            Some(k.backlog_points as f64),
+        ),
+        (
+            "edgewatch_sink_backlog_chunks",
+            "Chunks the sink's remote end has not acknowledged yet.",
+            Some(k.backlog_chunks as f64),
+        ),
+        (
+            "edgewatch_sink_oldest_unsent_age_seconds",
+            "Age of the oldest point the sink has not sent (absent: no backlog).",
+            k.oldest_unsent_age_s,
+        ),
+        (
+            "edgewatch_sink_last_success_seconds",
+            "When the sink's remote end last acknowledged a batch, Unix time (absent: never).",
+            k.last_success_ns.map(|t| t as f64 / 1e9),
+        ),
+        (
+            "edgewatch_sink_last_error_seconds",
+            "When the sink last failed, Unix time (absent: no error).",
+            k.last_error_ns.map(|t| t as f64 / 1e9),
+        ),
+        (
+            "edgewatch_sink_errors",
+            "Errors the sink has seen since the agent started.",
+            Some(k.errors as f64),
+        ),
+        (
+            "edgewatch_sink_dead_letter_batches",
+            "Batches the sink's remote end refused as bad data (kept in dead_letters).",
+            Some(k.dead_letter_batches as f64),
+        ),
+        (
+            "edgewatch_sink_dead_letter_points",
+            "Points of the batches kept in dead_letters.",
+            Some(k.dead_letter_points as f64),
+        ),
+        (
+            "edgewatch_sink_forwarded_points",
+            "Points the sink's remote end acknowledged, all time.",
+            Some(k.forwarded_points as f64),
+        ),
+        (
+            "edgewatch_sink_replayed_batches",
+            "Batches sent again after a fault (each may have been duplicated once).",
+            Some(k.replayed_batches as f64),
+        ),
+        (
+            "edgewatch_sink_drain_rate_pps",
+            "Points per second the sink's remote end acknowledged, last 5 s.",
+            Some(k.drain_rate_pps),
+        ),
+        (
+            "edgewatch_sink_max_rate_pps",
+            "The sink's configured rate limit, points per second (0: none).",
+            Some(k.max_rate_pps as f64),
+        ),
+        (
+            "edgewatch_sink_evicted_unforwarded_points",
+            "Raw points evicted before the sink forwarded them.",
+            Some(k.evicted_unforwarded_points as f64),
+        ),
+        (
+            "edgewatch_sink_fallback_points",
+            "Rollup points sent in place of raw points evicted before the sink sent them.",
+            Some(k.fallback_points as f64),
+        ),
+    ];
+    for (name, help, v) in gauges {
+        if let Some(v) = v {
+            s.gauge(name, help, &l, v);
         }
     }
-    let mut seen = BTreeSet::new();
-    for (name, o) in list {
-        let Some(m) = o.as_object() else { continue };
-        for (k, v) in m {
-            let leaves: Vec<(String, f64)> = match v {
-                J::Object(inner) => inner
-                    .iter()
-                    .filter_map(|(k2, v2)| num(v2).map(|x| (format!("{k}_{k2}"), x)))
-                    .collect(),
-                other => num(other).map(|x| (k.clone(), x)).into_iter().collect(),
-            };
-            for (k, x) in leaves {
-                let (metric, factor) = base_unit(&metric_name(&format!("edgewatch_sink_{k}")));
-                if seen.insert((metric.clone(), name.clone())) {
-                    s.gauge(
-                        &metric,
-                        "Forwarding state of the sink (see /api/v1/status).",
-                        &[("sink", &name)],
-                        x * factor,
-                    );
-                }
-            }
-        }
+}
+
+fn collectors(s: &mut Scrape, c: &status::Collectors) {
+    s.counter(
+        "edgewatch_collector_errors_total",
+        "Collector samples that failed.",
+        &[],
+        c.errors as f64,
+    );
+    s.gauge(
+        "edgewatch_nvml_state",
+        "NVML collector state (1 for the current one).",
+        &[("state", &c.nvml.state)],
+        1.0,
+    );
+    s.gauge(
+        "edgewatch_nvml_gpus",
+        "GPUs the NVML collector samples.",
+        &[],
+        c.nvml.gpus.len() as f64,
+    );
+    let t = &c.tegrastats;
+    s.gauge(
+        "edgewatch_tegrastats_state",
+        "tegrastats collector state (1 for the current one).",
+        &[("state", &t.state)],
+        1.0,
+    );
+    let counters = [
+        (
+            "edgewatch_tegrastats_samples_total",
+            "tegrastats lines parsed and submitted.",
+            t.samples,
+        ),
+        (
+            "edgewatch_tegrastats_bad_lines_total",
+            "tegrastats lines that could not be parsed.",
+            t.bad_lines,
+        ),
+        (
+            "edgewatch_tegrastats_restarts_total",
+            "Times tegrastats exited, failed or stalled and was restarted.",
+            t.restarts,
+        ),
+        (
+            "edgewatch_tegrastats_stalls_total",
+            "Times tegrastats printed nothing for stall_timeout and was stopped.",
+            t.stalls,
+        ),
+    ];
+    for (name, help, v) in counters {
+        s.counter(name, help, &[], v as f64);
+    }
+    if let Some(age) = t.last_sample_age_s {
+        s.gauge(
+            "edgewatch_tegrastats_last_sample_age_seconds",
+            "Seconds since the last tegrastats sample.",
+            &[],
+            age,
+        );
     }
 }
 
 /// The whole exposition: the agent's health, then one gauge family per measurement and
 /// field (label names: the union of the family's tag keys; a missing tag is an empty label,
 /// which Prometheus treats as absent).
-pub fn render(status: &J, latest: &[Latest], commits: Option<&prometheus::Histogram>) -> String {
+pub fn render(
+    status: &Status,
+    latest: &[Latest],
+    commits: Option<&prometheus::Histogram>,
+) -> String {
     let mut s = Scrape::new();
     health(&mut s, status);
     if let Some(h) = commits {
@@ -704,8 +764,11 @@ mod tests {
 
     #[test]
     fn series_become_labelled_gauges_with_escaped_values() {
+        let mut status = Status::default();
+        status.ingest.points_written = 5;
+        status.ingest.queue_points = 2;
         let text = render(
-            &serde_json::json!({"ingest": {"points_written": 5, "queue_points": 2}}),
+            &status,
             &[
                 l(
                     "gpu",
@@ -740,34 +803,363 @@ mod tests {
         assert!(text.contains("edgewatch_queue_points 2"), "{text}");
     }
 
-    #[test]
-    fn sinks_of_any_shape_are_exported() {
-        let status = serde_json::json!({
-            "sinks": [{"name": "influx", "backlog_points": 12, "connected": true, "last_error": "x"}],
-            "forward": {"mqtt": {"backlog_points": 3, "oldest_unsent_age_s": 4.5}},
-        });
-        let text = render(&status, &[], None);
-        assert!(
-            text.contains(r#"edgewatch_sink_backlog_points{sink="influx"} 12"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"edgewatch_sink_connected{sink="influx"} 1"#),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"edgewatch_sink_oldest_unsent_age_seconds{sink="mqtt"} 4.5"#),
-            "{text}"
-        );
+    /// A status document with a known, distinct value in every exported field.
+    fn known_status() -> Status {
+        Status {
+            agent: status::Agent {
+                version: "9.8.7".into(),
+                uptime_s: 61,
+            },
+            ingest: status::Ingest {
+                points_written: 101,
+                values_written: 102,
+                points_rejected: 103,
+                points_dropped: 104,
+                writes_throttled: 105,
+                writes_too_large: 106,
+                udp_datagrams: 107,
+                queue_points: 108,
+                queue_capacity: 109,
+                commits: 110,
+                commit_errors: 111,
+                last_commit_ms: 12.5,
+            },
+            store: status::Store {
+                path: "/var/lib/edgewatch/edgewatch.db".into(),
+                db_bytes: 201,
+                series: Some(202),
+                max_series: 203,
+            },
+            rollup: Some(status::Rollup {
+                tiers: vec![
+                    status::Tier {
+                        name: "1m".into(),
+                        resolution_s: 60,
+                        retention_s: Some(86_400),
+                        cursor_chunk_id: 300,
+                        pending_chunks: 301,
+                        lag_s: Some(30.5),
+                        watermark_ns: Some(1),
+                        late_points: 302,
+                        rows: 303,
+                        evicted_rows: 304,
+                    },
+                    status::Tier {
+                        name: "1h".into(),
+                        resolution_s: 3600,
+                        retention_s: None,
+                        cursor_chunk_id: 0,
+                        pending_chunks: 311,
+                        lag_s: None,
+                        watermark_ns: None,
+                        late_points: 312,
+                        rows: 313,
+                        evicted_rows: 314,
+                    },
+                ],
+                newest_chunk_id: 320,
+                raw_retention_s: 604_800,
+                lateness_s: 60,
+                evicted: status::Evicted {
+                    raw_chunks: 321,
+                    raw_points: 322,
+                },
+                sinks: vec![status::SinkEvictions {
+                    name: "north".into(),
+                    cursor_chunk_id: 323,
+                    evicted_unforwarded_chunks: 324,
+                    evicted_unforwarded_points: 325,
+                    evicted_through_chunk_id: 326,
+                }],
+                budget: status::Budget {
+                    max_bytes: 327,
+                    db_bytes: 201,
+                },
+            }),
+            clock: Some(status::Clock {
+                set: true,
+                min_valid_ns: 400,
+                held_from_chunk_id: Some(401),
+                fixed_points: 402,
+                unfixable_points: 403,
+            }),
+            forward: status::Forward {
+                device_id: "dev-1".into(),
+                sinks: vec![
+                    status::Sink {
+                        name: "north".into(),
+                        kind: "influxdb".into(),
+                        url: "http://127.0.0.1:8086".into(),
+                        connected: true,
+                        paused: false,
+                        cursor_chunk_id: 501,
+                        batch_seq: 502,
+                        backlog_points: 503,
+                        backlog_chunks: 504,
+                        oldest_unsent_age_s: Some(4.5),
+                        last_success_ns: Some(1_500_000_000),
+                        last_error: Some("x".into()),
+                        last_error_ns: Some(2_500_000_000),
+                        errors: 505,
+                        dead_letter_batches: 506,
+                        dead_letter_points: 507,
+                        forwarded_points: 508,
+                        replayed_batches: 509,
+                        drain_rate_pps: 510.5,
+                        max_rate_pps: 511,
+                        evicted_unforwarded_points: 512,
+                        fallback_points: 513,
+                    },
+                    // Nothing sent, nothing failed, no backlog: those series are absent.
+                    status::Sink {
+                        name: "south".into(),
+                        kind: "mqtt".into(),
+                        paused: true,
+                        ..status::Sink::default()
+                    },
+                ],
+            },
+            collectors: status::Collectors {
+                errors: 601,
+                nvml: status::Nvml {
+                    state: "running".into(),
+                    driver: "550.54.15".into(),
+                    cuda: "12.4".into(),
+                    samples: 602,
+                    last_sample_us: Some(603),
+                    gpus: vec![status::Gpu::default(), status::Gpu::default()],
+                },
+                tegrastats: status::Tegrastats {
+                    state: "replaying".into(),
+                    detail: "x.log".into(),
+                    pid: None,
+                    starts: 701,
+                    restarts: 702,
+                    stalls: 703,
+                    samples: 704,
+                    bad_lines: 705,
+                    last_sample_age_s: Some(0.25),
+                },
+            },
+        }
     }
+
+    /// The `edgewatch_*` lines of an exposition (help, type and samples).
+    fn own_lines(text: &str) -> String {
+        text.lines()
+            .filter(|l| l.contains("edgewatch_"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    /// Every `edgewatch_*` family, exactly: a renamed field must not rename a metric, and
+    /// a metric must follow the field it exports.
+    #[test]
+    fn the_agents_own_families_are_exactly_these() {
+        let text = render(&known_status(), &[], None);
+        let got = own_lines(&text);
+        assert_eq!(got, OWN_FAMILIES, "got:\n{got}");
+    }
+
+    /// What [`known_status`] exports, every value traceable to one field.
+    const OWN_FAMILIES: &str = r#"# HELP edgewatch_build_info The agent's version.
+# TYPE edgewatch_build_info gauge
+edgewatch_build_info{version="9.8.7"} 1
+# HELP edgewatch_clock_fixed_points_total Points whose times were corrected once the clock was set.
+# TYPE edgewatch_clock_fixed_points_total counter
+edgewatch_clock_fixed_points_total 402
+# HELP edgewatch_clock_holding 1 while points stamped before the clock was set are held back from rollup and forwarding.
+# TYPE edgewatch_clock_holding gauge
+edgewatch_clock_holding 1
+# HELP edgewatch_clock_set 1 when the clock reads later than [clock] min_valid (0: not set; rollup and forwarding wait).
+# TYPE edgewatch_clock_set gauge
+edgewatch_clock_set 1
+# HELP edgewatch_clock_unfixable_points_total Points an earlier boot stamped on an unset clock, which could not be corrected.
+# TYPE edgewatch_clock_unfixable_points_total counter
+edgewatch_clock_unfixable_points_total 403
+# HELP edgewatch_collector_errors_total Collector samples that failed.
+# TYPE edgewatch_collector_errors_total counter
+edgewatch_collector_errors_total 601
+# HELP edgewatch_commit_errors_total Transactions that failed (disk full, IO error).
+# TYPE edgewatch_commit_errors_total counter
+edgewatch_commit_errors_total 111
+# HELP edgewatch_commits_total Transactions committed by the writer.
+# TYPE edgewatch_commits_total counter
+edgewatch_commits_total 110
+# HELP edgewatch_db_budget_bytes Disk budget of the store (0: none).
+# TYPE edgewatch_db_budget_bytes gauge
+edgewatch_db_budget_bytes 327
+# HELP edgewatch_db_bytes Database plus WAL on disk.
+# TYPE edgewatch_db_bytes gauge
+edgewatch_db_bytes 201
+# HELP edgewatch_evicted_raw_chunks_total Raw chunks evicted by retention or the disk budget.
+# TYPE edgewatch_evicted_raw_chunks_total counter
+edgewatch_evicted_raw_chunks_total 321
+# HELP edgewatch_evicted_raw_points_total Raw points evicted by retention or the disk budget.
+# TYPE edgewatch_evicted_raw_points_total counter
+edgewatch_evicted_raw_points_total 322
+# HELP edgewatch_evicted_rows_total Tier rows evicted by retention or the disk budget.
+# TYPE edgewatch_evicted_rows_total counter
+edgewatch_evicted_rows_total{tier="1h"} 314
+edgewatch_evicted_rows_total{tier="1m"} 304
+# HELP edgewatch_http_writes_throttled_total HTTP writes answered 503 (queue full).
+# TYPE edgewatch_http_writes_throttled_total counter
+edgewatch_http_writes_throttled_total 105
+# HELP edgewatch_http_writes_too_large_total HTTP writes answered 413.
+# TYPE edgewatch_http_writes_too_large_total counter
+edgewatch_http_writes_too_large_total 106
+# HELP edgewatch_nvml_gpus GPUs the NVML collector samples.
+# TYPE edgewatch_nvml_gpus gauge
+edgewatch_nvml_gpus 2
+# HELP edgewatch_nvml_state NVML collector state (1 for the current one).
+# TYPE edgewatch_nvml_state gauge
+edgewatch_nvml_state{state="running"} 1
+# HELP edgewatch_points_dropped_total Points dropped because the queue was full or their commit failed.
+# TYPE edgewatch_points_dropped_total counter
+edgewatch_points_dropped_total 104
+# HELP edgewatch_points_rejected_total Points refused: parse errors, type conflicts, series cap.
+# TYPE edgewatch_points_rejected_total counter
+edgewatch_points_rejected_total 103
+# HELP edgewatch_points_written_total Points (lines) committed to the store.
+# TYPE edgewatch_points_written_total counter
+edgewatch_points_written_total 101
+# HELP edgewatch_queue_capacity_points Queue capacity in points.
+# TYPE edgewatch_queue_capacity_points gauge
+edgewatch_queue_capacity_points 109
+# HELP edgewatch_queue_points Points waiting between ingest and the writer.
+# TYPE edgewatch_queue_points gauge
+edgewatch_queue_points 108
+# HELP edgewatch_rollup_lag_seconds How far the tier's rollup is behind (0: caught up; NaN: not run yet).
+# TYPE edgewatch_rollup_lag_seconds gauge
+edgewatch_rollup_lag_seconds{tier="1h"} NaN
+edgewatch_rollup_lag_seconds{tier="1m"} 30.5
+# HELP edgewatch_rollup_late_points_total Points that landed in a final bucket.
+# TYPE edgewatch_rollup_late_points_total counter
+edgewatch_rollup_late_points_total{tier="1h"} 312
+edgewatch_rollup_late_points_total{tier="1m"} 302
+# HELP edgewatch_rollup_pending_chunks Raw chunks not yet folded into the tier.
+# TYPE edgewatch_rollup_pending_chunks gauge
+edgewatch_rollup_pending_chunks{tier="1h"} 311
+edgewatch_rollup_pending_chunks{tier="1m"} 301
+# HELP edgewatch_rollup_rows Rows of the tier.
+# TYPE edgewatch_rollup_rows gauge
+edgewatch_rollup_rows{tier="1h"} 313
+edgewatch_rollup_rows{tier="1m"} 303
+# HELP edgewatch_series Series in the store.
+# TYPE edgewatch_series gauge
+edgewatch_series 202
+# HELP edgewatch_series_limit Most series the store creates.
+# TYPE edgewatch_series_limit gauge
+edgewatch_series_limit 203
+# HELP edgewatch_sink_backlog_chunks Chunks the sink's remote end has not acknowledged yet.
+# TYPE edgewatch_sink_backlog_chunks gauge
+edgewatch_sink_backlog_chunks{sink="north"} 504
+edgewatch_sink_backlog_chunks{sink="south"} 0
+# HELP edgewatch_sink_backlog_points Points the sink's remote end has not acknowledged yet.
+# TYPE edgewatch_sink_backlog_points gauge
+edgewatch_sink_backlog_points{sink="north"} 503
+edgewatch_sink_backlog_points{sink="south"} 0
+# HELP edgewatch_sink_batch_seq Sequence number of the sink's last acknowledged batch.
+# TYPE edgewatch_sink_batch_seq gauge
+edgewatch_sink_batch_seq{sink="north"} 502
+edgewatch_sink_batch_seq{sink="south"} 0
+# HELP edgewatch_sink_connected 1 while the sink's link is up (MQTT: connected; HTTP: the last request got an answer).
+# TYPE edgewatch_sink_connected gauge
+edgewatch_sink_connected{sink="north"} 1
+edgewatch_sink_connected{sink="south"} 0
+# HELP edgewatch_sink_cursor_chunk_id Last chunk id the sink's remote end acknowledged.
+# TYPE edgewatch_sink_cursor_chunk_id gauge
+edgewatch_sink_cursor_chunk_id{sink="north"} 501
+edgewatch_sink_cursor_chunk_id{sink="south"} 0
+# HELP edgewatch_sink_dead_letter_batches Batches the sink's remote end refused as bad data (kept in dead_letters).
+# TYPE edgewatch_sink_dead_letter_batches gauge
+edgewatch_sink_dead_letter_batches{sink="north"} 506
+edgewatch_sink_dead_letter_batches{sink="south"} 0
+# HELP edgewatch_sink_dead_letter_points Points of the batches kept in dead_letters.
+# TYPE edgewatch_sink_dead_letter_points gauge
+edgewatch_sink_dead_letter_points{sink="north"} 507
+edgewatch_sink_dead_letter_points{sink="south"} 0
+# HELP edgewatch_sink_drain_rate_pps Points per second the sink's remote end acknowledged, last 5 s.
+# TYPE edgewatch_sink_drain_rate_pps gauge
+edgewatch_sink_drain_rate_pps{sink="north"} 510.5
+edgewatch_sink_drain_rate_pps{sink="south"} 0
+# HELP edgewatch_sink_errors Errors the sink has seen since the agent started.
+# TYPE edgewatch_sink_errors gauge
+edgewatch_sink_errors{sink="north"} 505
+edgewatch_sink_errors{sink="south"} 0
+# HELP edgewatch_sink_evicted_unforwarded_points Raw points evicted before the sink forwarded them.
+# TYPE edgewatch_sink_evicted_unforwarded_points gauge
+edgewatch_sink_evicted_unforwarded_points{sink="north"} 512
+edgewatch_sink_evicted_unforwarded_points{sink="south"} 0
+# HELP edgewatch_sink_evicted_unforwarded_points_total Points evicted before the sink forwarded them.
+# TYPE edgewatch_sink_evicted_unforwarded_points_total counter
+edgewatch_sink_evicted_unforwarded_points_total{sink="north"} 325
+# HELP edgewatch_sink_fallback_points Rollup points sent in place of raw points evicted before the sink sent them.
+# TYPE edgewatch_sink_fallback_points gauge
+edgewatch_sink_fallback_points{sink="north"} 513
+edgewatch_sink_fallback_points{sink="south"} 0
+# HELP edgewatch_sink_forwarded_points Points the sink's remote end acknowledged, all time.
+# TYPE edgewatch_sink_forwarded_points gauge
+edgewatch_sink_forwarded_points{sink="north"} 508
+edgewatch_sink_forwarded_points{sink="south"} 0
+# HELP edgewatch_sink_last_error_seconds When the sink last failed, Unix time (absent: no error).
+# TYPE edgewatch_sink_last_error_seconds gauge
+edgewatch_sink_last_error_seconds{sink="north"} 2.5
+# HELP edgewatch_sink_last_success_seconds When the sink's remote end last acknowledged a batch, Unix time (absent: never).
+# TYPE edgewatch_sink_last_success_seconds gauge
+edgewatch_sink_last_success_seconds{sink="north"} 1.5
+# HELP edgewatch_sink_max_rate_pps The sink's configured rate limit, points per second (0: none).
+# TYPE edgewatch_sink_max_rate_pps gauge
+edgewatch_sink_max_rate_pps{sink="north"} 511
+edgewatch_sink_max_rate_pps{sink="south"} 0
+# HELP edgewatch_sink_oldest_unsent_age_seconds Age of the oldest point the sink has not sent (absent: no backlog).
+# TYPE edgewatch_sink_oldest_unsent_age_seconds gauge
+edgewatch_sink_oldest_unsent_age_seconds{sink="north"} 4.5
+# HELP edgewatch_sink_paused 1 while the sink is paused after its remote end answered 401/403.
+# TYPE edgewatch_sink_paused gauge
+edgewatch_sink_paused{sink="north"} 0
+edgewatch_sink_paused{sink="south"} 1
+# HELP edgewatch_sink_replayed_batches Batches sent again after a fault (each may have been duplicated once).
+# TYPE edgewatch_sink_replayed_batches gauge
+edgewatch_sink_replayed_batches{sink="north"} 509
+edgewatch_sink_replayed_batches{sink="south"} 0
+# HELP edgewatch_tegrastats_bad_lines_total tegrastats lines that could not be parsed.
+# TYPE edgewatch_tegrastats_bad_lines_total counter
+edgewatch_tegrastats_bad_lines_total 705
+# HELP edgewatch_tegrastats_last_sample_age_seconds Seconds since the last tegrastats sample.
+# TYPE edgewatch_tegrastats_last_sample_age_seconds gauge
+edgewatch_tegrastats_last_sample_age_seconds 0.25
+# HELP edgewatch_tegrastats_restarts_total Times tegrastats exited, failed or stalled and was restarted.
+# TYPE edgewatch_tegrastats_restarts_total counter
+edgewatch_tegrastats_restarts_total 702
+# HELP edgewatch_tegrastats_samples_total tegrastats lines parsed and submitted.
+# TYPE edgewatch_tegrastats_samples_total counter
+edgewatch_tegrastats_samples_total 704
+# HELP edgewatch_tegrastats_stalls_total Times tegrastats printed nothing for stall_timeout and was stopped.
+# TYPE edgewatch_tegrastats_stalls_total counter
+edgewatch_tegrastats_stalls_total 703
+# HELP edgewatch_tegrastats_state tegrastats collector state (1 for the current one).
+# TYPE edgewatch_tegrastats_state gauge
+edgewatch_tegrastats_state{state="replaying"} 1
+# HELP edgewatch_udp_datagrams_total UDP datagrams received.
+# TYPE edgewatch_udp_datagrams_total counter
+edgewatch_udp_datagrams_total 107
+# HELP edgewatch_uptime_seconds Seconds since the agent started.
+# TYPE edgewatch_uptime_seconds gauge
+edgewatch_uptime_seconds 61
+# HELP edgewatch_values_written_total Field values committed to the store.
+# TYPE edgewatch_values_written_total counter
+edgewatch_values_written_total 102
+# HELP edgewatch_write_latency_seconds Duration of the writer's last commit.
+# TYPE edgewatch_write_latency_seconds gauge
+edgewatch_write_latency_seconds 0.0125
+"#;
 
     #[test]
     fn own_names_are_not_shadowed_by_data() {
-        let text = render(
-            &serde_json::json!({"ingest": {"queue_points": 2}}),
-            &[l("edgewatch_queue", &[], "points", 9.0)],
-            None,
-        );
+        let mut status = Status::default();
+        status.ingest.queue_points = 2;
+        let text = render(&status, &[l("edgewatch_queue", &[], "points", 9.0)], None);
         assert!(text.contains("edgewatch_queue_points 2"), "{text}");
         assert!(!text.contains(" 9"), "{text}");
     }
@@ -778,7 +1170,7 @@ mod tests {
         for secs in [0.0002, 0.003, 0.003, 0.2, 4.0] {
             h.0.observe(secs);
         }
-        let text = render(&serde_json::json!({}), &[], Some(&h.0));
+        let text = render(&Status::default(), &[], Some(&h.0));
         for want in [
             "# TYPE edgewatch_commit_duration_seconds histogram",
             r#"edgewatch_commit_duration_seconds_bucket{le="0.0005"} 1"#,

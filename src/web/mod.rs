@@ -78,7 +78,7 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
 }
 
 async fn scrape(ctx: ApiCtx) -> Response {
-    let status = crate::api::status_json(&ctx).await;
+    let status = crate::api::status_document(&ctx).await;
     let reader = ctx.reader.clone();
     let since = crate::now_ns().saturating_sub(metrics::LATEST_WINDOW_NS);
     let latest = tokio::task::spawn_blocking(move || {

@@ -111,6 +111,18 @@ try {
     ])));
     report.jetsonSections = await jet.$$eval('h2', (h) => h.map((x) => x.textContent));
     await jet.screenshot({ path: shot.replace(/\.png$/, '-jetson.png'), fullPage: true });
+    // Its sink is down: wait until the status says so, then read the forwarding table.
+    for (let i = 0; i < 100; i++) {
+      const st = await (await fetch(jetsonUrl + '/api/v1/status')).json();
+      if (st.forward.sinks.length && st.forward.sinks[0].last_error) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    await jet.click('#tabs a[data-tab="forwarding"]');
+    await jet.waitForSelector('#forwarding table', { timeout: T });
+    report.jetsonForwarding = {
+      head: await jet.$$eval('#forwarding thead th', (c) => c.map((x) => x.textContent)),
+      rows: await jet.$$eval('#forwarding tbody tr', (r) => r.map((x) => [...x.children].map((c) => c.textContent))),
+    };
   }
 } catch (e) {
   report.failure = String(e && e.stack || e);

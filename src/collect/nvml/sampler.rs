@@ -91,7 +91,7 @@ impl GpuState {
             cc: self.ident.cc.clone(),
             lost: self.lost,
             last_error: self.last_error.clone(),
-            unsupported: self.unsupported.iter().map(|m| m.name()).collect(),
+            unsupported: self.unsupported.iter().map(|m| m.name().into()).collect(),
         }
     }
 

@@ -1,10 +1,13 @@
-//! The collector's status for `/api/v1/status` (`collectors.tegrastats`) and `/metrics`:
-//! a shared holder the supervisor and the replay loop update. It never reads tegrastats.
+//! The collector's part of the status document (`collectors.tegrastats`, a
+//! [`crate::status::Tegrastats`]): a shared holder the supervisor and the replay loop update.
+//! It never reads tegrastats.
 
-/// The collector's state for `/api/v1/status` (`collectors.tegrastats`) and `/metrics`.
+use crate::status::{StatusCell, Tegrastats};
+
+/// The collector's live status, for `/api/v1/status` (`collectors.tegrastats`) and `/metrics`.
 #[derive(Debug)]
 pub struct TegrastatsStatus {
-    inner: std::sync::Mutex<StatusInner>,
+    cell: StatusCell<StatusInner>,
 }
 
 #[derive(Debug, Default)]
@@ -23,7 +26,7 @@ pub(super) struct StatusInner {
 impl Default for TegrastatsStatus {
     fn default() -> Self {
         TegrastatsStatus {
-            inner: std::sync::Mutex::new(StatusInner {
+            cell: StatusCell::new(StatusInner {
                 state: "not started",
                 ..StatusInner::default()
             }),
@@ -33,9 +36,7 @@ impl Default for TegrastatsStatus {
 
 impl TegrastatsStatus {
     pub(super) fn with<R>(&self, f: impl FnOnce(&mut StatusInner) -> R) -> R {
-        // Plain counters: a panic elsewhere while holding the lock leaves them usable.
-        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut g)
+        self.cell.update(f)
     }
 
     /// Sets the state (`off`, `running`, `replaying`, `restarting`, `stopped`) and its detail.
@@ -49,7 +50,7 @@ impl TegrastatsStatus {
 
     /// The state word.
     pub fn state(&self) -> &'static str {
-        self.with(|i| i.state)
+        self.cell.read(|i| i.state)
     }
 
     pub(super) fn sample(&self, ts: i64) {
@@ -65,20 +66,19 @@ impl TegrastatsStatus {
         }
     }
 
-    /// The JSON object of `/api/v1/status`; `now` (ns) dates the last sample.
-    pub fn snapshot(&self, now: i64) -> serde_json::Value {
-        self.with(|i| {
-            serde_json::json!({
-                "state": i.state,
-                "detail": i.detail,
-                "pid": i.pid,
-                "starts": i.starts,
-                "restarts": i.restarts,
-                "stalls": i.stalls,
-                "samples": i.samples,
-                "bad_lines": i.bad_lines,
-                "last_sample_age_s": i.last_sample_ns.map(|t| (now - t).max(0) as f64 / 1e9),
-            })
+    /// The `collectors.tegrastats` part of the status document; `now` (ns) dates the last
+    /// sample.
+    pub fn snapshot(&self, now: i64) -> Tegrastats {
+        self.cell.read(|i| Tegrastats {
+            state: i.state.to_string(),
+            detail: i.detail.clone(),
+            pid: i.pid,
+            starts: i.starts,
+            restarts: i.restarts,
+            stalls: i.stalls,
+            samples: i.samples,
+            bad_lines: i.bad_lines,
+            last_sample_age_s: i.last_sample_ns.map(|t| (now - t).max(0) as f64 / 1e9),
         })
     }
 }

@@ -461,19 +461,19 @@ fn status_counts_samples_and_dates_the_last_one() {
     let st = TegrastatsStatus::default();
     assert_eq!(st.state(), "not started");
     let v = st.snapshot(0);
-    assert_eq!(v["samples"], 0);
-    assert!(v["last_sample_age_s"].is_null());
+    assert_eq!(v.samples, 0);
+    assert_eq!(v.last_sample_age_s, None);
     st.set("running", "/usr/bin/tegrastats");
     st.sample(1_000_000_000);
     st.sample(2_000_000_000);
     st.bad_lines(3);
     st.bad_lines(0);
     let v = st.snapshot(4_500_000_000);
-    assert_eq!(v["state"], "running");
-    assert_eq!(v["detail"], "/usr/bin/tegrastats");
-    assert_eq!(v["samples"], 2);
-    assert_eq!(v["bad_lines"], 3);
-    assert_eq!(v["last_sample_age_s"], 2.5);
+    assert_eq!(v.state, "running");
+    assert_eq!(v.detail, "/usr/bin/tegrastats");
+    assert_eq!(v.samples, 2);
+    assert_eq!(v.bad_lines, 3);
+    assert_eq!(v.last_sample_age_s, Some(2.5));
 }
 
 #[test]

@@ -366,9 +366,9 @@ function renderOverview(inf, res, where, status) {
     if (!list && sec !== 'GPU') continue;
     secs.append(el('h2', {}, sec));
     if (!list) {
-      const col = status.collectors || {};
-      const nv = col.nvml ? col.nvml.state : 'unknown';
-      const tg = col.tegrastats ? col.tegrastats.state + (col.tegrastats.detail ? ` (${col.tegrastats.detail})` : '') : 'unknown';
+      const { nvml, tegrastats } = status.collectors;
+      const nv = nvml.state;
+      const tg = tegrastats.state + (tegrastats.detail ? ` (${tegrastats.detail})` : '');
       secs.append(el('div', { class: 'empty', id: 'empty-gpu' }, `No GPU found: no gpu (NVML) or jetson_gpu (tegrastats) data in this range. NVML collector: ${nv}. tegrastats collector: ${tg}. On a Jetson, check [tegrastats] path; on x86, the NVIDIA driver.`));
       continue;
     }
@@ -498,14 +498,6 @@ function table(rows, cols) {
     el('tbody', {}, rows.map((r) => el('tr', {}, cols.map((c) => { const v = c[1](r); return el('td', { class: typeof v === 'number' ? 'n' : '' }, v == null ? '–' : v); })))));
 }
 
-function sinkList(st) {
-  let f = st.sinks || st.forward;
-  if (f && !Array.isArray(f) && f.sinks) f = f.sinks;
-  if (!f) return null;
-  if (Array.isArray(f)) return f;
-  return Object.entries(f).filter(([, v]) => v && typeof v === 'object').map(([name, v]) => Object.assign({ name }, v));
-}
-
 async function loadForwarding() {
   const st = await getJSON('/api/v1/status');
   S.status = st;
@@ -513,23 +505,21 @@ async function loadForwarding() {
   const box = $('#forwarding');
   box.textContent = '';
   box.append(el('h2', {}, 'Forwarding'));
-  const sinks = sinkList(st);
+  const sinks = st.forward.sinks;
   const evicted = {};
-  for (const s of (st.rollup && st.rollup.sinks) || []) evicted[s.name] = s.evicted_unforwarded_points;
-  if (!sinks || !sinks.length) {
+  for (const s of st.rollup ? st.rollup.sinks : []) evicted[s.name] = s.evicted_unforwarded_points;
+  if (!sinks.length) {
     box.append(el('div', { class: 'empty', id: 'empty-forwarding' }, 'No sinks configured: data stays on this device. Add a [[sink]] (InfluxDB or MQTT) to the config to ship it to the fleet.'));
     return;
   }
-  const pickKey = (o, re) => Object.keys(o).find((k) => re.test(k));
-  const get = (re, fmt) => (o) => { const k = pickKey(o, re); const v = k == null ? null : o[k]; return v == null ? null : fmt ? fmt(v) : typeof v === 'object' ? JSON.stringify(v) : v; };
   box.append(el('div', { class: 'panel' }, table(sinks, [
     ['sink', (o) => o.name],
-    ['kind', get(/^(kind|type)$/)],
-    ['connection', get(/connect|state/, (v) => (v === true ? 'connected' : v === false ? 'disconnected' : String(v)))],
-    ['backlog (points)', get(/backlog/)],
-    ['oldest unsent', get(/oldest/, (v) => dur(v))],
-    ['last error', get(/last_error|error$/)],
-    ['dead letters', get(/dead/)],
+    ['kind', (o) => o.type],
+    ['connection', (o) => (o.paused ? 'paused' : o.connected ? 'connected' : 'disconnected')],
+    ['backlog (points)', (o) => o.backlog_points],
+    ['oldest unsent', (o) => (o.oldest_unsent_age_s == null ? null : dur(o.oldest_unsent_age_s))],
+    ['last error', (o) => o.last_error],
+    ['dead letters', (o) => o.dead_letter_batches],
     ['evicted before sent', (o) => evicted[o.name]],
   ])));
 }
@@ -540,29 +530,30 @@ async function loadStorage() {
   renderMeta(st);
   const box = $('#storage');
   box.textContent = '';
-  const ro = st.rollup || {};
-  const b = ro.budget || {};
-  const used = b.db_bytes != null ? b.db_bytes : st.store.db_bytes;
+  // `rollup` is null when the agent could not read its store.
+  const ro = st.rollup || { tiers: [], evicted: null, budget: { max_bytes: 0 } };
+  const b = ro.budget;
+  const used = st.store.db_bytes;
   const pct = b.max_bytes ? Math.min(100, (used / b.max_bytes) * 100) : null;
   box.append(el('h2', {}, 'Storage'),
     el('div', { class: 'cards' },
       el('div', { class: 'card', id: 'db-size' }, el('div', { class: 's' }, 'database on disk'), el('div', { class: 'v' }, bytes(used)),
         el('div', { class: 'meter' }, el('div', { style: `width:${pct == null ? 0 : pct}%` })),
         el('div', { class: 's' }, b.max_bytes ? `${pct.toFixed(1)}% of the ${bytes(b.max_bytes)} budget` : 'no disk budget')),
-      el('div', { class: 'card' }, el('div', { class: 's' }, 'series'), el('div', { class: 'v' }, st.store.series), el('div', { class: 's' }, `limit ${st.store.max_series}`)),
+      el('div', { class: 'card' }, el('div', { class: 's' }, 'series'), el('div', { class: 'v' }, st.store.series ?? '?'), el('div', { class: 's' }, `limit ${st.store.max_series}`)),
       el('div', { class: 'card' }, el('div', { class: 's' }, 'ingest'), el('div', { class: 'v' }, st.ingest.points_written),
         el('div', { class: 's' }, `rejected ${st.ingest.points_rejected} · dropped ${st.ingest.points_dropped} · queue ${st.ingest.queue_points}/${st.ingest.queue_capacity} · last commit ${num(st.ingest.last_commit_ms, 'ms')}`))),
     el('h2', {}, 'Retention per tier'),
-    el('div', { class: 'panel' }, table([{ name: 'raw', retention_s: ro.raw_retention_s, res: 'every point' }].concat(ro.tiers || []), [
+    el('div', { class: 'panel' }, table([{ name: 'raw', retention_s: ro.raw_retention_s, res: 'every point', raw: true }].concat(ro.tiers), [
       ['tier', (t) => t.name],
       ['resolution', (t) => t.res || dur(t.resolution_s)],
       ['kept for', (t) => dur(t.retention_s)],
       ['rows', (t) => t.rows],
-      ['rollup lag', (t) => (t.lag_s == null ? null : t.lag_s > 1e8 ? 'not run yet' : dur(t.lag_s))],
+      ['rollup lag', (t) => (t.raw ? null : t.lag_s == null ? 'not run yet' : dur(t.lag_s))],
       ['late points', (t) => t.late_points],
     ])),
     el('h2', {}, 'Evicted'),
-    el('div', { class: 'panel' }, table(Object.entries(ro.evicted || {}), [['what', (e) => e[0].replace(/_/g, ' ')], ['count', (e) => e[1]]])));
+    el('div', { class: 'panel' }, table(ro.evicted ? [['raw chunks', ro.evicted.raw_chunks], ['raw points', ro.evicted.raw_points]].concat(ro.tiers.map((t) => [`rows ${t.name}`, t.evicted_rows])) : [], [['what', (e) => e[0]], ['count', (e) => e[1]]])));
 }
 
 // ---- wiring ---------------------------------------------------------------------------------

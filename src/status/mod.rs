@@ -1,0 +1,350 @@
+//! The status document: what `/api/v1/status` answers, what `/metrics` exports the agent's
+//! own health from, what `edgewatch status` prints and what the UI shows. One typed struct
+//! per part, each filled by the part that owns the data (`rollup::status`, `clock::status`,
+//! `forward::ForwardStatus::snapshot`, the collectors' `snapshot`s) and assembled in one
+//! place (`api::status_document`). Readers deserialize it, never look keys up by string.
+//!
+//! This module only declares the shape (and [`StatusCell`], the holder of a live part); it
+//! reads nothing and decides nothing. Renaming a field here renames a JSON key (users' scripts
+//! read them), not a Prometheus metric: metric names are written out in `web::metrics`.
+//! Values that can be unknown are `Option` (JSON `null`), never a sentinel.
+
+mod cell;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub use cell::StatusCell;
+
+/// The whole `/api/v1/status` document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// Version and uptime (top-level keys of the document).
+    #[serde(flatten)]
+    pub agent: Agent,
+    /// The ingest path: counters, queue, writer.
+    pub ingest: Ingest,
+    /// The database.
+    pub store: Store,
+    /// Rollup tiers, eviction, the budget (`null`: the store could not be read).
+    pub rollup: Option<Rollup>,
+    /// The device clock (`null`: the store could not be read).
+    pub clock: Option<Clock>,
+    /// The forwarders.
+    pub forward: Forward,
+    /// The collectors.
+    pub collectors: Collectors,
+}
+
+/// The agent itself.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Agent {
+    /// `CARGO_PKG_VERSION` of the running binary.
+    pub version: String,
+    /// Seconds since the agent started.
+    pub uptime_s: u64,
+}
+
+/// Ingest counters (all time since start), the queue and the writer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ingest {
+    /// Points (lines) committed to the store.
+    pub points_written: u64,
+    /// Field values committed to the store.
+    pub values_written: u64,
+    /// Points refused: parse errors, type conflicts, the series cap.
+    pub points_rejected: u64,
+    /// Points dropped: queue full or their commit failed.
+    pub points_dropped: u64,
+    /// HTTP writes answered 503 (queue full).
+    pub writes_throttled: u64,
+    /// HTTP writes answered 413.
+    pub writes_too_large: u64,
+    /// UDP datagrams received.
+    pub udp_datagrams: u64,
+    /// Points waiting between ingest and the writer.
+    pub queue_points: u64,
+    /// The queue's capacity in points.
+    pub queue_capacity: u64,
+    /// Transactions the writer committed.
+    pub commits: u64,
+    /// Transactions that failed.
+    pub commit_errors: u64,
+    /// Duration of the last commit, ms.
+    pub last_commit_ms: f64,
+}
+
+/// The database.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Store {
+    /// The database file.
+    pub path: PathBuf,
+    /// Database plus WAL on disk, bytes.
+    pub db_bytes: u64,
+    /// Series in the store (`null`: could not be counted).
+    pub series: Option<i64>,
+    /// Most series the store creates (`[store] max_series`).
+    pub max_series: u64,
+}
+
+/// The rollup job's view: tiers, eviction, the budget.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rollup {
+    /// One per configured tier, finest first.
+    pub tiers: Vec<Tier>,
+    /// Newest raw chunk id (0: none yet).
+    pub newest_chunk_id: i64,
+    /// How long raw points are kept, seconds.
+    pub raw_retention_s: i64,
+    /// How late a point may arrive and still be folded into an open bucket, seconds.
+    pub lateness_s: i64,
+    /// Raw data evicted by retention or the budget, all time.
+    pub evicted: Evicted,
+    /// Per sink: raw data evicted before the sink forwarded it.
+    pub sinks: Vec<SinkEvictions>,
+    /// The disk budget.
+    pub budget: Budget,
+}
+
+/// One rollup tier.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    /// `1m`, `1h`, ...
+    pub name: String,
+    /// Bucket width, seconds.
+    pub resolution_s: i64,
+    /// How long its rows are kept, seconds (`null`: forever).
+    pub retention_s: Option<i64>,
+    /// Last raw chunk folded into it.
+    pub cursor_chunk_id: i64,
+    /// Raw chunks not yet folded into it.
+    pub pending_chunks: i64,
+    /// Seconds since the job last advanced it while work is pending (0: caught up; `null`:
+    /// not run yet).
+    pub lag_s: Option<f64>,
+    /// Buckets before this are final, ns (`null`: nothing folded yet).
+    pub watermark_ns: Option<i64>,
+    /// Points that landed in a final bucket.
+    pub late_points: i64,
+    /// Rows of the tier now.
+    pub rows: i64,
+    /// Rows evicted by its retention or the budget, all time.
+    pub evicted_rows: i64,
+}
+
+/// Raw data evicted by retention or the budget, all time.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evicted {
+    /// Raw chunks.
+    pub raw_chunks: i64,
+    /// Their points.
+    pub raw_points: i64,
+}
+
+/// Raw data evicted before one sink forwarded it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SinkEvictions {
+    /// Sink name.
+    pub name: String,
+    /// Last chunk id the sink's remote end acknowledged.
+    pub cursor_chunk_id: i64,
+    /// Raw chunks evicted before the sink forwarded them.
+    pub evicted_unforwarded_chunks: i64,
+    /// Their points.
+    pub evicted_unforwarded_points: i64,
+    /// Newest chunk id among them.
+    pub evicted_through_chunk_id: i64,
+}
+
+/// The disk budget.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Budget {
+    /// `[retention] max_disk`, bytes (0: none).
+    pub max_bytes: u64,
+    /// Database plus WAL on disk, bytes.
+    pub db_bytes: u64,
+}
+
+/// The device clock (`clock.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Clock {
+    /// The clock reads later than `[clock] min_valid`.
+    pub set: bool,
+    /// `[clock] min_valid`, ns.
+    pub min_valid_ns: i64,
+    /// Rollup and forwarding wait from this chunk on (`null`: nothing held).
+    pub held_from_chunk_id: Option<i64>,
+    /// Points whose times were corrected once the clock was set, all time.
+    pub fixed_points: i64,
+    /// Points an earlier boot stamped on an unset clock, which could not be corrected.
+    pub unfixable_points: i64,
+}
+
+/// The forwarders.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Forward {
+    /// Device identity added to forwarded points.
+    pub device_id: String,
+    /// One per enabled `[[sink]]`, in config order.
+    pub sinks: Vec<Sink>,
+}
+
+/// One sink's forwarding state.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sink {
+    /// Sink name.
+    pub name: String,
+    /// `influxdb` or `mqtt`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Where it sends (credentials are never in a URL we print).
+    pub url: String,
+    /// Link up (MQTT: connected; HTTP: the last request got an answer).
+    pub connected: bool,
+    /// Paused after 401/403.
+    pub paused: bool,
+    /// Last acknowledged chunk id.
+    pub cursor_chunk_id: i64,
+    /// Last acknowledged batch sequence number.
+    pub batch_seq: i64,
+    /// Points not yet acknowledged.
+    pub backlog_points: i64,
+    /// Chunks not yet acknowledged.
+    pub backlog_chunks: i64,
+    /// Age of the oldest unsent point, seconds (`null`: no backlog).
+    pub oldest_unsent_age_s: Option<f64>,
+    /// Last acknowledgement, ns since the epoch (`null`: never).
+    pub last_success_ns: Option<i64>,
+    /// Last error (cleared by the next success).
+    pub last_error: Option<String>,
+    /// When it happened, ns.
+    pub last_error_ns: Option<i64>,
+    /// Errors seen since start.
+    pub errors: u64,
+    /// Batches refused as bad data and kept in `dead_letters`.
+    pub dead_letter_batches: i64,
+    /// Their points.
+    pub dead_letter_points: i64,
+    /// Points acknowledged, all time.
+    pub forwarded_points: i64,
+    /// Batches sent again after a fault (each may have been duplicated once).
+    pub replayed_batches: i64,
+    /// Acknowledged points per second, last 5 s.
+    pub drain_rate_pps: f64,
+    /// Configured rate limit, points/s (0: none).
+    pub max_rate_pps: u64,
+    /// Raw points evicted before this sink forwarded them.
+    pub evicted_unforwarded_points: i64,
+    /// Rollup points sent in place of evicted raw data.
+    pub fallback_points: i64,
+}
+
+/// The collectors.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Collectors {
+    /// Collector samples that failed, all collectors.
+    pub errors: u64,
+    /// The NVML collector.
+    pub nvml: Nvml,
+    /// The tegrastats collector.
+    pub tegrastats: Tegrastats,
+}
+
+/// The NVML collector.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Nvml {
+    /// `not started`, `starting`, `running`, `off: <reason>`, `stopped`.
+    pub state: String,
+    /// Driver version (empty before NVML answered).
+    pub driver: String,
+    /// CUDA driver version (empty before NVML answered).
+    pub cuda: String,
+    /// Samples taken.
+    pub samples: u64,
+    /// Wall time of the last sample, NVML calls included, µs (`null`: none yet).
+    pub last_sample_us: Option<u64>,
+    /// One per GPU.
+    pub gpus: Vec<Gpu>,
+}
+
+/// One GPU the NVML collector samples.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// NVML index.
+    pub index: u32,
+    /// UUID.
+    pub uuid: String,
+    /// Product name.
+    pub name: String,
+    /// Architecture.
+    pub arch: String,
+    /// Compute capability.
+    pub cc: String,
+    /// Unreachable: fell off the bus, needs a reset, or NVML will not hand out its handle
+    /// (the reason is in `last_error`); retried with backoff (10 s doubling to 5 min).
+    pub lost: bool,
+    /// The last error seen on this GPU, if any.
+    pub last_error: Option<String>,
+    /// Metrics this GPU answered `NotSupported` for.
+    pub unsupported: Vec<String>,
+}
+
+/// The tegrastats collector.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Tegrastats {
+    /// `not started`, `off`, `running`, `replaying`, `restarting`, `stopped`.
+    pub state: String,
+    /// What the state is about: the binary or replay file, or why it restarts.
+    pub detail: String,
+    /// The running tegrastats process (`null`: none).
+    pub pid: Option<u32>,
+    /// Times tegrastats was started.
+    pub starts: u64,
+    /// Times it exited, failed or stalled and was restarted.
+    pub restarts: u64,
+    /// Times it printed nothing for `stall_timeout` and was stopped.
+    pub stalls: u64,
+    /// Lines parsed and submitted.
+    pub samples: u64,
+    /// Lines that could not be parsed.
+    pub bad_lines: u64,
+    /// Seconds since the last sample (`null`: none yet).
+    pub last_sample_age_s: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_reads_back_what_it_wrote_with_version_and_uptime_at_the_top() {
+        let mut s = Status::default();
+        s.agent.version = "1.2.3".into();
+        s.agent.uptime_s = 7;
+        s.store.series = None;
+        s.rollup = Some(Rollup {
+            tiers: vec![Tier {
+                name: "1m".into(),
+                lag_s: None,
+                ..Tier::default()
+            }],
+            ..Rollup::default()
+        });
+        s.forward.sinks.push(Sink {
+            name: "a".into(),
+            kind: "mqtt".into(),
+            ..Sink::default()
+        });
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v["version"], "1.2.3");
+        assert_eq!(v["uptime_s"], 7);
+        assert!(v.get("agent").is_none(), "{v}");
+        assert!(v["store"]["series"].is_null());
+        assert!(v["clock"].is_null());
+        assert!(v["rollup"]["tiers"][0]["lag_s"].is_null());
+        assert_eq!(v["forward"]["sinks"][0]["type"], "mqtt");
+        let back: Status = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+}
