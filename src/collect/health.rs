@@ -12,32 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Interval;
 use crate::model::{series_key, Batch, Line, Value};
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
-
-/// `[health]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct HealthConfig {
-    /// Write `edgewatch_agent` / `edgewatch_event` points.
-    pub enabled: bool,
-    /// How often.
-    pub interval: Interval,
-}
-
-impl Default for HealthConfig {
-    fn default() -> Self {
-        HealthConfig {
-            enabled: true,
-            interval: Interval(Duration::from_secs(10)),
-        }
-    }
-}
 
 /// What the collector reads besides the shared counters.
 pub struct Sources {

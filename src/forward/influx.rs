@@ -61,11 +61,11 @@ fn send(agent: &ureq::Agent, cfg: &super::SinkConfig, url: &str, body: &[u8]) ->
         if let (Some(u), Some(p)) = (&cfg.username, &cfg.password) {
             use std::io::Write as _;
             let mut b = Vec::new();
-            let _ = write!(b, "{u}:{}", p.0);
+            let _ = write!(b, "{u}:{}", p.expose());
             req = req.set("Authorization", &format!("Basic {}", base64(&b)));
         }
     } else if let Some(t) = &cfg.token {
-        req = req.set("Authorization", &format!("Token {}", t.0));
+        req = req.set("Authorization", &format!("Token {}", t.expose()));
     }
     match req.send_bytes(payload) {
         Ok(r) => classify_http(r.status(), None, ""),

@@ -109,7 +109,7 @@ fn options(ctx: &SinkCtx) -> Result<MqttOptions, String> {
             u.clone(),
             cfg.password
                 .as_ref()
-                .map(|p| p.0.clone())
+                .map(|p| p.expose().to_string())
                 .unwrap_or_default(),
         );
     }

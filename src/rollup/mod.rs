@@ -36,7 +36,7 @@
 //! `status.rs` (the `rollup` object of `/api/v1/status`), this file (the [`Job`] and the
 //! agent's periodic task).
 
-mod config;
+pub(crate) mod config;
 mod evict;
 mod fold;
 mod plan;

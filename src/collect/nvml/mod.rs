@@ -62,7 +62,7 @@
 //! This file holds the run loop.
 
 mod catalogue;
-mod config;
+pub(crate) mod config;
 mod error;
 #[cfg(any(test, feature = "test-fakes"))]
 mod fake;
