@@ -167,13 +167,8 @@ pub async fn run(interval: Duration, stats: Arc<Stats>, src: Sources, shutdown: 
         lines: vec![own.start_event(crate::now_ns())],
     };
     super::submit(&src.handle, &stats, start, "health");
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = crate::periodic::Ticker::new(interval);
+    while ticker.next(&shutdown).await.is_some() {
         let line = own.sample(crate::now_ns(), &stats, &src);
         super::submit(&src.handle, &stats, Batch { lines: vec![line] }, "health");
     }

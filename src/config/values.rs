@@ -136,7 +136,10 @@ mod tests {
     fn zero_is_refused_only_where_it_means_nothing() {
         let e = parse("i = \"0s\"").unwrap_err();
         assert!(e.contains("duration must be greater than zero"), "{e}");
-        assert_eq!(parse("d = \"0s\"").unwrap().d, Some(Interval(Duration::ZERO)));
+        assert_eq!(
+            parse("d = \"0s\"").unwrap().d,
+            Some(Interval(Duration::ZERO))
+        );
         assert_eq!(
             parse("i = \"1m 30s\"").unwrap().i,
             Some(Interval(Duration::from_secs(90)))
@@ -168,7 +171,10 @@ mod tests {
         assert_eq!(t.s.as_ref().map(Secret::expose), Some("123456"));
         let t = parse("s = \"s3cret\"").unwrap();
         let dbg = format!("{t:?}");
-        assert!(!dbg.contains("s3cret") && dbg.contains("<redacted>"), "{dbg}");
+        assert!(
+            !dbg.contains("s3cret") && dbg.contains("<redacted>"),
+            "{dbg}"
+        );
         assert_eq!(format!("{:?}", Secret::default()), "\"\"");
     }
 }

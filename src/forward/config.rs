@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backoff::{Backoff, Spread};
 use crate::config::values::{Delay, Interval, Secret};
 
 /// The kind of remote end.
@@ -258,6 +259,18 @@ impl SinkConfig {
         self.version.unwrap_or(2)
     }
 
+    /// The retry policy: `min_backoff` doubling to `max_backoff`, "equal jitter" (a point in
+    /// the upper half of each delay, so devices failing together spread out).
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.min_backoff.0, self.max_backoff.0).with_spread(Spread::Equal)
+    }
+
+    /// The wait before retry number `failures` (1 = after the first failure), `jitter` in
+    /// `[0, 1)`.
+    pub fn retry_delay(&self, failures: u32, jitter: f64) -> Duration {
+        self.backoff().delay(failures.saturating_sub(1), jitter)
+    }
+
     /// Whether payloads are gzipped.
     pub fn gzip(&self) -> bool {
         self.gzip.unwrap_or(self.kind == SinkKind::Influxdb)
@@ -338,6 +351,23 @@ mod tests {
             parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\ntopik = 1\n")
                 .unwrap_err();
         assert!(e.contains("topik"), "{e}");
+    }
+
+    #[test]
+    fn retries_double_with_equal_jitter_up_to_the_cap() {
+        let c =
+            parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\n").unwrap();
+        let s = Duration::from_secs;
+        assert_eq!(c.retry_delay(1, 0.0), Duration::from_millis(500));
+        assert_eq!(c.retry_delay(1, 0.999_999).as_millis(), 999);
+        assert_eq!(c.retry_delay(3, 0.0), s(2));
+        assert_eq!(c.retry_delay(30, 0.0), s(30));
+        assert!(c.retry_delay(30, 1.0) <= s(60));
+        // Zero failures (a caller that retries before counting) waits like the first.
+        assert_eq!(c.retry_delay(0, 0.0), c.retry_delay(1, 0.0));
+        let c = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nmin_backoff = \"100ms\"\nmax_backoff = \"1s\"\n").unwrap();
+        assert_eq!(c.retry_delay(2, 0.0), Duration::from_millis(100));
+        assert_eq!(c.retry_delay(9, 0.0), Duration::from_millis(500));
     }
 
     #[test]

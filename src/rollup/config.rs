@@ -141,14 +141,22 @@ mod tests {
         assert!(toml::from_str::<RetentionConfig>("rwa = \"1h\"\n").is_err());
         assert!(toml::from_str::<RetentionConfig>("max_bytes = \"1\"\n").is_err());
         let e = toml::from_str::<RetentionConfig>("1m = \"0s\"\n").unwrap_err();
-        assert!(e.to_string().contains("`1m` must be greater than zero"), "{e}");
+        assert!(
+            e.to_string().contains("`1m` must be greater than zero"),
+            "{e}"
+        );
         let e = toml::from_str::<RetentionConfig>("raw = \"soon\"\n").unwrap_err();
         assert!(
-            e.to_string().contains("invalid duration \"soon\" for `raw`"),
+            e.to_string()
+                .contains("invalid duration \"soon\" for `raw`"),
             "{e}"
         );
         // It prints back as the table it was read from.
         let text = toml::to_string(&r).unwrap();
-        assert_eq!(toml::from_str::<RetentionConfig>(&text).unwrap(), r, "{text}");
+        assert_eq!(
+            toml::from_str::<RetentionConfig>(&text).unwrap(),
+            r,
+            "{text}"
+        );
     }
 }
