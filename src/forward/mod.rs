@@ -8,8 +8,9 @@
 //! Layout: [`config`] (the `[[sink]]` table), [`encode`] (line protocol, JSON, gzip; pure),
 //! [`store`] (read chunks, move the cursor, dead letters), `influx` (a blocking thread per
 //! sink, `ureq`), `mqtt` (a task per sink, `rumqttc`). The decisions — what an HTTP answer
-//! means, how long to back off, whether a partial batch should wait, the rate limit — are
-//! pure functions here with time as an argument.
+//! means, whether a partial batch should wait, the rate limit — are pure functions here with
+//! time as an argument; how long to back off is [`crate::backoff`], through
+//! [`SinkConfig::retry_delay`].
 //!
 //! It never reads the ingest queue and never writes points: its only writes are its own
 //! `sinks` and `sink_fallback` rows and `dead_letters`, in short transactions.
