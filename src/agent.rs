@@ -188,7 +188,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     };
     // What the health collector reads, taken before the routes own the context (the context
     // holds an ingest handle: it must go with the server, or the queue never closes).
-    let health_src = crate::collect::own::Sources {
+    let health_src = crate::collect::health::Sources {
         handle: handle.clone(),
         db_path: db_path.clone(),
         forward: api_ctx.forward.clone(),
@@ -261,7 +261,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     if cfg.health.enabled {
         tasks.push((
             "health collector",
-            tokio::spawn(crate::collect::own::run(
+            tokio::spawn(crate::collect::health::run(
                 cfg.health.interval.0,
                 stats.clone(),
                 health_src,

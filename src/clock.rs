@@ -17,7 +17,6 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use rusqlite::{Connection, TransactionBehavior};
-use serde::{Deserialize, Deserializer};
 
 use crate::store::chunks::{self, Scan};
 use crate::store::{clockfix, counters, Ctx, StoreError};
@@ -28,48 +27,7 @@ const NS: i64 = 1_000_000_000;
 /// stamped just before the step may still sit in the ingest queue) before lifting the hold.
 pub const GRACE_NS: i64 = 10 * NS;
 
-/// When this binary was built, Unix seconds (`SOURCE_DATE_EPOCH` if the build set it).
-pub fn build_unix_s() -> i64 {
-    env!("EW_BUILD_UNIX_S").parse().unwrap_or(0)
-}
-
-/// `[clock]`
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct ClockConfig {
-    /// The earliest time the clock can truly read (RFC 3339); unset: the build time.
-    pub min_valid: Option<Rfc3339>,
-}
-
-impl ClockConfig {
-    /// The floor, ns since the epoch.
-    pub fn floor_ns(&self) -> i64 {
-        self.min_valid
-            .as_ref()
-            .map_or(build_unix_s().saturating_mul(NS), |t| t.ns)
-    }
-}
-
-/// An RFC 3339 time in the config (`"2026-01-01T00:00:00Z"`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rfc3339 {
-    /// As written.
-    pub text: String,
-    /// Ns since the epoch.
-    pub ns: i64,
-}
-
-impl<'de> Deserialize<'de> for Rfc3339 {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        let ns = crate::timeparse::parse_rfc3339(&text).map_err(|_| {
-            serde::de::Error::custom(format!(
-                "invalid time {text:?}: write an RFC 3339 time such as \"2026-01-01T00:00:00Z\""
-            ))
-        })?;
-        Ok(Rfc3339 { text, ns })
-    }
-}
+pub use crate::config::clock::{build_unix_s, ClockConfig, Rfc3339};
 
 /// This boot, and how the clock relates to time since boot.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod forward;
 pub mod ingest;
 pub mod model;
+pub mod periodic;
 pub mod queue;
 pub mod rollup;
 pub mod stats;

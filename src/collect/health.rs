@@ -12,32 +12,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Interval;
 use crate::model::{series_key, Batch, Line, Value};
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
-
-/// `[health]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct HealthConfig {
-    /// Write `edgewatch_agent` / `edgewatch_event` points.
-    pub enabled: bool,
-    /// How often.
-    pub interval: Interval,
-}
-
-impl Default for HealthConfig {
-    fn default() -> Self {
-        HealthConfig {
-            enabled: true,
-            interval: Interval(Duration::from_secs(10)),
-        }
-    }
-}
 
 /// What the collector reads besides the shared counters.
 pub struct Sources {
@@ -188,13 +167,8 @@ pub async fn run(interval: Duration, stats: Arc<Stats>, src: Sources, shutdown: 
         lines: vec![own.start_event(crate::now_ns())],
     };
     super::submit(&src.handle, &stats, start, "health");
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = crate::periodic::Ticker::new(interval);
+    while ticker.next(&shutdown).await.is_some() {
         let line = own.sample(crate::now_ns(), &stats, &src);
         super::submit(&src.handle, &stats, Batch { lines: vec![line] }, "health");
     }

@@ -288,13 +288,8 @@ pub async fn run(
         ?interval,
         "host collector started"
     );
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = crate::periodic::Ticker::new(interval);
+    while ticker.next(&shutdown).await.is_some() {
         // A sample reads a few dozen small files: microseconds, fine on a worker thread.
         let batch = collector.sample(crate::now_ns());
         super::submit(&handle, &stats, batch, "host");

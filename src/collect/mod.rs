@@ -7,11 +7,6 @@ pub mod host;
 pub mod nvml;
 pub mod tegrastats;
 
-/// The health collector's former name, kept so that `config.rs` and `agent.rs` paths
-/// (`collect::own::...`) compile until they say `collect::health`.
-#[doc(hidden)]
-pub use health as own;
-
 use std::sync::Arc;
 
 use crate::model::Batch;

@@ -5,35 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-/// A duration written the humantime way ("500ms", "10s"); zero allowed where documented.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map(Dur).map_err(|e| {
-            serde::de::Error::custom(format!("invalid duration {s:?}: {e} (write e.g. \"10s\")"))
-        })
-    }
-}
-
-impl Serialize for Dur {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(self.0).to_string())
-    }
-}
-
-/// A secret string: printed as `***` by `Debug`.
-#[derive(Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(transparent)]
-pub struct Secret(pub String);
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("\"***\"")
-    }
-}
+use crate::backoff::{Backoff, Spread};
+use crate::config::values::{Delay, Interval, Secret};
 
 /// The kind of remote end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -77,19 +50,19 @@ pub struct SinkConfig {
     pub max_bytes: usize,
     /// How long a partial batch may wait for more points.
     #[serde(default = "d_max_delay")]
-    pub max_delay: Dur,
+    pub max_delay: Delay,
     /// Most points per second sent (metered links); 0 = no limit.
     #[serde(default)]
     pub max_rate: u64,
     /// Request / connection timeout.
     #[serde(default = "d_timeout")]
-    pub timeout: Dur,
+    pub timeout: Delay,
     /// First retry delay after a failure (doubles, with jitter).
     #[serde(default = "d_min_backoff")]
-    pub min_backoff: Dur,
+    pub min_backoff: Delay,
     /// Longest retry delay; also how often a paused (401/403) sink tries again.
     #[serde(default = "d_max_backoff")]
-    pub max_backoff: Dur,
+    pub max_backoff: Delay,
     /// gzip payloads (default: on for InfluxDB, off for MQTT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gzip: Option<bool>,
@@ -135,7 +108,7 @@ pub struct SinkConfig {
     pub client_id: Option<String>,
     /// MQTT keepalive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keepalive: Option<Dur>,
+    pub keepalive: Option<Delay>,
     /// Start a new session on every connect (default false: persistent session).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clean_session: Option<bool>,
@@ -166,17 +139,17 @@ fn d_max_points() -> usize {
 fn d_max_bytes() -> usize {
     1024 * 1024
 }
-fn d_max_delay() -> Dur {
-    Dur(Duration::from_secs(1))
+fn d_max_delay() -> Delay {
+    Interval(Duration::from_secs(1))
 }
-fn d_timeout() -> Dur {
-    Dur(Duration::from_secs(10))
+fn d_timeout() -> Delay {
+    Interval(Duration::from_secs(10))
 }
-fn d_min_backoff() -> Dur {
-    Dur(Duration::from_secs(1))
+fn d_min_backoff() -> Delay {
+    Interval(Duration::from_secs(1))
 }
-fn d_max_backoff() -> Dur {
-    Dur(Duration::from_secs(60))
+fn d_max_backoff() -> Delay {
+    Interval(Duration::from_secs(60))
 }
 
 impl SinkConfig {
@@ -286,14 +259,21 @@ impl SinkConfig {
         self.version.unwrap_or(2)
     }
 
+    /// The retry policy: `min_backoff` doubling to `max_backoff`, "equal jitter" (a point in
+    /// the upper half of each delay, so devices failing together spread out).
+    pub fn backoff(&self) -> Backoff {
+        Backoff::new(self.min_backoff.0, self.max_backoff.0).with_spread(Spread::Equal)
+    }
+
+    /// The wait before retry number `failures` (1 = after the first failure), `jitter` in
+    /// `[0, 1)`.
+    pub fn retry_delay(&self, failures: u32, jitter: f64) -> Duration {
+        self.backoff().delay(failures.saturating_sub(1), jitter)
+    }
+
     /// Whether payloads are gzipped.
     pub fn gzip(&self) -> bool {
         self.gzip.unwrap_or(self.kind == SinkKind::Influxdb)
-    }
-
-    /// The table as TOML (for the environment-override round trip).
-    pub fn to_toml(&self) -> toml::Value {
-        toml::Value::try_from(self).unwrap_or(toml::Value::Table(Default::default()))
     }
 }
 
@@ -371,6 +351,23 @@ mod tests {
             parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\ntopik = 1\n")
                 .unwrap_err();
         assert!(e.contains("topik"), "{e}");
+    }
+
+    #[test]
+    fn retries_double_with_equal_jitter_up_to_the_cap() {
+        let c =
+            parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\n").unwrap();
+        let s = Duration::from_secs;
+        assert_eq!(c.retry_delay(1, 0.0), Duration::from_millis(500));
+        assert_eq!(c.retry_delay(1, 0.999_999).as_millis(), 999);
+        assert_eq!(c.retry_delay(3, 0.0), s(2));
+        assert_eq!(c.retry_delay(30, 0.0), s(30));
+        assert!(c.retry_delay(30, 1.0) <= s(60));
+        // Zero failures (a caller that retries before counting) waits like the first.
+        assert_eq!(c.retry_delay(0, 0.0), c.retry_delay(1, 0.0));
+        let c = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nmin_backoff = \"100ms\"\nmax_backoff = \"1s\"\n").unwrap();
+        assert_eq!(c.retry_delay(2, 0.0), Duration::from_millis(100));
+        assert_eq!(c.retry_delay(9, 0.0), Duration::from_millis(500));
     }
 
     #[test]

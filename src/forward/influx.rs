@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 use super::encode::{self, Point};
 use super::store::{Cursor, Source};
 use super::{
-    backoff, batch_ready, classify_http, nap, refresh_backlog, Jitter, Outcome, RateLimit,
-    RateMeter, SinkCtx,
+    batch_ready, classify_http, nap, refresh_backlog, Outcome, RateLimit, RateMeter, SinkCtx,
 };
+use crate::backoff::Jitter;
 
 /// The write URL with its query string.
 fn write_url(cfg: &super::SinkConfig) -> String {
@@ -61,11 +61,11 @@ fn send(agent: &ureq::Agent, cfg: &super::SinkConfig, url: &str, body: &[u8]) ->
         if let (Some(u), Some(p)) = (&cfg.username, &cfg.password) {
             use std::io::Write as _;
             let mut b = Vec::new();
-            let _ = write!(b, "{u}:{}", p.0);
+            let _ = write!(b, "{u}:{}", p.expose());
             req = req.set("Authorization", &format!("Basic {}", base64(&b)));
         }
     } else if let Some(t) = &cfg.token {
-        req = req.set("Authorization", &format!("Token {}", t.0));
+        req = req.set("Authorization", &format!("Token {}", t.expose()));
     }
     match req.send_bytes(payload) {
         Ok(r) => classify_http(r.status(), None, ""),
@@ -129,14 +129,13 @@ fn fail_and_wait(
 ) -> bool {
     *failures += 1;
     ctx.status.error(error);
-    let (min, max) = (ctx.cfg.min_backoff.0, ctx.cfg.max_backoff.0);
-    nap(stop, backoff(*failures, min, max, jitter.sample()))
+    nap(stop, ctx.cfg.retry_delay(*failures, jitter.sample()))
 }
 
 /// The sink's thread.
 pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
     let name = ctx.cfg.name.clone();
-    let mut jitter = Jitter::new(&name);
+    let mut jitter = Jitter::from_clock(&name);
     // Opening can fail while the store is busy: retry with backoff until stopped.
     let mut failures = 0u32;
     let (mut src, mut cur, d) = loop {
@@ -412,12 +411,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                 ctx.status.error(&reason);
                 ctx.status
                     .update(|s| s.connected = !reason.starts_with("cannot reach"));
-                Some(backoff(
-                    failures,
-                    ctx.cfg.min_backoff.0,
-                    ctx.cfg.max_backoff.0,
-                    jitter.sample(),
-                ))
+                Some(ctx.cfg.retry_delay(failures, jitter.sample()))
             }
         };
         if let Some(d) = sleep {

@@ -8,8 +8,9 @@
 //! Layout: [`config`] (the `[[sink]]` table), [`encode`] (line protocol, JSON, gzip; pure),
 //! [`store`] (read chunks, move the cursor, dead letters), `influx` (a blocking thread per
 //! sink, `ureq`), `mqtt` (a task per sink, `rumqttc`). The decisions — what an HTTP answer
-//! means, how long to back off, whether a partial batch should wait, the rate limit — are
-//! pure functions here with time as an argument.
+//! means, whether a partial batch should wait, the rate limit — are pure functions here with
+//! time as an argument; how long to back off is [`crate::backoff`], through
+//! [`SinkConfig::retry_delay`].
 //!
 //! It never reads the ingest queue and never writes points: its only writes are its own
 //! `sinks` and `sink_fallback` rows and `dead_letters`, in short transactions.
@@ -111,15 +112,6 @@ pub fn classify_http(status: u16, retry_after: Option<&str>, body: &str) -> Outc
     }
 }
 
-/// Backoff before retry number `failures` (1 = first retry): exponential from `min`, capped
-/// at `max`, with "equal jitter" (`jitter` in [0, 1) picks a point in the upper half).
-pub fn backoff(failures: u32, min: Duration, max: Duration, jitter: f64) -> Duration {
-    let exp = min.saturating_mul(1u32 << failures.saturating_sub(1).min(20));
-    let capped = exp.min(max).max(min.min(max));
-    let half = capped / 2;
-    half + half.mul_f64(jitter.clamp(0.0, 1.0))
-}
-
 /// Whether a batch of `points` should go now: full, or its oldest pending point waited
 /// `max_delay` (`waited` since the forwarder first saw it).
 pub fn batch_ready(
@@ -155,31 +147,6 @@ impl RateLimit {
         let start = self.next_free.max(now);
         self.next_free = start + points as f64 / self.rate;
         Duration::from_secs_f64((start - now).max(0.0))
-    }
-}
-
-/// A small xorshift for backoff jitter (no need for a CSPRNG here).
-#[derive(Debug, Clone)]
-pub struct Jitter(u64);
-
-impl Jitter {
-    /// Seeded from the clock and a name.
-    pub fn new(name: &str) -> Self {
-        let mut s = crate::now_ns() as u64 | 1;
-        for b in name.bytes() {
-            s = s.rotate_left(5) ^ u64::from(b);
-        }
-        Jitter(s | 1)
-    }
-
-    /// A value in [0, 1).
-    pub fn sample(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        (x >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -601,21 +568,6 @@ mod tests {
         assert_eq!(p("1.5"), None);
         assert_eq!(p(""), None);
         assert_eq!(p("in a minute"), None);
-    }
-
-    #[test]
-    fn backoff_doubles_with_jitter_and_a_cap() {
-        let s = Duration::from_secs;
-        assert_eq!(backoff(1, s(1), s(60), 0.0), Duration::from_millis(500));
-        assert_eq!(backoff(1, s(1), s(60), 0.999_999).as_millis(), 999);
-        assert_eq!(backoff(3, s(1), s(60), 0.0), s(2));
-        assert_eq!(backoff(30, s(1), s(60), 0.0), s(30));
-        assert!(backoff(30, s(1), s(60), 1.0) <= s(60));
-        let mut j = Jitter::new("x");
-        for _ in 0..1000 {
-            let v = j.sample();
-            assert!((0.0..1.0).contains(&v));
-        }
     }
 
     #[test]

@@ -18,7 +18,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::encode::{self, Point};
 use super::store::{Cursor, Source};
-use super::{backoff, batch_ready, config::Format, Jitter, RateLimit, RateMeter, SinkCtx};
+use super::{batch_ready, config::Format, RateLimit, RateMeter, SinkCtx};
+use crate::backoff::Jitter;
 
 /// What the connection task reports.
 enum Ev {
@@ -109,7 +110,7 @@ fn options(ctx: &SinkCtx) -> Result<MqttOptions, String> {
             u.clone(),
             cfg.password
                 .as_ref()
-                .map(|p| p.0.clone())
+                .map(|p| p.expose().to_string())
                 .unwrap_or_default(),
         );
     }
@@ -332,7 +333,7 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     // issue's guarantee); a larger window drains faster over high-latency links.
     let window = ctx.cfg.inflight.unwrap_or(1);
     let status_topic = status_topic(&ctx);
-    let mut jitter = Jitter::new(&name);
+    let mut jitter = Jitter::from_clock(&name);
     let started = Instant::now();
     let mut rate = RateLimit::new(ctx.cfg.max_rate);
     let mut meter = RateMeter::default();
@@ -721,12 +722,7 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             let r = meter.rate(started.elapsed().as_secs_f64());
             ctx.status.update(|s| s.drain_rate_pps = r);
         }
-        let wait = backoff(
-            failures,
-            ctx.cfg.min_backoff.0,
-            ctx.cfg.max_backoff.0,
-            jitter.sample(),
-        );
+        let wait = ctx.cfg.retry_delay(failures, jitter.sample());
         tokio::select! {
             _ = stop.cancelled() => break 'connections,
             _ = tokio::time::sleep(wait) => {}

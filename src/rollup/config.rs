@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::config::Interval;
+use crate::config::values::{DurationError, Interval};
 
 /// `[rollup]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RollupConfig {
     /// Whether the agent runs the job.
@@ -63,13 +63,27 @@ impl Default for RetentionConfig {
     }
 }
 
+/// `s` as a retention for `key`: the messages name the key.
 fn parse_interval(key: &str, s: &str) -> Result<Interval, String> {
-    let d = humantime::parse_duration(s)
-        .map_err(|e| format!("invalid duration {s:?} for `{key}`: {e} (write e.g. \"30d\")"))?;
-    if d.is_zero() {
-        return Err(format!("`{key}` must be greater than zero"));
+    Interval::parse(s).map_err(|e| match e {
+        DurationError::Invalid { reason, .. } => {
+            format!("invalid duration {s:?} for `{key}`: {reason} (write e.g. \"30d\")")
+        }
+        DurationError::Zero => format!("`{key}` must be greater than zero"),
+    })
+}
+
+impl Serialize for RetentionConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.tiers.len() + 2))?;
+        m.serialize_entry("raw", &self.raw)?;
+        for (tier, keep) in &self.tiers {
+            m.serialize_entry(tier, keep)?;
+        }
+        m.serialize_entry("max_bytes", &self.max_bytes)?;
+        m.end()
     }
-    Ok(Interval(d))
 }
 
 impl<'de> Deserialize<'de> for RetentionConfig {
@@ -126,5 +140,23 @@ mod tests {
         assert_eq!(r.max_bytes, 1000);
         assert!(toml::from_str::<RetentionConfig>("rwa = \"1h\"\n").is_err());
         assert!(toml::from_str::<RetentionConfig>("max_bytes = \"1\"\n").is_err());
+        let e = toml::from_str::<RetentionConfig>("1m = \"0s\"\n").unwrap_err();
+        assert!(
+            e.to_string().contains("`1m` must be greater than zero"),
+            "{e}"
+        );
+        let e = toml::from_str::<RetentionConfig>("raw = \"soon\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("invalid duration \"soon\" for `raw`"),
+            "{e}"
+        );
+        // It prints back as the table it was read from.
+        let text = toml::to_string(&r).unwrap();
+        assert_eq!(
+            toml::from_str::<RetentionConfig>(&text).unwrap(),
+            r,
+            "{text}"
+        );
     }
 }

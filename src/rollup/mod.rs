@@ -36,7 +36,7 @@
 //! `status.rs` (the `rollup` object of `/api/v1/status`), this file (the [`Job`] and the
 //! agent's periodic task).
 
-mod config;
+pub(crate) mod config;
 mod evict;
 mod fold;
 mod plan;
@@ -50,6 +50,8 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio_util::sync::CancellationToken;
 
+use crate::backoff::Backoff;
+use crate::periodic::Ticker;
 use crate::store::open::space;
 use crate::store::{Mode, StoreError};
 
@@ -180,9 +182,16 @@ fn trim_heap() {
     }
 }
 
+/// How long the job waits after `failures` failed runs in a row, counted from the failed
+/// run's tick: `2^failures` intervals, capped at 32 (deterministic: one job per device, and
+/// its retries stay on the interval's grid).
+fn retry_policy(interval: Duration) -> Backoff {
+    Backoff::new(interval, interval.saturating_mul(32))
+}
+
 /// Runs the job every `plan.interval` on the blocking pool until `shutdown`; missed ticks are
-/// skipped, failures back off (doubling, capped at 32 intervals) and are logged once per
-/// attempt with a running count.
+/// skipped, failures back off ([`retry_policy`]) and are logged once per attempt with a
+/// running count.
 pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
     let mut job = match tokio::task::spawn_blocking({
         let dir = dir.clone();
@@ -201,18 +210,13 @@ pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
             return;
         }
     };
-    let mut tick = tokio::time::interval(plan.interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let retry = retry_policy(plan.interval);
+    let mut ticker = Ticker::new(plan.interval);
     let mut failures = 0u32;
-    let mut skip = 0u32;
-    loop {
-        tokio::select! {
-            // Cancelling here loses nothing: a run in progress is awaited below, not here.
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        if skip > 0 {
-            skip -= 1;
+    let mut retry_at = None;
+    // Cancelling the wait loses nothing: a run in progress is awaited below, not there.
+    while let Some(due) = ticker.next(&shutdown).await {
+        if retry_at.is_some_and(|at| due < at) {
             continue;
         }
         let Some(mut j) = job.take() else { return };
@@ -226,6 +230,7 @@ pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
             Ok((j, Ok(report))) => {
                 job = Some(j);
                 failures = 0;
+                retry_at = None;
                 trim_heap();
                 if report.points > 0 || report.evicted_chunks > 0 || report.evicted_rows > 0 {
                     tracing::info!(
@@ -241,8 +246,10 @@ pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
             Ok((j, Err(e))) => {
                 job = Some(j);
                 failures += 1;
-                skip = 2u32.saturating_pow(failures.min(5)) - 1;
-                tracing::warn!(error = %e, failures, retry_in_intervals = skip + 1, "rollup run failed");
+                let wait = retry.base(failures);
+                retry_at = Some(due + wait);
+                let retry_in_intervals = wait.as_nanos() / plan.interval.as_nanos().max(1);
+                tracing::warn!(error = %e, failures, retry_in_intervals, "rollup run failed");
             }
             Err(e) => {
                 tracing::error!(error = %e, "rollup run panicked; rollups are off until restart");

@@ -111,7 +111,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Interval;
+    use crate::config::values::Interval;
 
     #[test]
     fn plan_validates_tiers_and_retention() {

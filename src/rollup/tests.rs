@@ -437,3 +437,17 @@ fn migration_4_counts_the_rows_of_an_older_store() {
     assert_eq!(st.tiers[1].rows, 1);
     assert_rows_counted(dir.path(), &plan);
 }
+
+/// The job's retry waits are the ones it always had: `2^min(failures, 5)` intervals.
+#[test]
+fn failed_runs_wait_doubling_intervals_up_to_32() {
+    let interval = Duration::from_secs(30);
+    let policy = super::retry_policy(interval);
+    for failures in 1..12u32 {
+        assert_eq!(
+            policy.base(failures),
+            interval * 2u32.pow(failures.min(5)),
+            "after {failures} failures"
+        );
+    }
+}

@@ -23,7 +23,8 @@ use warp::http::{HeaderMap, Method, StatusCode};
 use warp::reply::Response;
 use warp::{Filter, Reply};
 
-use crate::config::{HttpConfig, Secret, UdpConfig};
+use crate::config::values::Secret;
+use crate::config::{HttpConfig, UdpConfig};
 
 /// Why the agent must not start with this access configuration.
 #[derive(Debug, thiserror::Error)]

@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use crate::config::Interval;
+use crate::config::values::Interval;
 
 /// `[nvml]`
-#[derive(Debug, Clone, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct NvmlConfig {
     /// Whether the collector runs (it also switches itself off where NVML is unavailable).

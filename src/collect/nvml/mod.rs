@@ -62,7 +62,7 @@
 //! This file holds the run loop.
 
 mod catalogue;
-mod config;
+pub(crate) mod config;
 mod error;
 #[cfg(any(test, feature = "test-fakes"))]
 mod fake;
@@ -154,13 +154,8 @@ pub async fn run_with<S, F>(
         "nvml collector started"
     );
     status.set_state("running");
-    let mut tick = tokio::time::interval(cfg.interval.0);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = tick.tick() => {}
-        }
+    let mut ticker = crate::periodic::Ticker::new(cfg.interval.0);
+    while ticker.next(&shutdown).await.is_some() {
         let ts = crate::now_ns();
         // NVML calls block (PCIe throughput waits ~20 ms): never on an async worker.
         let job = tokio::task::spawn_blocking(move || {

@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::error::handle_error;
 use super::*;
-use crate::config::Interval;
+use crate::config::values::Interval;
 use crate::model::{split_series_key, Batch, Line, Value};
 
 fn sampler(fake: FakeGpu, processes: bool) -> (Sampler<FakeGpu>, Arc<NvmlStatus>) {

@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::STALL_INTERVALS;
-use crate::config::Interval;
+use crate::config::values::Interval;
 
 /// `[tegrastats]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TegrastatsConfig {
     /// Run the collector when `path` exists (or `replay` is set).
@@ -20,6 +20,7 @@ pub struct TegrastatsConfig {
     /// Sampling interval passed as `--interval <ms>`.
     pub interval: Interval,
     /// A recorded tegrastats log to replay (looping) instead of running tegrastats.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub replay: Option<PathBuf>,
     /// Restart a tegrastats that is alive but has printed nothing for this long (at least
     /// [`STALL_INTERVALS`] sampling intervals are always allowed).

@@ -52,7 +52,7 @@
 //! `supervise` (the process and its restarts). This file holds the entry point.
 
 mod cli;
-mod config;
+pub(crate) mod config;
 mod error;
 mod mapper;
 mod reader;

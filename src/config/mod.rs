@@ -9,16 +9,21 @@ use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+pub mod clock;
+pub mod values;
+
+pub use values::{Interval, Secret};
 
 /// The built-in default configuration, exactly as shipped in `config/edgewatch.toml`.
-pub const DEFAULT_CONFIG: &str = include_str!("../config/edgewatch.toml");
+pub const DEFAULT_CONFIG: &str = include_str!("../../config/edgewatch.toml");
 
 /// Prefix of environment variables that override config keys.
 pub const ENV_PREFIX: &str = "EDGEWATCH_";
 
 /// Everything the agent can be configured with.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// `[http]`
@@ -32,32 +37,49 @@ pub struct Config {
     /// `[host]`
     pub host: HostConfig,
     /// `[tegrastats]`
-    pub tegrastats: crate::collect::tegrastats::TegrastatsConfig,
+    pub tegrastats: crate::collect::tegrastats::config::TegrastatsConfig,
     /// `[nvml]`
-    pub nvml: crate::collect::nvml::NvmlConfig,
+    pub nvml: crate::collect::nvml::config::NvmlConfig,
     /// `[rollup]`
-    pub rollup: crate::rollup::RollupConfig,
+    pub rollup: crate::rollup::config::RollupConfig,
     /// `[retention]`
-    pub retention: crate::rollup::RetentionConfig,
+    pub retention: crate::rollup::config::RetentionConfig,
     /// `[inference]`
+    #[serde(serialize_with = "inference_table")]
     pub inference: crate::engine::InferenceConfig,
     /// `[log]`
     pub log: LogConfig,
     /// `[clock]`
-    pub clock: crate::clock::ClockConfig,
+    pub clock: clock::ClockConfig,
     /// `[health]`
-    pub health: crate::collect::own::HealthConfig,
+    pub health: HealthConfig,
     /// Top-level `device_id`: added to every forwarded point (unset: `/etc/machine-id`, else
     /// the host name).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub device_id: Option<String>,
     /// `[tags]`: static tags added to every forwarded point.
     pub tags: std::collections::BTreeMap<String, String>,
     /// `[[sink]]`: where the forwarder sends (see `src/forward/`).
-    pub sink: Vec<crate::forward::SinkConfig>,
+    pub sink: Vec<crate::forward::config::SinkConfig>,
+}
+
+/// `[inference]` as a table (`crate::engine::InferenceConfig` derives no `Serialize`).
+fn inference_table<S: Serializer>(
+    c: &crate::engine::InferenceConfig,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct Table<'a> {
+        optimal_batch: &'a std::collections::BTreeMap<String, f64>,
+    }
+    Table {
+        optimal_batch: &c.optimal_batch,
+    }
+    .serialize(s)
 }
 
 /// `[http]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpConfig {
     /// Listen address.
@@ -70,55 +92,8 @@ pub struct HttpConfig {
     pub metrics_open: bool,
 }
 
-/// A secret string (a token): its `Debug` never shows it.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl<'de> Deserialize<'de> for Secret {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // A string; an all-digit token from the environment arrives as an integer.
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            S(String),
-            I(i64),
-        }
-        Ok(Secret(match Raw::deserialize(d)? {
-            Raw::S(s) => s,
-            Raw::I(i) => i.to_string(),
-        }))
-    }
-}
-
-impl Secret {
-    /// Wraps a value.
-    pub fn new(s: impl Into<String>) -> Secret {
-        Secret(s.into())
-    }
-
-    /// The value itself, for comparing and serializing; never log it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// True when unset.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "\"\""
-        } else {
-            "\"<redacted>\""
-        })
-    }
-}
-
 /// `[udp]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct UdpConfig {
     /// Whether the UDP listener runs.
@@ -132,7 +107,7 @@ pub struct UdpConfig {
 }
 
 /// `[storage]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct StorageConfig {
     /// Store directory.
@@ -144,7 +119,7 @@ pub struct StorageConfig {
 }
 
 /// SQLite durability level.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
     /// Durable across process crashes (WAL, synchronous=NORMAL).
@@ -154,7 +129,7 @@ pub enum Synchronous {
 }
 
 /// `[ingest]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct IngestConfig {
     /// Queue capacity in points.
@@ -164,7 +139,7 @@ pub struct IngestConfig {
 }
 
 /// `[host]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
     /// Whether the host collector runs.
@@ -173,36 +148,42 @@ pub struct HostConfig {
     pub interval: Interval,
 }
 
+/// `[health]` (the agent's own health points, `crate::collect::health`)
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthConfig {
+    /// Write `edgewatch_agent` / `edgewatch_event` points.
+    pub enabled: bool,
+    /// How often.
+    pub interval: Interval,
+}
+
+impl Default for HealthConfig {
+    fn default() -> Self {
+        HealthConfig {
+            enabled: true,
+            interval: Interval(Duration::from_secs(10)),
+        }
+    }
+}
+
 /// `[log]`
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
     /// tracing EnvFilter directive.
     pub level: String,
 }
 
-/// A non-zero duration written the humantime way ("10s", "1m 30s").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Interval(pub Duration);
-
-impl<'de> Deserialize<'de> for Interval {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let dur = humantime::parse_duration(&s).map_err(|e| {
-            serde::de::Error::custom(format!("invalid duration {s:?}: {e} (write e.g. \"10s\")"))
-        })?;
-        if dur.is_zero() {
-            return Err(serde::de::Error::custom(
-                "duration must be greater than zero",
-            ));
-        }
-        Ok(Interval(dur))
-    }
-}
-
 /// A validated timestamp precision name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PrecisionName(pub crate::ingest::lineproto::Precision);
+
+impl Serialize for PrecisionName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.0.name())
+    }
+}
 
 impl<'de> Deserialize<'de> for PrecisionName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -300,11 +281,10 @@ impl Config {
             return Ok(self);
         }
         overrides.sort();
-        let mut table =
-            toml::Table::try_from(SerializableConfig(&self)).map_err(|e| ConfigError::Env {
-                var: "(all)".into(),
-                message: e.to_string(),
-            })?;
+        let mut table = toml::Table::try_from(&self).map_err(|e| ConfigError::Env {
+            var: "(all)".into(),
+            message: e.to_string(),
+        })?;
         for (var, raw) in &overrides {
             let path = var[ENV_PREFIX.len()..].to_ascii_lowercase();
             let parts: Vec<&str> = path.split("__").collect();
@@ -430,171 +410,6 @@ fn parse_env_value(raw: &str) -> toml::Value {
             _ => toml::Value::String(raw.to_string()),
         },
         Err(_) => toml::Value::String(raw.to_string()),
-    }
-}
-
-/// Serializes a [`Config`] back into the TOML shape it was read from.
-struct SerializableConfig<'a>(&'a Config);
-
-impl serde::Serialize for SerializableConfig<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use toml::Value as V;
-        let c = self.0;
-        let mut root = toml::Table::new();
-        let mut sec = |name: &str, items: Vec<(&str, V)>| {
-            root.insert(
-                name.to_string(),
-                V::Table(items.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
-            );
-        };
-        let dur = |d: Duration| V::String(humantime::format_duration(d).to_string());
-        let int = |n: u64| V::Integer(i64::try_from(n).unwrap_or(i64::MAX));
-        sec(
-            "http",
-            vec![
-                ("listen", V::String(c.http.listen.to_string())),
-                ("max_body_bytes", int(c.http.max_body_bytes)),
-                ("token", V::String(c.http.token.expose().to_string())),
-                ("metrics_open", V::Boolean(c.http.metrics_open)),
-            ],
-        );
-        sec(
-            "udp",
-            vec![
-                ("enabled", V::Boolean(c.udp.enabled)),
-                ("listen", V::String(c.udp.listen.to_string())),
-                ("precision", V::String(c.udp.precision.0.name().to_string())),
-                (
-                    "allow_unauthenticated",
-                    V::Boolean(c.udp.allow_unauthenticated),
-                ),
-            ],
-        );
-        sec(
-            "storage",
-            vec![
-                (
-                    "data_dir",
-                    V::String(c.storage.data_dir.to_string_lossy().into_owned()),
-                ),
-                ("max_series", int(c.storage.max_series.get() as u64)),
-                (
-                    "synchronous",
-                    V::String(
-                        match c.storage.synchronous {
-                            Synchronous::Normal => "normal",
-                            Synchronous::Full => "full",
-                        }
-                        .into(),
-                    ),
-                ),
-            ],
-        );
-        sec(
-            "ingest",
-            vec![
-                ("queue_points", int(c.ingest.queue_points.get() as u64)),
-                (
-                    "max_batch_points",
-                    int(c.ingest.max_batch_points.get() as u64),
-                ),
-            ],
-        );
-        sec(
-            "host",
-            vec![
-                ("enabled", V::Boolean(c.host.enabled)),
-                ("interval", dur(c.host.interval.0)),
-            ],
-        );
-        let mut teg = vec![
-            ("enabled", V::Boolean(c.tegrastats.enabled)),
-            (
-                "path",
-                V::String(c.tegrastats.path.to_string_lossy().into_owned()),
-            ),
-            ("interval", dur(c.tegrastats.interval.0)),
-            ("stall_timeout", dur(c.tegrastats.stall_timeout.0)),
-        ];
-        if let Some(r) = &c.tegrastats.replay {
-            teg.push(("replay", V::String(r.to_string_lossy().into_owned())));
-        }
-        sec("tegrastats", teg);
-        sec(
-            "nvml",
-            vec![
-                ("enabled", V::Boolean(c.nvml.enabled)),
-                ("interval", dur(c.nvml.interval.0)),
-                ("processes", V::Boolean(c.nvml.processes)),
-            ],
-        );
-        sec(
-            "rollup",
-            vec![
-                ("enabled", V::Boolean(c.rollup.enabled)),
-                ("interval", dur(c.rollup.interval.0)),
-                ("lateness", dur(c.rollup.lateness.0)),
-                (
-                    "tiers",
-                    V::Array(c.rollup.tiers.iter().cloned().map(V::String).collect()),
-                ),
-                ("batch_points", int(c.rollup.batch_points as u64)),
-            ],
-        );
-        let mut ret = vec![
-            ("raw", dur(c.retention.raw.0)),
-            ("max_bytes", int(c.retention.max_bytes)),
-        ];
-        for (tier, keep) in &c.retention.tiers {
-            ret.push((tier.as_str(), dur(keep.0)));
-        }
-        sec("retention", ret);
-        sec(
-            "inference",
-            vec![(
-                "optimal_batch",
-                V::Table(
-                    c.inference
-                        .optimal_batch
-                        .iter()
-                        .map(|(k, v)| (k.clone(), V::Float(*v)))
-                        .collect(),
-                ),
-            )],
-        );
-        sec("log", vec![("level", V::String(c.log.level.clone()))]);
-        sec(
-            "health",
-            vec![
-                ("enabled", V::Boolean(c.health.enabled)),
-                ("interval", dur(c.health.interval.0)),
-            ],
-        );
-        sec(
-            "clock",
-            c.clock
-                .min_valid
-                .iter()
-                .map(|t| ("min_valid", V::String(t.text.clone())))
-                .collect(),
-        );
-        if let Some(id) = &c.device_id {
-            root.insert("device_id".into(), V::String(id.clone()));
-        }
-        root.insert(
-            "tags".into(),
-            V::Table(
-                c.tags
-                    .iter()
-                    .map(|(k, v)| (k.clone(), V::String(v.clone())))
-                    .collect(),
-            ),
-        );
-        if !c.sink.is_empty() {
-            let sinks = c.sink.iter().map(crate::forward::SinkConfig::to_toml);
-            root.insert("sink".into(), V::Array(sinks.collect()));
-        }
-        root.serialize(s)
     }
 }
 
@@ -751,6 +566,40 @@ mod tests {
             e.contains("EDGEWATCH_TAGS") && e.contains("EDGEWATCH_DEVICE_ID"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_effective_config_prints_as_toml_that_loads_back_equal() {
+        let text = toml::to_string(&Config::builtin()).unwrap();
+        assert_eq!(
+            Config::from_toml_str(&text, "printed").unwrap(),
+            Config::builtin()
+        );
+        // Every optional key and every section that is not a plain struct.
+        let c = Config::from_toml_str(
+            "device_id = \"jet-1\"\n[tags]\nsite = \"lab\"\n[http]\ntoken = \"t0k\"\n\
+             [udp]\nprecision = \"ms\"\n[storage]\nsynchronous = \"full\"\n\
+             [tegrastats]\nreplay = \"/tmp/t.log\"\n[retention]\nraw = \"1h 30m\"\n1m = \"7d\"\n\
+             [inference]\noptimal_batch = { resnet = 8.0 }\n\
+             [clock]\nmin_valid = \"2030-01-01T00:00:00Z\"\n\
+             [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:8086\"\n\
+             version = 1\ndatabase = \"edge\"\nusername = \"u\"\npassword = \"pw\"\nmax_delay = \"0s\"\n\
+             [[sink]]\ntype = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://127.0.0.1:1883\"\n\
+             topic = \"e/{device_id}\"\nkeepalive = \"30s\"\nformat = \"json\"\n",
+            "f",
+        )
+        .unwrap();
+        let text = toml::to_string(&c).unwrap();
+        assert_eq!(
+            Config::from_toml_str(&text, "printed").unwrap(),
+            c,
+            "{text}"
+        );
+        // Secrets are written as themselves (the env layering reloads them) ...
+        assert!(text.contains("t0k") && text.contains("pw"), "{text}");
+        // ... and redacted in Debug, which is what `check-config` prints.
+        let dbg = format!("{c:#?}");
+        assert!(!dbg.contains("t0k") && !dbg.contains("\"pw\""), "{dbg}");
     }
 
     #[test]
