@@ -222,6 +222,9 @@ fn query_reads_a_running_agents_store_as_csv_and_json() {
     assert!(err.contains("no edgewatch database"), "{err}");
 }
 
+/// A `query` command line and the same query as `/api/v1/query` parameters.
+type FlagsAndParams<'a> = Vec<(Vec<&'a str>, Vec<(&'a str, &'a str)>)>;
+
 /// `query` builds its typed queries from the flags with the same checks as `/api/v1/query`
 /// does from its parameters: the same answer for raw points and aggregates (tags, group-by,
 /// step, agg, limit) and the same message for each mistake.
@@ -250,7 +253,7 @@ fn query_flags_answer_and_refuse_as_the_http_parameters_do() {
     let (from, to) = (t0.to_string(), (t0 + 10_000_000_000).to_string());
     let range: [(&str, &str); 2] = [("from", &from), ("to", &to)];
     // (flags, the same query as parameters)
-    let answers: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+    let answers: FlagsAndParams = vec![
         (
             vec!["--field", "wall_ms", "--step", "2s", "--agg", "max"],
             vec![("field", "wall_ms"), ("step", "2s"), ("agg", "max")],
@@ -312,7 +315,7 @@ fn query_flags_answer_and_refuse_as_the_http_parameters_do() {
         );
         assert_eq!(cli, api, "{flags:?}");
     }
-    let mistakes: Vec<(Vec<&str>, Vec<(&str, &str)>)> = vec![
+    let mistakes: FlagsAndParams = vec![
         (vec!["--measurement="], vec![("measurement", "")]),
         (
             vec!["--measurement=m", "--from=soon"],

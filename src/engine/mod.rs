@@ -32,7 +32,7 @@ use crate::rollup::Plan;
 use crate::store::bucket::parse_percentile;
 use crate::store::{Reader, StoreError};
 
-mod config;
+pub mod config;
 mod inference;
 pub mod request;
 mod source;
