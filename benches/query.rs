@@ -3,7 +3,7 @@
 //! rollup job after each of the two (`Job::run_once`, as `edgewatch maintain` does) so the
 //! sparse history (every point its own 1-min row) and the dense day (60 points per row) get
 //! their own rollup rate, then times the dashboard queries through the query engine exactly
-//! as `GET /api/v1/query` calls it (`agg_query_from_params` + `engine::query` on one
+//! as `GET /api/v1/query` calls it (`api::agg_query_from_params` + `engine::query` on one
 //! long-lived `Reader`, not over HTTP) and prints a compact table: write time, rollup rates,
 //! and median / max of each query.
 //!
@@ -135,7 +135,7 @@ fn time_query(
     let mut last = None;
     for _ in 0..runs {
         let t = Instant::now();
-        let aq = edgewatch::engine::agg_query_from_params(&q, edgewatch::now_ns())
+        let aq = edgewatch::api::agg_query_from_params(&q, edgewatch::now_ns())
             .expect("bad query")
             .expect("not an aggregate query");
         let res =

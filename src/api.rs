@@ -19,14 +19,11 @@ use warp::{Filter, Reply};
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
 use crate::status::{self, Status};
-use crate::store::query::RawQuery;
 use crate::store::{Reader, StoreError};
-use crate::timeparse::parse_time;
 
-/// Default span of a query without `from`: the last hour.
-pub const DEFAULT_RANGE_NS: i64 = 3_600 * 1_000_000_000;
-/// Most points one raw query returns unless `limit` says otherwise.
-pub const DEFAULT_LIMIT: usize = 100_000;
+mod params;
+
+pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 
 /// What the read API needs.
 #[derive(Clone)]
@@ -86,48 +83,6 @@ where
     }
 }
 
-/// Parses the query-string form shared by the API and the CLI.
-pub fn raw_query_from_params(
-    params: &HashMap<String, String>,
-    now: i64,
-) -> Result<RawQuery, String> {
-    let measurement = params
-        .get("measurement")
-        .filter(|m| !m.is_empty())
-        .ok_or("missing `measurement` parameter")?
-        .clone();
-    let to = match params.get("to") {
-        Some(t) => parse_time(t, now).map_err(|e| e.to_string())?,
-        None => now,
-    };
-    let from = match params.get("from") {
-        Some(t) => parse_time(t, now).map_err(|e| e.to_string())?,
-        None => to.saturating_sub(DEFAULT_RANGE_NS),
-    };
-    if from > to {
-        return Err(format!("`from` ({from}) is after `to` ({to})"));
-    }
-    let limit = match params.get("limit") {
-        Some(l) => l
-            .parse()
-            .map_err(|_| format!("invalid limit {l:?}: expected a positive integer"))?,
-        None => DEFAULT_LIMIT,
-    };
-    let mut tags: Vec<(String, String)> = params
-        .iter()
-        .filter_map(|(k, v)| k.strip_prefix("tag.").map(|t| (t.to_string(), v.clone())))
-        .collect();
-    tags.sort();
-    Ok(RawQuery {
-        measurement,
-        field: params.get("field").filter(|f| !f.is_empty()).cloned(),
-        tags,
-        from,
-        to,
-        limit,
-    })
-}
-
 /// Answers an engine result: 400 for a bad query, 500 for a store failure.
 fn engine_reply(
     res: Result<Result<serde_json::Value, crate::engine::EngineError>, Response>,
@@ -138,27 +93,6 @@ fn engine_reply(
         Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         Err(resp) => resp,
     }
-}
-
-/// `model`, `from`, `to` (as for `/api/v1/query`) and `step` (default: one step over the
-/// whole range).
-pub fn inference_query_from_params(
-    params: &HashMap<String, String>,
-    now: i64,
-) -> Result<crate::engine::InferenceQuery, String> {
-    let mut p = params.clone();
-    p.insert("measurement".into(), "inference".into());
-    let raw = raw_query_from_params(&p, now)?;
-    let step_ns = match params.get("step").filter(|s| !s.is_empty()) {
-        Some(s) => crate::engine::parse_step(s)?,
-        None => raw.to.saturating_sub(raw.from).saturating_add(1).max(1),
-    };
-    Ok(crate::engine::InferenceQuery {
-        model: params.get("model").filter(|m| !m.is_empty()).cloned(),
-        from: raw.from,
-        to: raw.to,
-        step_ns,
-    })
 }
 
 /// Every read route.
@@ -212,7 +146,7 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .and(with.clone())
         .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
             // `step` and/or `agg`: the query engine (rollup tiers); otherwise raw points.
-            match crate::engine::agg_query_from_params(&q, crate::now_ns()) {
+            match agg_query_from_params(&q, crate::now_ns()) {
                 Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
                 Ok(Some(aq)) => {
                     let plan = ctx.plan.clone();

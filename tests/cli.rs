@@ -223,6 +223,140 @@ fn query_reads_a_running_agents_store_as_csv_and_json() {
     assert!(err.contains("no edgewatch database"), "{err}");
 }
 
+/// A `query` command line and the same query as `/api/v1/query` parameters.
+type FlagsAndParams<'a> = Vec<(Vec<&'a str>, Vec<(&'a str, &'a str)>)>;
+
+/// `query` builds its typed queries from the flags with the same checks as `/api/v1/query`
+/// does from its parameters: the same answer for raw points and aggregates (tags, group-by,
+/// step, agg, limit) and the same message for each mistake.
+#[test]
+fn query_flags_answer_and_refuse_as_the_http_parameters_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[rollup]\nenabled = false\n",
+    );
+    let t0: i64 = 1_764_000_000_000_000_000;
+    let mut body = String::new();
+    for i in 0..6i64 {
+        for (model, ms) in [("yolo", 10 + i), ("resnet", 30 + 2 * i)] {
+            body.push_str(&format!(
+                "inference,model={model},app=cam wall_ms={ms} {}\n",
+                t0 + i * 1_000_000_000
+            ));
+        }
+    }
+    assert_eq!(
+        post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
+        204
+    );
+    let d = agent.dir.to_str().unwrap().to_string();
+    let (from, to) = (t0.to_string(), (t0 + 10_000_000_000).to_string());
+    let range: [(&str, &str); 2] = [("from", &from), ("to", &to)];
+    // (flags, the same query as parameters)
+    let answers: FlagsAndParams = vec![
+        (
+            vec!["--field", "wall_ms", "--step", "2s", "--agg", "max"],
+            vec![("field", "wall_ms"), ("step", "2s"), ("agg", "max")],
+        ),
+        (
+            vec![
+                "--field=wall_ms",
+                "--step=1s",
+                "--tag=app=cam",
+                "--group-by=app",
+            ],
+            vec![
+                ("field", "wall_ms"),
+                ("step", "1s"),
+                ("tag.app", "cam"),
+                ("group_by", "app"),
+            ],
+        ),
+        // No step: one step over the whole range. A tag given twice keeps its last value.
+        (
+            vec![
+                "--field=wall_ms",
+                "--agg=p50",
+                "--tag=model=resnet",
+                "--tag=model=yolo",
+            ],
+            vec![("field", "wall_ms"), ("agg", "p50"), ("tag.model", "yolo")],
+        ),
+        (
+            vec!["--field=wall_ms", "--agg=count", "--group-by="],
+            vec![("field", "wall_ms"), ("agg", "count"), ("group_by", "")],
+        ),
+        (
+            vec!["--tag=model=yolo", "--limit=4"],
+            vec![("tag.model", "yolo"), ("limit", "4")],
+        ),
+    ];
+    let ask = |flags: &[&str], params: &[(&str, &str)]| {
+        let mut args = vec!["query", "--data-dir", &d, "--format", "json"];
+        args.extend_from_slice(flags);
+        let cli = run(&args);
+        let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let api = get(&agent.url(&format!("/api/v1/query?{}", query.join("&")))).unwrap();
+        (cli, api)
+    };
+    for (flags, params) in &answers {
+        let mut flags = flags.clone();
+        flags.extend(["--measurement", "inference", "--from", &from, "--to", &to]);
+        let mut params = params.clone();
+        params.push(("measurement", "inference"));
+        params.extend(range);
+        let ((code, out, err), (status, body)) = ask(&flags, &params);
+        assert_eq!((code, status), (0, 200), "{flags:?}: {err} {body}");
+        let cli: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let api: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            !cli["series"].as_array().unwrap().is_empty(),
+            "{flags:?}: {out}"
+        );
+        assert_eq!(cli, api, "{flags:?}");
+    }
+    let mistakes: FlagsAndParams = vec![
+        (vec!["--measurement="], vec![("measurement", "")]),
+        (
+            vec!["--measurement=m", "--from=soon"],
+            vec![("measurement", "m"), ("from", "soon")],
+        ),
+        (
+            vec!["--measurement=m", "--from=100", "--to=50"],
+            vec![("measurement", "m"), ("from", "100"), ("to", "50")],
+        ),
+        (
+            vec!["--measurement=m", "--step=1m"],
+            vec![("measurement", "m"), ("step", "1m")],
+        ),
+        (
+            vec!["--measurement=m", "--field=v", "--agg=median", "--step=abc"],
+            vec![
+                ("measurement", "m"),
+                ("field", "v"),
+                ("agg", "median"),
+                ("step", "abc"),
+            ],
+        ),
+        (
+            vec!["--measurement=m", "--field=v", "--step=abc"],
+            vec![("measurement", "m"), ("field", "v"), ("step", "abc")],
+        ),
+        (
+            vec!["--measurement=m", "--field=v", "--step=0"],
+            vec![("measurement", "m"), ("field", "v"), ("step", "0")],
+        ),
+    ];
+    for (flags, params) in &mistakes {
+        let ((code, _, err), (status, body)) = ask(flags, params);
+        assert_eq!((code, status), (1, 400), "{flags:?}: {err} {body}");
+        let api: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let message = api["error"].as_str().unwrap();
+        assert_eq!(err.trim(), format!("error: {message}"), "{flags:?}");
+    }
+}
+
 /// A config on free loopback HTTP with a token (which must not matter to UDP) and `udp`.
 fn udp_config(dir: &std::path::Path, udp: &str) -> std::path::PathBuf {
     let f = dir.join("edgewatch.toml");

@@ -1,0 +1,151 @@
+//! The query-string parameters of `/api/v1/query` and `/api/v1/inference` (`measurement`,
+//! `field`, `tag.k=v`, `from`, `to`, `limit`, `step`, `agg`, `group_by`, `model`) turned
+//! into the typed queries of the store and the engine. The words themselves are checked by
+//! [`crate::engine::request`], which the command line shares; this module only reads them out
+//! of the query string. It never runs a query.
+
+use std::collections::HashMap;
+
+use crate::engine::request::{self, DEFAULT_LIMIT};
+use crate::engine::{AggQuery, InferenceQuery};
+use crate::store::query::RawQuery;
+
+fn get<'a>(params: &'a HashMap<String, String>, key: &str) -> Option<&'a str> {
+    params.get(key).map(String::as_str)
+}
+
+/// A raw-points query; `tag.k=v` parameters become its tags, sorted.
+pub fn raw_query_from_params(
+    params: &HashMap<String, String>,
+    now: i64,
+) -> Result<RawQuery, String> {
+    let measurement = request::measurement(get(params, "measurement"))?;
+    let (from, to) = request::time_range(get(params, "from"), get(params, "to"), now)?;
+    let limit = match params.get("limit") {
+        Some(l) => l
+            .parse()
+            .map_err(|_| format!("invalid limit {l:?}: expected a positive integer"))?,
+        None => DEFAULT_LIMIT,
+    };
+    let mut tags: Vec<(String, String)> = params
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("tag.").map(|t| (t.to_string(), v.clone())))
+        .collect();
+    tags.sort();
+    Ok(RawQuery {
+        measurement,
+        field: request::field(get(params, "field")),
+        tags,
+        from,
+        to,
+        limit,
+    })
+}
+
+/// An aggregate query (raw-query parameters plus `step`, `agg`, `group_by`); `None` when
+/// neither `step` nor `agg` is given (a raw query).
+pub fn agg_query_from_params(
+    params: &HashMap<String, String>,
+    now: i64,
+) -> Result<Option<AggQuery>, String> {
+    let (step, agg) = (get(params, "step"), get(params, "agg"));
+    if !request::is_agg(step, agg) {
+        return Ok(None);
+    }
+    let raw = raw_query_from_params(params, now)?;
+    let field = request::agg_field(raw.field.as_deref())?;
+    let (agg, agg_name) = request::agg(agg)?;
+    let step_ns = request::step(step, raw.from, raw.to)?;
+    Ok(Some(AggQuery {
+        measurement: raw.measurement,
+        field,
+        tags: raw.tags,
+        group_by: get(params, "group_by").map(request::group_by),
+        from: raw.from,
+        to: raw.to,
+        step_ns,
+        agg,
+        agg_name,
+    }))
+}
+
+/// `model`, `from`, `to` (as for `/api/v1/query`) and `step` (default: one step over the
+/// whole range).
+pub fn inference_query_from_params(
+    params: &HashMap<String, String>,
+    now: i64,
+) -> Result<InferenceQuery, String> {
+    let mut p = params.clone();
+    p.insert("measurement".into(), "inference".into());
+    let raw = raw_query_from_params(&p, now)?;
+    Ok(InferenceQuery {
+        model: request::field(get(params, "model")),
+        from: raw.from,
+        to: raw.to,
+        step_ns: request::step(get(params, "step"), raw.from, raw.to)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Agg;
+
+    const NS: i64 = 1_000_000_000;
+
+    fn params(kv: &[(&str, &str)]) -> HashMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn agg_params() {
+        let p = params(&[
+            ("measurement", "m"),
+            ("field", "v"),
+            ("step", "1m"),
+            ("agg", "p999"),
+            ("group_by", "model"),
+            ("from", "0"),
+            ("to", "100"),
+        ]);
+        let q = agg_query_from_params(&p, 1000).unwrap().unwrap();
+        assert_eq!((q.step_ns, q.agg), (60 * NS, Agg::Quantile(0.999)));
+        assert_eq!(q.group_by, Some(vec!["model".to_string()]));
+        let mut raw = p.clone();
+        raw.remove("step");
+        raw.remove("agg");
+        assert!(agg_query_from_params(&raw, 1000).unwrap().is_none());
+        let mut nofield = p;
+        nofield.remove("field");
+        assert!(agg_query_from_params(&nofield, 1000).is_err());
+    }
+
+    #[test]
+    fn raw_params_sort_tags_and_check_the_limit() {
+        let p = params(&[
+            ("measurement", "m"),
+            ("tag.b", "2"),
+            ("tag.a", "1"),
+            ("limit", "5"),
+        ]);
+        let q = raw_query_from_params(&p, 10 * NS).unwrap();
+        assert_eq!(
+            q.tags,
+            vec![("a".into(), "1".into()), ("b".into(), "2".into())]
+        );
+        assert_eq!((q.limit, q.to), (5, 10 * NS));
+        let bad = params(&[("measurement", "m"), ("limit", "-1")]);
+        assert!(raw_query_from_params(&bad, 0)
+            .unwrap_err()
+            .contains("invalid limit"));
+    }
+
+    #[test]
+    fn inference_params_default_to_one_step_over_the_range() {
+        let p = params(&[("from", "0"), ("to", "99"), ("model", "")]);
+        let q = inference_query_from_params(&p, 1000).unwrap();
+        assert_eq!((q.from, q.to, q.step_ns, q.model), (0, 99, 100, None));
+    }
+}

@@ -1,0 +1,33 @@
+//! `edgewatch check-config FILE`: loads a config file (with EDGEWATCH_* variables) and the
+//! agent's start-up listener policy, as `run` would, and prints the effective config. Never
+//! opens the store or a socket.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+
+use crate::load_config;
+
+#[derive(clap::Args)]
+pub struct CheckConfigArgs {
+    /// The file to check.
+    file: PathBuf,
+}
+
+pub fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
+    let file = args.file;
+    let cfg = load_config(Some(&file))?;
+    // The agent's own start-up check: the same policy, the same message.
+    let listeners = edgewatch::web::auth::check_listeners(&cfg.http, &cfg.udp)
+        .with_context(|| format!("{}: the agent would refuse to start", file.display()))?;
+    if let Some(addr) = listeners.udp_open {
+        eprintln!(
+            "warning: [udp] allow_unauthenticated = true: UDP on {addr} takes writes \
+             from any machine that can reach it, without a token"
+        );
+    }
+    println!("{}: ok", file.display());
+    println!("{cfg:#?}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,204 @@
+//! Where a query's data comes from and reading it: [`choose_source`] picks raw points or a
+//! rollup tier for a step (pure), and [`collect`] reads one field of the matching tag sets
+//! into [`Steps`] from that tier plus the raw chunks it has not rolled up yet. Read-only;
+//! it never aggregates steps into answers (that is `query` and `inference`).
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use super::{Agg, EngineError, Steps, MAX_STEPS};
+use crate::rollup::{Plan, Tier};
+use crate::store::bucket::{bucket_start, numeric};
+use crate::store::chunks::{self, Scan};
+use crate::store::{dict, tiers, Reader};
+
+/// Where a query's data comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// Raw points.
+    Raw,
+    /// The plan's tier at this index.
+    Tier(usize),
+}
+
+/// Picks the source for `step` over a range starting at `from` (pure; see the module docs).
+pub fn choose_source(plan: &Plan, step_ns: i64, from: i64, now: i64) -> Source {
+    let fits: Vec<usize> = plan
+        .tiers
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.res_ns <= step_ns && step_ns % t.res_ns == 0)
+        .map(|(i, _)| i)
+        .collect();
+    let covers = |t: &Tier| {
+        t.retention_ns
+            .map_or(true, |r| from >= now.saturating_sub(r))
+    };
+    if let Some(&i) = fits.iter().rev().find(|&&i| covers(&plan.tiers[i])) {
+        return Source::Tier(i);
+    }
+    fits.iter()
+        .copied()
+        .max_by_key(|&i| plan.tiers[i].retention_ns.unwrap_or(i64::MAX))
+        .map_or(Source::Raw, Source::Tier)
+}
+
+/// The per-step state: the aggregate and, from raw points, every value (exact percentiles).
+pub use crate::store::tiers::Need;
+
+/// What a query of `agg` reads from each rollup row.
+pub fn need_of(agg: Agg) -> Need {
+    match agg {
+        Agg::Mean | Agg::Sum | Agg::Count => Need::Sum,
+        Agg::Min | Agg::Max => Need::MinMax,
+        Agg::Last | Agg::Rate => Need::FirstLast,
+        Agg::Quantile(_) => Need::Sketch,
+    }
+}
+
+/// What [`collect`] gathers: the source's name and, per tag set, its tags and steps.
+pub struct Collected {
+    /// `raw` or the tier's name.
+    pub tier: String,
+    /// First step start.
+    pub from: i64,
+    /// Per matching tag set.
+    pub sets: Vec<(BTreeMap<String, String>, Steps)>,
+}
+
+/// Reads `field` of every tag set of `measurement` matching `tags` into steps of `step_ns`.
+#[allow(clippy::too_many_arguments)]
+pub fn collect(
+    reader: &Reader,
+    plan: &Plan,
+    measurement: &str,
+    field: &str,
+    tags: &[(String, String)],
+    from: i64,
+    to: i64,
+    step_ns: i64,
+    need: Need,
+    now: i64,
+) -> Result<Collected, EngineError> {
+    if step_ns <= 0 {
+        return Err(EngineError::BadQuery("`step` must be positive".into()));
+    }
+    let from = bucket_start(from, step_ns);
+    if to < from {
+        return Err(EngineError::BadQuery(format!(
+            "`from` is after `to` ({to})"
+        )));
+    }
+    if (to - from) / step_ns > MAX_STEPS {
+        return Err(EngineError::BadQuery(format!(
+            "{} steps requested, at most {MAX_STEPS}: use a larger `step` or a shorter range",
+            (to - from) / step_ns
+        )));
+    }
+    let (conn, path) = (reader.conn(), reader.path());
+    let source = choose_source(plan, step_ns, from, now);
+    let (tier_name, tier) = match source {
+        Source::Raw => ("raw".to_string(), None),
+        Source::Tier(i) => (plan.tiers[i].name.clone(), Some(&plan.tiers[i])),
+    };
+    let cursor: i64 = match tier {
+        Some(t) => tiers::state(conn, path, t.key())?.cursor,
+        None => 0,
+    };
+    let mut sets = Vec::new();
+    for set in dict::tagsets(conn, path, Some(measurement))? {
+        if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
+            continue;
+        }
+        let Some(sid) = dict::numeric_series(conn, path, set.id, field)? else {
+            continue;
+        };
+        let mut steps = Steps::default();
+        if let Some(t) = tier {
+            let lo = bucket_start(from, t.res_ns);
+            tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
+                let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
+                let slot = &mut steps.at(bucket_start(bucket, step_ns)).acc;
+                if slot.count == 0 {
+                    *slot = acc;
+                } else {
+                    slot.merge(&acc);
+                }
+                Ok::<_, EngineError>(())
+            })?;
+        }
+        // Raw points: all of them for the raw source, else only chunks the tier has not
+        // rolled up yet.
+        let exact = tier.is_none();
+        let scan = Scan {
+            tagset: Some(set.id),
+            after: Some(cursor),
+            ts_from: Some(from),
+            ts_to: Some(to),
+            ..Scan::default()
+        };
+        chunks::scan(conn, path, &scan, |c| {
+            c.decode(path, |ts, s, v| {
+                if s != sid || ts < from || ts > to {
+                    return;
+                }
+                if let Some(f) = numeric(&v) {
+                    let step = steps.at(bucket_start(ts, step_ns));
+                    step.acc.add(ts, f);
+                    if exact {
+                        step.exact.get_or_insert_with(Vec::new).push(f);
+                    }
+                }
+            })?;
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if !steps.is_empty() {
+            sets.push((set.tags, steps));
+        }
+    }
+    Ok(Collected {
+        tier: tier_name,
+        from,
+        sets,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::NS;
+    use crate::rollup::{RetentionConfig, RollupConfig};
+
+    fn plan() -> Plan {
+        Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn source_is_the_coarsest_tier_that_fits_and_covers() {
+        let p = plan();
+        let now = 400 * 86_400 * NS;
+        let h = 3600 * NS;
+        assert_eq!(choose_source(&p, NS, now - h, now), Source::Raw);
+        assert_eq!(choose_source(&p, 90 * NS, now - h, now), Source::Raw);
+        assert_eq!(
+            choose_source(&p, 60 * NS, now - 24 * h, now),
+            Source::Tier(0)
+        );
+        assert_eq!(
+            choose_source(&p, 300 * NS, now - 24 * h, now),
+            Source::Tier(0)
+        );
+        assert_eq!(choose_source(&p, h, now - 24 * h, now), Source::Tier(1));
+        // 1 min retention (30 d) does not cover 60 days: the 1 h tier still fits a 2 h step.
+        assert_eq!(
+            choose_source(&p, 2 * h, now - 60 * 24 * h, now),
+            Source::Tier(1)
+        );
+        // A 1 min step over 60 days: no tier both fits and covers; the longest-kept one that
+        // fits answers.
+        assert_eq!(
+            choose_source(&p, 60 * NS, now - 60 * 24 * h, now),
+            Source::Tier(0)
+        );
+    }
+}
