@@ -45,8 +45,7 @@ pub struct Config {
     /// `[retention]`
     pub retention: crate::rollup::config::RetentionConfig,
     /// `[inference]`
-    #[serde(serialize_with = "inference_table")]
-    pub inference: crate::engine::InferenceConfig,
+    pub inference: crate::engine::config::InferenceConfig,
     /// `[log]`
     pub log: LogConfig,
     /// `[clock]`
@@ -61,21 +60,6 @@ pub struct Config {
     pub tags: std::collections::BTreeMap<String, String>,
     /// `[[sink]]`: where the forwarder sends (see `src/forward/`).
     pub sink: Vec<crate::forward::config::SinkConfig>,
-}
-
-/// `[inference]` as a table (`crate::engine::InferenceConfig` derives no `Serialize`).
-fn inference_table<S: Serializer>(
-    c: &crate::engine::InferenceConfig,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    #[derive(Serialize)]
-    struct Table<'a> {
-        optimal_batch: &'a std::collections::BTreeMap<String, f64>,
-    }
-    Table {
-        optimal_batch: &c.optimal_batch,
-    }
-    .serialize(s)
 }
 
 /// `[http]`

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 /// `[inference]`
-#[derive(Debug, Clone, Default, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, serde::Deserialize, serde::Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct InferenceConfig {
     /// Model name -> its best batch size, for batch efficiency.
