@@ -1,5 +1,4 @@
-//! The subcommands of the `edgewatch` binary, one file each (the `status` subcommand still
-//! lives in `main.rs`). Each parses nothing itself — clap hands it typed arguments — and is a
+//! The subcommands of the `edgewatch` binary, one file each. Each parses nothing itself — clap hands it typed arguments — and is a
 //! thin call into the library that turns the answer into output and an exit code. Never
 //! imported by the library.
 
@@ -8,4 +7,5 @@ pub mod gpus;
 pub mod maintain;
 pub mod query;
 pub mod run;
+pub mod status;
 pub mod tegrastats;
