@@ -11,7 +11,7 @@
  *                 nvmlDeviceGetNumFans, nvmlDeviceGetArchitecture, the MIG calls), keeping
  *                 their older forms where NVML had one.
  *
- * The scenario file is named by $EDGEWATCH_NVML_STUB, read at nvmlInit and again whenever
+ * The scenario file is named by $NVML_STUB_SCENARIO, read at nvmlInit and again whenever
  * it is replaced (checked when a sample starts and when a GPU's UUID is asked). One entry a
  * line, '#' starts a comment:
  *
@@ -134,7 +134,7 @@ static void parse_entry(struct gpu *g, const char *key, char *rest) {
 }
 
 static int load(void) {
-    const char *path = getenv("EDGEWATCH_NVML_STUB");
+    const char *path = getenv("NVML_STUB_SCENARIO");
     if (!path)
         return -1;
     FILE *f = fopen(path, "r");
@@ -203,7 +203,7 @@ static int load(void) {
 
 /* Reloads the scenario when the file was replaced or rewritten. */
 static void refresh(void) {
-    const char *path = getenv("EDGEWATCH_NVML_STUB");
+    const char *path = getenv("NVML_STUB_SCENARIO");
     struct stat st;
     if (!path || stat(path, &st) != 0)
         return;
