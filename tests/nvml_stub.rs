@@ -20,55 +20,7 @@ const GPU0_UUID: &str = "GPU-0a1b2c3d-0000-4000-8000-000000000001";
 const GPU1_UUID: &str = "GPU-0a1b2c3d-0000-4000-8000-000000000002";
 
 /// GPU 0 answers every metric; GPU 1 a few, and NOT_SUPPORTED (said or implied) for the rest.
-const SCENARIO: &str = "\
-driver 550.54.15
-cuda 12040
-gpus 2
-procname 4242 python3
-procname 4243 trtexec
-gpu 0 name NVIDIA A2
-gpu 0 uuid GPU-0a1b2c3d-0000-4000-8000-000000000001
-gpu 0 arch 7
-gpu 0 cc 8 6
-gpu 0 utilization 42 17
-gpu 0 memory 16106127360 1073741824 15032385536
-gpu 0 bar1 268435456 2097152 266338304
-gpu 0 temperature 55
-gpu 0 temp_slowdown 90
-gpu 0 temp_shutdown 95
-gpu 0 temp_max_operating 87
-gpu 0 power 60500
-gpu 0 power_limit 60000
-gpu 0 energy 123456789
-gpu 0 clock_graphics 1410
-gpu 0 clock_sm 1395
-gpu 0 clock_mem 6251
-gpu 0 clock_video 1275
-gpu 0 clock_graphics_max 1770
-gpu 0 clock_sm_max 1770
-gpu 0 clock_mem_max 6251
-gpu 0 clock_video_max 1650
-gpu 0 throttle_reasons 4101     # 0x1005: idle, power cap, and a bit newer than the wrapper
-gpu 0 pcie_tx 1200
-gpu 0 pcie_rx 3400
-gpu 0 pcie_link_gen 4
-gpu 0 pcie_link_width 16
-gpu 0 fan 30 50
-gpu 0 ecc 1 3 0
-gpu 0 mig_mode 1 0
-gpu 0 mig 0 MIG-0a1b2c3d-0000-4000-8000-0000000000a0 5368709120 1073741824 4294967296
-gpu 0 mig 2 MIG-0a1b2c3d-0000-4000-8000-0000000000a2 2684354560 0 2684354560
-gpu 0 processes 4242 536870912 4243 NA
-gpu 0 process_utilization 4242 35 12
-gpu 1 name NVIDIA RTX A2000
-gpu 1 uuid GPU-0a1b2c3d-0000-4000-8000-000000000002
-gpu 1 arch 6
-gpu 1 cc 7 5
-gpu 1 utilization 5 1
-gpu 1 memory 6442450944 536870912 5905580032
-gpu 1 temperature NOT_SUPPORTED
-gpu 1 power 20250
-";
+const SCENARIO: &str = include_str!("nvml_stub/two_gpus.txt");
 
 /// Metrics GPU 1 answers (in `Metric::ALL` order).
 const GPU1_SUPPORTED: [&str; 3] = ["utilization", "memory", "power"];

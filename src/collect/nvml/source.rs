@@ -185,8 +185,8 @@ fn processes(
                 Ok(buf
                     .into_iter()
                     .map(|p| {
-                        let used = (p.used_gpu_memory != VALUE_NOT_AVAILABLE)
-                            .then_some(p.used_gpu_memory);
+                        let used =
+                            (p.used_gpu_memory != VALUE_NOT_AVAILABLE).then_some(p.used_gpu_memory);
                         (p.pid, used)
                     })
                     .collect())
@@ -198,9 +198,18 @@ fn processes(
 impl NvmlSource {
     /// Loads `libnvidia-ml.so.1` and initialises NVML (blocking; tens of ms).
     pub fn init() -> Result<NvmlSource, NvmlInitError> {
-        let nvml = Nvml::init().map_err(NvmlInitError::from_nvml)?;
+        Self::with(Nvml::init())
+    }
+
+    /// [`NvmlSource::init`] with the NVML library at `path` instead of the system's
+    /// `libnvidia-ml.so.1` (the benchmark loads a stand-in this way).
+    pub fn init_from(path: &std::path::Path) -> Result<NvmlSource, NvmlInitError> {
+        Self::with(Nvml::builder().lib_path(path.as_os_str()).init())
+    }
+
+    fn with(nvml: Result<Nvml, NvmlError>) -> Result<NvmlSource, NvmlInitError> {
         Ok(NvmlSource {
-            nvml,
+            nvml: nvml.map_err(NvmlInitError::from_nvml)?,
             util_seen: HashMap::new(),
             names: HashMap::new(),
         })
@@ -281,8 +290,11 @@ impl GpuSource for NvmlSource {
                 gpu_pct: u.gpu,
                 mem_pct: u.memory,
             }),
-            Metric::Memory => memory(&self.nvml, &dev)
-                .map(|(total, used, free)| Reading::Memory { total, used, free }),
+            Metric::Memory => memory(&self.nvml, &dev).map(|(total, used, free)| Reading::Memory {
+                total,
+                used,
+                free,
+            }),
             Metric::Bar1 => dev.bar1_memory_info().map(|m| Reading::Memory {
                 total: m.total,
                 used: m.used,
