@@ -467,6 +467,35 @@ fn a_lost_gpu_is_marked_lost_while_the_other_is_sampled_and_recovers() {
     assert_eq!(log.matches("GPU reachable again").count(), 1, "{log}");
 }
 
+/// One metric of GPU 1 (`power`) answers GPU_IS_LOST from the 3rd sample on: the GPU is
+/// marked lost naming that metric, no `power_w` after the 2nd sample, GPU 0 unaffected.
+#[test]
+fn a_metric_that_answers_gpu_lost_marks_its_gpu_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = SCENARIO.replace("gpu 1 power 20250", "gpu 1 power 20250 GPU_IS_LOST 3");
+    let (agent, _) = start(dir.path(), &new_lib(), &text);
+    let st = wait_for(Duration::from_secs(20), || {
+        let st = nvml_status(&agent);
+        (st["gpus"][1]["lost"] == true).then_some(st)
+    })
+    .unwrap_or_else(|| panic!("GPU 1 never lost: {}", nvml_status(&agent)));
+    assert_eq!(
+        st["gpus"][1]["last_error"],
+        "power: device fell off the bus or has otherwise become inacessible"
+    );
+    wait_samples(&agent, st["samples"].as_u64().unwrap() + 3);
+    let st = nvml_status(&agent);
+    assert_eq!(st["gpus"][0]["lost"], false, "{st}");
+    let pts = points(&agent, "gpu");
+    let n = |gpu: &str, field: &str| {
+        pts.iter()
+            .find(|((tags, f), _)| tags.contains(&format!(",gpu={gpu},")) && f == field)
+            .map_or(0, |(_, p)| p.len())
+    };
+    assert_eq!(n("1", "power_w"), 2, "{pts:?}");
+    assert!(n("0", "power_w") >= 5, "{pts:?}");
+}
+
 /// An older driver's library (no `nvmlDeviceGetMemoryInfo_v2`, `_v2` CUDA version, `_v2`
 /// fan speed, `_v3` process lists, architecture or MIG calls): the agent falls back to the
 /// older entry points where NVML had one and skips the rest per metric; it never crashes.
