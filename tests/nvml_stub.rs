@@ -64,6 +64,21 @@ fn old_lib() -> PathBuf {
     stub_dir("old", &["-DOLD_DRIVER"])
 }
 
+/// A library exporting only init, shutdown, the device count and handles, UUID and
+/// utilization (a linker version script hides every other symbol).
+fn bare_lib() -> PathBuf {
+    let map = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nvml-stub-bare.map");
+    std::fs::write(
+        &map,
+        "{ global: nvmlInit_v2; nvmlShutdown; nvmlDeviceGetCount_v2; \
+         nvmlDeviceGetHandleByIndex_v2; nvmlDeviceGetUUID; nvmlDeviceGetUtilizationRates; \
+         local: *; };\n",
+    )
+    .unwrap();
+    let flag = format!("-Wl,--version-script={}", map.display());
+    stub_dir("bare", &[&flag])
+}
+
 /// Writes (or atomically replaces, so the stand-in reloads it) the scenario file.
 fn write_scenario(path: &Path, text: &str) {
     let tmp = path.with_extension("new");
@@ -559,6 +574,53 @@ fn an_older_driver_falls_back_to_older_entry_points_and_degrades_per_metric() {
         serde_json::json!(["mig_mode"])
     );
     let log = agent.log_text();
+    assert!(!log.contains("WARN"), "{log}");
+}
+
+/// A library missing nearly every symbol: each missing one is an unsupported metric (or an
+/// unknown tag); the agent reports, samples what is there, and never crashes.
+#[test]
+fn a_library_missing_symbols_degrades_per_metric() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.txt");
+    write_scenario(&scenario, SCENARIO);
+    let (code, stdout, stderr) = gpus(&bare_lib(), &scenario);
+    assert_eq!(code, Some(0), "{stderr}");
+    let mut want = vec![
+        "NVIDIA driver unknown, CUDA driver unknown".to_string(),
+        "2 GPU(s)".to_string(),
+    ];
+    for (i, uuid) in [GPU0_UUID, GPU1_UUID].into_iter().enumerate() {
+        want.extend(report_block(
+            i as u32,
+            "unknown",
+            &format!(
+                "gpu={i} uuid={uuid} name=\"\" arch=unknown cc=unknown driver=unknown cuda=unknown"
+            ),
+            &["utilization"],
+            false,
+        ));
+    }
+    assert_eq!(stdout, want.join("\n") + "\n", "got:\n{stdout}");
+
+    let (agent, _) = start(dir.path(), &bare_lib(), SCENARIO);
+    wait_samples(&agent, 4);
+    let got = latest(&agent, "gpu");
+    let tags = |i: u32, uuid: &str| format!("gpu={i},uuid={uuid}");
+    let mut want = expect(
+        &tags(0, GPU0_UUID),
+        &[("util_gpu_pct", f(42.0)), ("util_mem_pct", f(17.0))],
+    );
+    want.extend(expect(
+        &tags(1, GPU1_UUID),
+        &[("util_gpu_pct", f(5.0)), ("util_mem_pct", f(1.0))],
+    ));
+    assert_eq!(got, want);
+    let st = nvml_status(&agent);
+    assert_eq!(st["state"], "running", "{st}");
+    assert_eq!(st["gpus"][0]["lost"], false, "{st}");
+    let log = agent.log_text();
+    assert_eq!(log.matches("NVML does not support").count(), 2, "{log}");
     assert!(!log.contains("WARN"), "{log}");
 }
 
