@@ -717,7 +717,7 @@ struct process_info_v1 {
     unsigned long long used;
 };
 
-/* Lists the pid/bytes pairs of `key`, in the layout of `stride` bytes (v1 or v2). */
+/* Lists the pid/bytes pairs of `key` into `out`, in the v1 or the v2 layout. */
 static nvmlReturn_t processes(void *dev, const char *key, unsigned *n, void *out, int v1) {
     struct entry *e;
     nvmlReturn_t r;
