@@ -1,11 +1,12 @@
-//! The NVML collector against whatever this machine has, with exact expectations for
-//! both cases. Whether a driver is expected is decided independently of edgewatch: the
-//! NVIDIA kernel driver's control node `/dev/nvidiactl` exists (override with
-//! `TEST_NVIDIA_DRIVER=1` or `=0` where the node misleads, e.g. a container that
-//! hides it). Without a driver (the usual CI machine, a Jetson without NVML) `edgewatch gpus`
-//! must fail with one plain line and the collector must switch itself off with one log
-//! line; with one, the report and the collector must show the GPUs NVML lists (checked
-//! against `nvidia-smi` where it is installed) and their supported metrics.
+//! The NVML collector and `edgewatch gpus` two ways. In process, against whatever this
+//! machine has, found the way the agent finds it: whether a driver is expected is decided
+//! independently of edgewatch (the NVIDIA kernel driver's control node `/dev/nvidiactl`
+//! exists; override with `TEST_NVIDIA_DRIVER=1` or `=0` where the node misleads, e.g. a
+//! container that hides it). Without a driver (the usual CI machine, a Jetson without NVML)
+//! `gpus` must fail with one plain line and the collector must switch itself off; with one,
+//! the report and the collector must show the GPUs `nvidia-smi` lists. And the real binary
+//! against the stand-in library (`nvml_stub`), whose output must be exact on any machine:
+//! a driver that is not loaded, and two GPUs sampled.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -308,4 +309,157 @@ fn the_binary_reports_gpus_or_their_absence_and_runs_on() {
         .filter(|l| l.to_lowercase().contains("nvml"))
         .count();
     assert_eq!(nvml_lines, 1, "NVML off should be one log line:\n{log}");
+}
+
+/// The real binary with a driver whose kernel module is not loaded, on any machine (GPU or
+/// not): the stand-in library, given no scenario, answers `nvmlInit` with
+/// `NVML_ERROR_DRIVER_NOT_LOADED`. `gpus` fails with exactly one plain line and exit code 2;
+/// `run` logs one line, reports the collector off in its status, and runs on.
+#[test]
+fn the_binary_without_a_loaded_driver_fails_plainly_and_runs_on() {
+    const WHY: &str = "the NVIDIA kernel driver is not loaded (NVML: NVIDIA driver is not \
+                       loaded); check `nvidia-smi` and `lsmod | grep nvidia`";
+    let lib = crate::nvml_stub::new_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let none = dir.path().join("no-scenario.txt");
+    let env = [
+        ("LD_LIBRARY_PATH", lib.to_str().unwrap()),
+        ("NVML_STUB_SCENARIO", none.to_str().unwrap()),
+    ];
+    let out = std::process::Command::new(crate::support::bin())
+        .arg("gpus")
+        .envs(env)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("error: {WHY}\n")
+    );
+
+    let agent = crate::support::Agent::start_with_env(
+        dir.path(),
+        "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\ninterval = \"200ms\"\n",
+        &env,
+    );
+    let st = crate::support::wait_for(Duration::from_secs(10), || {
+        let st = agent.status();
+        let off = st["collectors"]["nvml"]["state"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("off"));
+        off.then_some(st)
+    })
+    .expect("nvml reported off");
+    assert_eq!(
+        st["collectors"]["nvml"]["state"],
+        format!("off: {WHY}").as_str()
+    );
+    assert_eq!(st["collectors"]["nvml"]["gpus"], serde_json::json!([]));
+    let (code, _) = crate::support::post(&agent.url("/write"), b"m v=1", &[]).unwrap();
+    assert_eq!(code, 204);
+    let log = agent.log_text();
+    let nvml_lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.to_lowercase().contains("nvml"))
+        .collect();
+    assert_eq!(
+        nvml_lines.len(),
+        1,
+        "NVML off should be one log line:\n{log}"
+    );
+    assert!(
+        nvml_lines[0].contains(&format!("nvml collector off: {WHY}")),
+        "{}",
+        nvml_lines[0]
+    );
+}
+
+/// The real binary with the stand-in listing two GPUs: `run` samples both, and
+/// `/api/v1/status` shows each exactly as the scenario says (tags, not lost, the metrics it
+/// does not support).
+#[test]
+fn the_binary_samples_every_gpu_the_stand_in_lists() {
+    let lib = crate::nvml_stub::new_lib();
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("scenario.txt");
+    std::fs::write(
+        &scenario,
+        "driver 535.104.05\ncuda 12020\ngpus 2\n\
+         gpu 0 name NVIDIA A2\ngpu 0 uuid GPU-a\ngpu 0 arch 7\ngpu 0 cc 8 6\n\
+         gpu 0 utilization 10 20\ngpu 0 temperature 40\n\
+         gpu 1 name Orin (nvgpu)\ngpu 1 uuid GPU-b\ngpu 1 utilization 0 0\n",
+    )
+    .unwrap();
+    let agent = crate::support::Agent::start_with_env(
+        dir.path(),
+        "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\ninterval = \"200ms\"\n",
+        &[
+            ("LD_LIBRARY_PATH", lib.to_str().unwrap()),
+            ("NVML_STUB_SCENARIO", scenario.to_str().unwrap()),
+        ],
+    );
+    let st = crate::support::wait_for(Duration::from_secs(10), || {
+        let st = agent.status();
+        let n = &st["collectors"]["nvml"];
+        (n["state"] == "running" && n["samples"].as_u64().unwrap_or(0) >= 2).then_some(st)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "nvml not sampling: {}\n{}",
+            agent.status(),
+            agent.log_text()
+        )
+    });
+    let n = &st["collectors"]["nvml"];
+    assert_eq!(n["driver"], "535.104.05");
+    assert_eq!(n["cuda"], "12.2");
+    let seen: Vec<serde_json::Value> = n["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            serde_json::json!([
+                g["index"],
+                g["uuid"],
+                g["name"],
+                g["arch"],
+                g["cc"],
+                g["lost"],
+                g["unsupported"]
+            ])
+        })
+        .collect();
+    // Sampled without per-process metrics; MIG instances are not asked while MIG is off.
+    let all_but = |yes: &[&str]| -> Vec<&'static str> {
+        Metric::ALL
+            .iter()
+            .filter(|m| !m.is_per_process() && **m != Metric::MigInstances)
+            .map(|m| m.name())
+            .filter(|n| !yes.contains(n))
+            .collect()
+    };
+    assert_eq!(
+        seen,
+        vec![
+            serde_json::json!([
+                0,
+                "GPU-a",
+                "NVIDIA A2",
+                "Ampere",
+                "8.6",
+                false,
+                all_but(&["utilization", "temperature"])
+            ]),
+            serde_json::json!([
+                1,
+                "GPU-b",
+                "Orin (nvgpu)",
+                "",
+                "",
+                false,
+                all_but(&["utilization"])
+            ]),
+        ]
+    );
 }

@@ -13,8 +13,11 @@ mod forward;
 mod ingest;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
-/// The NVML collector and `edgewatch gpus` without a GPU driver.
+/// The NVML collector and `edgewatch gpus` without a GPU driver, and the binary against the
+/// stand-in library.
 mod nvml_cli;
+/// The NVML collector end to end through a stand-in `libnvidia-ml.so.1` built from C.
+mod nvml_stub;
 /// Rollup tiers, sketches, retention, disk budget and the query engine.
 mod rollup;
 /// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
