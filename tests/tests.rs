@@ -13,7 +13,7 @@ mod forward;
 mod ingest;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
-/// The NVML collector and `edgewatch gpus` without a GPU driver, and the binary against the
+/// The NVML collector and `edgewatch gpus`: without a driver, and exact on a driver when present. and the binary against the
 /// stand-in library.
 mod nvml_cli;
 /// The NVML collector end to end through a stand-in `libnvidia-ml.so.1` built from C.

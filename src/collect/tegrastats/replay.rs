@@ -131,15 +131,11 @@ pub(super) async fn run_replay(
         }
     };
     tracing::info!(file = %path.display(), ?interval, "tegrastats collector replaying a log");
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut tick = crate::periodic::Ticker::new(interval);
     loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => {
-                status.set("stopped", "agent shutdown");
-                break;
-            }
-            _ = tick.tick() => {}
+        if tick.next(&shutdown).await.is_none() {
+            status.set("stopped", "agent shutdown");
+            break;
         }
         let next = tokio::task::spawn_blocking(move || {
             let r = replay.next_sample();
