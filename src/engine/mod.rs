@@ -33,6 +33,7 @@ use crate::store::bucket::parse_percentile;
 use crate::store::{Reader, StoreError};
 
 pub mod config;
+pub mod energy;
 mod inference;
 pub mod request;
 mod source;
