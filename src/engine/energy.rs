@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use super::{collect, choose_source, EngineError, Need, Source, NS};
+use super::{choose_source, collect, EngineError, Need, Source, NS};
 use crate::rollup::Plan;
 use crate::store::bucket::numeric;
 use crate::store::chunks::{self, Scan};
@@ -53,7 +53,11 @@ pub struct Piece {
 /// 5 times the median interval of time-ordered `ts` (at least 1 ns); `i64::MAX` with
 /// fewer than two distinct instants.
 pub fn max_gap(ts: &[i64]) -> i64 {
-    let mut gaps: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).filter(|g| *g > 0).collect();
+    let mut gaps: Vec<i64> = ts
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|g| *g > 0)
+        .collect();
     if gaps.is_empty() {
         return i64::MAX;
     }
@@ -181,17 +185,23 @@ pub struct ModelStep {
     pub gpu_mj: Option<f64>,
     /// Inferences.
     pub count: u64,
+    /// Inferences in the steps whose GPU energy is known (the summary's divisor).
+    pub gpu_count: u64,
 }
 
 impl ModelStep {
     /// `energy_mj_per_inference`, `gpu_energy_mj_per_inference`, `inferences_per_joule`.
     pub fn per_inference(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
-        let per = |e: Option<f64>| e.filter(|_| self.count > 0).map(|e| e / self.count as f64);
+        let per = |e: Option<f64>, n: u64| e.filter(|_| n > 0).map(|e| e / n as f64);
         let ipj = self
             .board_mj
             .filter(|e| *e > 0.0 && self.count > 0)
             .map(|e| self.count as f64 / (e / 1000.0));
-        (per(self.board_mj), per(self.gpu_mj), ipj)
+        (
+            per(self.board_mj, self.count),
+            per(self.gpu_mj, self.gpu_count),
+            ipj,
+        )
     }
 
     /// Adds another step (for the summary: only steps with energy count).
@@ -202,6 +212,7 @@ impl ModelStep {
         }
         if let Some(g) = other.gpu_mj {
             self.gpu_mj = Some(self.gpu_mj.unwrap_or(0.0) + g);
+            self.gpu_count += other.gpu_count;
         }
     }
 }
@@ -506,6 +517,7 @@ pub fn energy(
                             board_mj: board_mj.map(|b| b * share),
                             gpu_mj: gpu_mj.map(|g| g * share),
                             count: w.count,
+                            gpu_count: w.count,
                         },
                     );
                 }
@@ -549,9 +561,12 @@ mod tests {
         let p = pieces_from_samples(&samples, max_gap(&ts));
         assert_eq!(p.len(), 3);
         // [0, 4 s): 2 s covered of 4 = 50 %: reported, 10 J.
-        assert_eq!(step_energy(&[p.clone()], 0, 4 * S), Some(10_000.0));
+        assert_eq!(
+            step_energy(std::slice::from_ref(&p), 0, 4 * S),
+            Some(10_000.0)
+        );
         // [0, 5 s): 2 of 5 s: null.
-        assert_eq!(step_energy(&[p.clone()], 0, 5 * S), None);
+        assert_eq!(step_energy(std::slice::from_ref(&p), 0, 5 * S), None);
         // One sample alone covers nothing.
         let one = pieces_from_samples(&[(0, 5.0)], i64::MAX);
         assert_eq!(step_energy(&[one], 0, S), None);
@@ -582,7 +597,10 @@ mod tests {
             shares(&[w(30.0, 50.0, 3), w(10.0, 50.0, 1)]),
             vec![0.75, 0.25]
         );
-        assert_eq!(shares(&[w(0.0, 60.0, 3), w(0.0, 20.0, 1)]), vec![0.75, 0.25]);
+        assert_eq!(
+            shares(&[w(0.0, 60.0, 3), w(0.0, 20.0, 1)]),
+            vec![0.75, 0.25]
+        );
         assert_eq!(shares(&[w(0.0, 0.0, 1), w(0.0, 0.0, 3)]), vec![0.25, 0.75]);
         assert_eq!(shares(&[w(0.0, 0.0, 0)]), vec![0.0]);
     }
@@ -593,18 +611,29 @@ mod tests {
             board_mj: Some(1000.0),
             gpu_mj: Some(400.0),
             count: 4,
+            gpu_count: 4,
         };
         assert_eq!(a.per_inference(), (Some(250.0), Some(100.0), Some(4.0)));
         let unknown = ModelStep {
             board_mj: None,
             gpu_mj: None,
             count: 10,
+            gpu_count: 10,
+        };
+        let no_gpu = ModelStep {
+            board_mj: Some(500.0),
+            gpu_mj: None,
+            count: 5,
+            gpu_count: 5,
         };
         assert_eq!(unknown.per_inference(), (None, None, None));
         let mut sum = ModelStep::default();
         sum.add(&a);
         sum.add(&unknown);
-        assert_eq!(sum.count, 4);
-        assert_eq!(sum.per_inference().0, Some(250.0));
+        sum.add(&no_gpu);
+        assert_eq!((sum.count, sum.gpu_count), (9, 4));
+        assert_eq!(sum.per_inference().0, Some(1500.0 / 9.0));
+        // The GPU energy divides by the inferences of the steps where it is known.
+        assert_eq!(sum.per_inference().1, Some(100.0));
     }
 }
