@@ -98,6 +98,21 @@ fn incident(now_ms: i64) -> String {
     out
 }
 
+/// A number as the page's `num()` prints it (JavaScript `toFixed`/`toPrecision(2)`).
+fn js_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        let digits = (1 - a.log10().floor() as i32).max(0) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
 fn feed(agent_url: &str, lines: &str, auth: &[(&str, &str)]) {
     let (code, body) = post(
         &format!("{agent_url}/write?precision=ms"),
@@ -398,6 +413,34 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     );
     // No Jetson data: no Jetson panels.
     assert!(charts["j_power"].is_null(), "{charts}");
+    // Energy per inference, from NVML's board power: each card shows the API's number as
+    // the page formats it, and the chart has a line per model.
+    let api = &r["energyApi"];
+    assert_eq!(api["energy"]["source"], "nvml:power_w", "{api}");
+    for model in ["yolov8n", "resnet50"] {
+        let mj = api["summary"][model]["energy_mj_per_inference"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{model}: no energy: {api}"));
+        let card = r["energyCards"][model].as_str().unwrap_or("");
+        assert!(
+            card.starts_with(&format!("{} mJ/inference", js_num(mj))),
+            "{model}: {card:?} vs {mj}"
+        );
+        assert!(
+            card.contains("inf/J") && card.contains("nvml:power_w"),
+            "{card}"
+        );
+        assert!(
+            charts["energy"][model].as_i64().unwrap_or(0) >= 80,
+            "{charts}"
+        );
+    }
+    // yolov8n (~29 ms GPU, 3/s) takes most of the ~50 W board next to resnet50 (~10 ms,
+    // 1/s): about 0.9 * 50 W / 3 per second, i.e. ~15 J per inference (a sanity range).
+    let yolo = api["summary"]["yolov8n"]["energy_mj_per_inference"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!((10_000.0..22_000.0).contains(&yolo), "{yolo}");
 
     // The triage line names the spike and its cause.
     let findings = r["findings"].to_string();
