@@ -5,11 +5,10 @@
 //! invents a number: a step whose power samples cover less than half of it has no energy
 //! (`null` in the answer), and so has every model's energy per inference in that step.
 //!
-//! Which series is the board's input: the tegrastats rail `VDD_IN` (Orin, Xavier NX), else
-//! `POM_5V_IN` (TX2, AGX Xavier, Nano), else the sum of every `jetson_power` rail (a lower
-//! bound: `lower_bound` is set), else NVML's `power_w` of every `gpu` (summed). The GPU
-//! rail: `VDD_GPU_SOC`, `VDD_GPU`, `POM_5V_GPU`, `VDD_CPU_GPU_CV` (first present), else
-//! NVML's `power_w`. Rails are `current_mw` (mW), NVML `power_w` (W); energies are mJ.
+//! Which series is the board's input: the first tegrastats rail of [`BOARD_RAILS`] present,
+//! else the sum of every `jetson_power` rail (a lower bound: `lower_bound` is set; AGX Orin
+//! and AGX Xavier print no input rail), else NVML's `power_w` of every `gpu` (summed). The
+//! GPU rail: the first of [`GPU_RAILS`], else NVML's `power_w`. Rails are `current_mw` (mW), NVML `power_w` (W); energies are mJ.
 //!
 //! Integration ([`integrate`], pure): consecutive samples of one series at most `max_gap`
 //! apart form a piece, integrated by a trapezoid; a piece crossing a step boundary is cut
@@ -32,10 +31,28 @@ use crate::store::{dict, Reader};
 /// The least share of a step that power samples must cover for its energy to be reported.
 pub const MIN_COVERAGE: f64 = 0.5;
 
-/// Board input rails, in order of preference.
-pub const BOARD_RAILS: [&str; 2] = ["VDD_IN", "POM_5V_IN"];
-/// GPU rails, in order of preference.
-pub const GPU_RAILS: [&str; 4] = ["VDD_GPU_SOC", "VDD_GPU", "POM_5V_GPU", "VDD_CPU_GPU_CV"];
+/// Board input rails, in order of preference: `VDD_IN` (Orin Nano/NX, Xavier NX, TX1/TX2
+/// on JetPack 3), `POM_5V_IN` (Nano, TX2 on JetPack 4), `VIN` (Thor, when printed). AGX
+/// Orin and AGX Xavier print no input rail: their sum of rails is a lower bound.
+pub const BOARD_RAILS: [&str; 3] = ["VDD_IN", "POM_5V_IN", "VIN"];
+/// GPU rails, in order of preference: `VDD_GPU_SOC` (AGX Orin: GPU and SoC), `VDD_GPU`
+/// (Thor), `GPU` (AGX Xavier), `POM_5V_GPU` (Nano, TX2), `VDD_CPU_GPU_CV` (Orin Nano/NX,
+/// Xavier NX: CPU, GPU and CV together).
+pub const GPU_RAILS: [&str; 5] = [
+    "VDD_GPU_SOC",
+    "VDD_GPU",
+    "GPU",
+    "POM_5V_GPU",
+    "VDD_CPU_GPU_CV",
+];
+
+/// The first of `prefs` among the `present` rails. Pure.
+pub fn pick_rail<'a>(present: &[String], prefs: &[&'a str]) -> Option<&'a str> {
+    prefs
+        .iter()
+        .find(|p| present.iter().any(|r| r == *p))
+        .copied()
+}
 
 /// A straight stretch of power between two instants: `(t0, w0)` to `(t1, w1)`, watts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -402,17 +419,14 @@ impl Ctx<'_> {
     /// The first of `rails` with samples, else the fallback.
     fn power(&self, rails: &[&str], all_rails: bool) -> Result<Power, EngineError> {
         let present = self.rails()?;
-        for rail in rails {
-            if present.iter().any(|r| r == rail) {
-                let series =
-                    self.pieces("jetson_power", "current_mw", Some(("rail", rail)), 1e-3)?;
-                if !series.is_empty() {
-                    return Ok(Power {
-                        source: Some(format!("tegrastats:{rail}")),
-                        series,
-                        lower_bound: false,
-                    });
-                }
+        if let Some(rail) = pick_rail(&present, rails) {
+            let series = self.pieces("jetson_power", "current_mw", Some(("rail", rail)), 1e-3)?;
+            if !series.is_empty() {
+                return Ok(Power {
+                    source: Some(format!("tegrastats:{rail}")),
+                    series,
+                    lower_bound: false,
+                });
             }
         }
         if all_rails && !present.is_empty() {
@@ -584,6 +598,28 @@ mod tests {
         assert_eq!(integrate(&p, 0, 120 * S).0, 1_785_000.0);
         // The join is not drawn across a hole.
         assert_eq!(pieces_from_steps(&steps, S / 2).len(), 2);
+    }
+
+    #[test]
+    fn rails_per_module_as_the_real_tegrastats_lines_print_them() {
+        let r = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // Orin Nano / Xavier NX (JetPack 5/6 lines of the fixtures).
+        let nx = r(&["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]);
+        assert_eq!(pick_rail(&nx, &BOARD_RAILS), Some("VDD_IN"));
+        assert_eq!(pick_rail(&nx, &GPU_RAILS), Some("VDD_CPU_GPU_CV"));
+        // AGX Orin: no input rail (the sum of rails is then a lower bound).
+        let agx = r(&["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"]);
+        assert_eq!(pick_rail(&agx, &BOARD_RAILS), None);
+        assert_eq!(pick_rail(&agx, &GPU_RAILS), Some("VDD_GPU_SOC"));
+        // Thor with VIN; AGX Xavier's short names; Nano's POM rails.
+        let thor = r(&["VDD_GPU", "VDD_CPU_SOC_MSS", "VIN_SYS_5V0", "VIN"]);
+        assert_eq!(pick_rail(&thor, &BOARD_RAILS), Some("VIN"));
+        assert_eq!(pick_rail(&thor, &GPU_RAILS), Some("VDD_GPU"));
+        let xavier = r(&["GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V"]);
+        assert_eq!(pick_rail(&xavier, &GPU_RAILS), Some("GPU"));
+        let nano = r(&["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"]);
+        assert_eq!(pick_rail(&nano, &BOARD_RAILS), Some("POM_5V_IN"));
+        assert_eq!(pick_rail(&nano, &GPU_RAILS), Some("POM_5V_GPU"));
     }
 
     #[test]
