@@ -160,3 +160,58 @@ fn energy_per_inference_is_integrated_attributed_and_null_without_power() {
     );
     agent.terminate();
 }
+
+#[test]
+fn energy_per_inference_from_the_1m_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let min = 60 * S;
+    let t0 = (edgewatch::now_ns() - 30 * min) / min * min;
+    // 10 minutes: VDD_IN at a constant 10 W, one sample a second; 10 inferences a minute.
+    let mut body = String::new();
+    for i in 0..600 {
+        body.push_str(&format!(
+            "jetson_power,rail=VDD_IN current_mw=10000 {}\n",
+            t0 + i * S
+        ));
+        if i % 6 == 0 {
+            body.push_str(&format!(
+                "inference,model=m wall_ms=20,gpu_ms=10 {}\n",
+                t0 + i * S
+            ));
+        }
+    }
+    write(&agent, &body);
+    let out = std::process::Command::new(bin())
+        .arg("maintain")
+        .arg("--data-dir")
+        .arg(&agent.dir)
+        .output()
+        .expect("run maintain");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let to = t0 + 10 * min - 1;
+    let (code, text) =
+        get(&agent.url(&format!("/api/v1/inference?from={t0}&to={to}&step=1m"))).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["tier"], "1m", "{v}");
+    let steps = v["models"][0]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 10);
+    // From the tier: each minute holds its mean (10 W) from its first sample (0 s) to its
+    // last (59 s) and is joined to the next minute's first: 10 W * 60 s = 600 J, over 10
+    // inferences = 60000 mJ; the last minute has no next sample (59 s: 590 J).
+    for s in &steps[..9] {
+        close(&s["energy_mj_per_inference"], 60_000.0);
+        close(&s["inferences_per_joule"], 10.0 / 600.0);
+    }
+    close(&steps[9]["energy_mj_per_inference"], 59_000.0);
+    close(
+        &v["models"][0]["summary"]["energy_mj_per_inference"],
+        (9.0 * 600_000.0 + 590_000.0) / 100.0,
+    );
+    agent.terminate();
+}
