@@ -327,12 +327,42 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML; and one
     // InfluxDB sink whose server is down (nothing listens on its port).
     let jet_dir = tempfile::tempdir().unwrap();
+    // Its identity and a passed thermal trip point, as files under a fake root.
+    let root = jet_dir.path().join("root");
+    for (rel, text) in [
+        (
+            "proc/device-tree/model",
+            "NVIDIA Jetson AGX Orin Developer Kit\0",
+        ),
+        (
+            "etc/nv_tegra_release",
+            "# R36 (release), REVISION: 4.0, GCID: 1, BOARD: generic\n",
+        ),
+        ("var/lib/nvpmodel/status", "pmode:0000\n"),
+        ("etc/nvpmodel.conf", "< POWER_MODEL ID=0 NAME=MAXN >\n"),
+        ("sys/class/thermal/thermal_zone0/type", "tj-thermal\n"),
+        ("sys/class/thermal/thermal_zone0/temp", "99500\n"),
+        (
+            "sys/class/thermal/thermal_zone0/trip_point_0_type",
+            "passive\n",
+        ),
+        (
+            "sys/class/thermal/thermal_zone0/trip_point_0_temp",
+            "99000\n",
+        ),
+    ] {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
     let jetson = Agent::start(
         jet_dir.path(),
         &format!(
-            "[host]\nenabled = false\n[nvml]\nenabled = false\n[tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n\
+            "[host]\nenabled = false\n[nvml]\nenabled = false\n[jetson]\nroot = \"{}\"\ninterval = \"100ms\"\n\
+             [tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n\
              [[sink]]\ntype = \"influxdb\"\nname = \"north\"\nurl = \"http://127.0.0.1:{}\"\nversion = 1\n\
              database = \"edge\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\n",
+            root.display(),
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/data/tegrastats/agx-orin-jp6.log")
                 .display(),
@@ -543,6 +573,13 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         let n = jc[chart][series].as_i64().unwrap_or(0);
         assert!(n >= 1, "{chart}/{series}: {n} points: {jc}");
     }
+    // The jetson collector read the fake root: the passed trip shows as throttling.
+    assert!(
+        jc["gpu_throttle"]["Jetson throttled"].as_i64().unwrap_or(0) >= 1,
+        "{jc}"
+    );
+    let jf = r["jetsonFindings"].to_string();
+    assert!(jf.contains("GPU throttled (Jetson throttled)"), "{jf}");
     let sections = r["jetsonSections"].to_string();
     assert!(
         sections.contains("Jetson") && sections.contains("GPU"),

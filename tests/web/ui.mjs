@@ -111,11 +111,13 @@ try {
     jet.on('pageerror', (e) => report.errors.push('jetson: ' + String(e)));
     await jet.goto(jetsonUrl + '/?range=15m', { waitUntil: 'load' });
     await jet.waitForSelector('svg[data-chart="j_power"] path[data-series]', { state: 'attached', timeout: T });
+    await jet.waitForSelector('svg[data-chart="gpu_throttle"] [data-series="Jetson throttled"]', { state: 'attached', timeout: T });
     report.jetsonCharts = await jet.$$eval('svg[data-chart]', (svgs) => Object.fromEntries(svgs.map((s) => [
       s.dataset.chart,
       Object.fromEntries([...s.querySelectorAll('[data-series]')].map((p) => [p.dataset.series, +p.dataset.points])),
     ])));
     report.jetsonSections = await jet.$$eval('h2', (h) => h.map((x) => x.textContent));
+    report.jetsonFindings = await jet.$$eval('#findings .find', (f) => f.map((x) => x.textContent));
     await jet.screenshot({ path: shot.replace(/\.png$/, '-jetson.png'), fullPage: true });
     // Its sink is down: wait until the status says so, then read the forwarding table.
     for (let i = 0; i < 100; i++) {

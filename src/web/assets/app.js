@@ -22,6 +22,7 @@ const PANELS = [
     { m: 'gpu', f: 'throttle_sw_thermal', n: 'sw thermal', agg: 'max' },
     { m: 'gpu', f: 'throttle_power_cap', n: 'power cap', agg: 'max' },
     { m: 'gpu', f: 'throttle_hw_slowdown', n: 'hw slowdown', agg: 'max' },
+    { m: 'jetson_throttle', f: 'throttled', n: 'Jetson throttled', agg: 'max', g: '' },
   ], { flags: true }],
   ['GPU', 'gpu_temp', 'GPU temperature', '°C', [{ m: 'gpu', f: 'temp_c' }], {}],
   ['GPU', 'gpu_clock', 'GPU clocks', 'MHz', [{ m: 'gpu', f: 'clock_sm_mhz', n: 'SM' }, { m: 'gpu', f: 'clock_graphics_mhz', n: 'graphics' }, { m: 'jetson_gpu', f: 'freq_mhz', n: 'GR3D', g: '' }], {}],
