@@ -215,3 +215,41 @@ fn energy_per_inference_from_the_1m_tier() {
     );
     agent.terminate();
 }
+
+#[test]
+fn a_discrete_gpu_s_energy_counter_is_used_by_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let t0 = (edgewatch::now_ns() - 600 * S) / (10 * S) * (10 * S);
+    let mut body = String::new();
+    // The counter grows 50 J a second (50 W); power_w says 1 W: the counter wins.
+    for i in 0..=20 {
+        body.push_str(&format!(
+            "gpu,gpu=0,uuid=GPU-1 energy_mj={}i,power_w=1 {}\n",
+            1_000_000 + 50_000 * i,
+            t0 + i * S
+        ));
+    }
+    for k in 0..10 {
+        body.push_str(&format!(
+            "inference,model=m wall_ms=20,gpu_ms=10 {}\n",
+            t0 + k * S + S / 2
+        ));
+    }
+    write(&agent, &body);
+    let (code, text) = get(&agent.url(&format!(
+        "/api/v1/inference?from={t0}&to={}&step=10s",
+        t0 + 10 * S - 1
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["energy"]["source"], "nvml:energy_mj", "{v}");
+    assert_eq!(v["energy"]["gpu_source"], "nvml:energy_mj");
+    // 50 W * 10 s = 500 J over 10 inferences.
+    let s = &v["models"][0]["steps"][0];
+    close(&s["energy_mj_per_inference"], 50_000.0);
+    close(&s["gpu_energy_mj_per_inference"], 50_000.0);
+    close(&s["inferences_per_joule"], 0.02);
+    agent.terminate();
+}

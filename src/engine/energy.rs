@@ -7,17 +7,22 @@
 //!
 //! Which series is the board's input: the first tegrastats rail of [`BOARD_RAILS`] present,
 //! else the sum of every `jetson_power` rail (a lower bound: `lower_bound` is set; AGX Orin
-//! and AGX Xavier print no input rail), else NVML's `power_w` of every `gpu` (summed). The
-//! GPU rail: the first of [`GPU_RAILS`], else NVML's `power_w`. Rails are `current_mw` (mW), NVML `power_w` (W); energies are mJ.
+//! and AGX Xavier print no input rail), else NVML's energy counter `energy_mj` of every
+//! `gpu` (by difference), else NVML's `power_w` of every `gpu` (summed). The GPU rail: the
+//! first of [`GPU_RAILS`], else the same NVML series. Rails are `current_mw` (mW), NVML
+//! `power_w` (W) and `energy_mj` (mJ); energies are mJ.
 //!
 //! Integration ([`integrate`], pure): consecutive samples of one series at most `max_gap`
 //! apart form a piece, integrated by a trapezoid; a piece crossing a step boundary is cut
 //! there by linear interpolation. `max_gap` is 5 times the series' median sample interval,
-//! so a stopped collector leaves a hole rather than a straight line across it. From a
-//! rollup tier (long ranges) each step's mean power is held from its first to its last
-//! sample and consecutive steps are joined by a trapezoid when at most a step apart (an
-//! approximation at step granularity: a hole inside a step is not seen). A step's coverage is the time its pieces span (the least over summed
-//! series); under 50 % of the step (clipped to the query's end) means `null`.
+//! so a stopped collector leaves a hole rather than a straight line across it. An energy
+//! counter's consecutive samples are a piece of constant power, so the integral is the
+//! counter's difference. From a rollup tier (long ranges) each step's mean power is held
+//! from its first to its last sample and consecutive steps are joined by a trapezoid when
+//! at most a step apart (an approximation at step granularity: a hole inside a step is not
+//! seen; a counter uses each step's first and last values, exact). A step's coverage is
+//! the time its pieces span (the least over summed series); under 50 % of the step
+//! (clipped to the query's end) means `null`.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -93,6 +98,26 @@ pub fn pieces_from_samples(samples: &[(i64, f64)], max_gap: i64) -> Vec<Piece> {
             w0: w[0].1,
             t1: w[1].0,
             w1: w[1].1,
+        })
+        .collect()
+}
+
+/// The pieces of an energy counter's time-ordered samples `(ts, mJ)` (NVML `energy_mj`):
+/// each consecutive pair at most `max_gap` apart, as the constant power that explains its
+/// difference, so integrating gives the counter's own difference. A counter that went
+/// back (driver reloaded) leaves a hole.
+pub fn pieces_from_counter(samples: &[(i64, f64)], max_gap: i64) -> Vec<Piece> {
+    samples
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0 && w[1].0 - w[0].0 <= max_gap && w[1].1 >= w[0].1)
+        .map(|w| {
+            let watts = (w[1].1 - w[0].1) / 1000.0 / ((w[1].0 - w[0].0) as f64 / NS as f64);
+            Piece {
+                t0: w[0].0,
+                w0: watts,
+                t1: w[1].0,
+                w1: watts,
+            }
         })
         .collect()
 }
@@ -350,7 +375,9 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The pieces of each matching series (see [`raw_samples`] for the arguments).
+    /// The pieces of each matching series (see [`raw_samples`] for the arguments). Raw
+    /// samples are read a step beyond each end, so the edge steps have their neighbours
+    /// (the integration is clipped to the steps anyway).
     fn pieces(
         &self,
         measurement: &str,
@@ -364,8 +391,8 @@ impl Ctx<'_> {
                 measurement,
                 field,
                 tag,
-                self.from,
-                self.to,
+                self.from.saturating_sub(self.step_ns),
+                self.to.saturating_add(self.step_ns),
                 scale,
             )?;
             return Ok(series
@@ -407,6 +434,57 @@ impl Ctx<'_> {
             .collect())
     }
 
+    /// The pieces of an energy counter (see [`pieces_from_counter`]); from a tier, each
+    /// step's first and last samples.
+    fn counter_pieces(
+        &self,
+        measurement: &str,
+        field: &str,
+    ) -> Result<Vec<Vec<Piece>>, EngineError> {
+        if self.raw {
+            let series = raw_samples(
+                self.reader,
+                measurement,
+                field,
+                None,
+                self.from.saturating_sub(self.step_ns),
+                self.to.saturating_add(self.step_ns),
+                1.0,
+            )?;
+            return Ok(series
+                .iter()
+                .map(|s| {
+                    let ts: Vec<i64> = s.iter().map(|p| p.0).collect();
+                    pieces_from_counter(s, max_gap(&ts))
+                })
+                .collect());
+        }
+        let c = collect(
+            self.reader,
+            self.plan,
+            measurement,
+            field,
+            &[],
+            self.from,
+            self.to,
+            self.step_ns,
+            Need::All,
+            self.now,
+        )?;
+        Ok(c.sets
+            .iter()
+            .map(|(_, steps)| {
+                let mut pts: Vec<(i64, f64)> = steps
+                    .iter()
+                    .filter(|(_, s)| s.acc.count > 0)
+                    .flat_map(|(_, s)| [s.acc.first, s.acc.last])
+                    .collect();
+                pts.dedup_by_key(|p| p.0);
+                pieces_from_counter(&pts, self.step_ns)
+            })
+            .collect())
+    }
+
     /// The rails of `jetson_power` present in the range.
     fn rails(&self) -> Result<Vec<String>, EngineError> {
         let (conn, path) = (self.reader.conn(), self.reader.path());
@@ -438,6 +516,14 @@ impl Ctx<'_> {
                     lower_bound: true,
                 });
             }
+        }
+        let series = self.counter_pieces("gpu", "energy_mj")?;
+        if series.iter().any(|s| !s.is_empty()) {
+            return Ok(Power {
+                source: Some("nvml:energy_mj".into()),
+                series,
+                lower_bound: false,
+            });
         }
         let series = self.pieces("gpu", "power_w", None, 1.0)?;
         Ok(Power {
@@ -587,6 +673,18 @@ mod tests {
         // No series at all: null; two summed series add up.
         assert_eq!(step_energy(&[], 0, S), None);
         assert_eq!(step_energy(&[p.clone(), p], 0, 2 * S), Some(20_000.0));
+    }
+
+    #[test]
+    fn an_energy_counter_integrates_to_its_own_difference() {
+        // 1000 mJ over 1 s, then 3000 mJ over 2 s, then a reset (driver reload).
+        let samples = [(0, 5000.0), (S, 6000.0), (3 * S, 9000.0), (4 * S, 10.0)];
+        let p = pieces_from_counter(&samples, 5 * S);
+        assert_eq!(p.len(), 2);
+        assert_eq!(integrate(&p, 0, 3 * S), (4000.0, 3 * S));
+        // Half of the second stretch: 1500 mJ.
+        assert_eq!(integrate(&p, S, 2 * S).0, 1500.0);
+        assert_eq!(integrate(&p, 3 * S, 4 * S), (0.0, 0));
     }
 
     #[test]
