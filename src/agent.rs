@@ -258,6 +258,17 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             )),
         ));
     }
+    if cfg.jetson.enabled {
+        tasks.push((
+            "jetson collector",
+            tokio::spawn(crate::collect::jetson::run(
+                cfg.jetson.clone(),
+                handle.clone(),
+                stats.clone(),
+                sources.clone(),
+            )),
+        ));
+    }
     if cfg.health.enabled {
         tasks.push((
             "health collector",

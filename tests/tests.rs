@@ -6,6 +6,8 @@ mod support;
 
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;
+/// Energy per inference: power rails and inferences through `/api/v1/inference`.
+mod energy;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,

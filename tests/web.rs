@@ -98,6 +98,21 @@ fn incident(now_ms: i64) -> String {
     out
 }
 
+/// A number as the page's `num()` prints it (JavaScript `toFixed`/`toPrecision(2)`).
+fn js_num(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        let digits = (1 - a.log10().floor() as i32).max(0) as usize;
+        format!("{v:.digits$}")
+    }
+}
+
 fn feed(agent_url: &str, lines: &str, auth: &[(&str, &str)]) {
     let (code, body) = post(
         &format!("{agent_url}/write?precision=ms"),
@@ -312,12 +327,42 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     // A Jetson: tegrastats replayed from a real AGX Orin (JetPack 6) log, no NVML; and one
     // InfluxDB sink whose server is down (nothing listens on its port).
     let jet_dir = tempfile::tempdir().unwrap();
+    // Its identity and a passed thermal trip point, as files under a fake root.
+    let root = jet_dir.path().join("root");
+    for (rel, text) in [
+        (
+            "proc/device-tree/model",
+            "NVIDIA Jetson AGX Orin Developer Kit\0",
+        ),
+        (
+            "etc/nv_tegra_release",
+            "# R36 (release), REVISION: 4.0, GCID: 1, BOARD: generic\n",
+        ),
+        ("var/lib/nvpmodel/status", "pmode:0000\n"),
+        ("etc/nvpmodel.conf", "< POWER_MODEL ID=0 NAME=MAXN >\n"),
+        ("sys/class/thermal/thermal_zone0/type", "tj-thermal\n"),
+        ("sys/class/thermal/thermal_zone0/temp", "99500\n"),
+        (
+            "sys/class/thermal/thermal_zone0/trip_point_0_type",
+            "passive\n",
+        ),
+        (
+            "sys/class/thermal/thermal_zone0/trip_point_0_temp",
+            "99000\n",
+        ),
+    ] {
+        let p = root.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
     let jetson = Agent::start(
         jet_dir.path(),
         &format!(
-            "[host]\nenabled = false\n[nvml]\nenabled = false\n[tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n\
+            "[host]\nenabled = false\n[nvml]\nenabled = false\n[jetson]\nroot = \"{}\"\ninterval = \"100ms\"\n\
+             [tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n\
              [[sink]]\ntype = \"influxdb\"\nname = \"north\"\nurl = \"http://127.0.0.1:{}\"\nversion = 1\n\
              database = \"edge\"\nmin_backoff = \"50ms\"\nmax_backoff = \"500ms\"\n",
+            root.display(),
             Path::new(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/data/tegrastats/agx-orin-jp6.log")
                 .display(),
@@ -398,6 +443,34 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     );
     // No Jetson data: no Jetson panels.
     assert!(charts["j_power"].is_null(), "{charts}");
+    // Energy per inference, from NVML's board power: each card shows the API's number as
+    // the page formats it, and the chart has a line per model.
+    let api = &r["energyApi"];
+    assert_eq!(api["energy"]["source"], "nvml:power_w", "{api}");
+    for model in ["yolov8n", "resnet50"] {
+        let mj = api["summary"][model]["energy_mj_per_inference"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{model}: no energy: {api}"));
+        let card = r["energyCards"][model].as_str().unwrap_or("");
+        assert!(
+            card.starts_with(&format!("{} mJ/inference", js_num(mj))),
+            "{model}: {card:?} vs {mj}"
+        );
+        assert!(
+            card.contains("inf/J") && card.contains("nvml:power_w"),
+            "{card}"
+        );
+        assert!(
+            charts["energy"][model].as_i64().unwrap_or(0) >= 80,
+            "{charts}"
+        );
+    }
+    // yolov8n (~29 ms GPU, 3/s) takes most of the ~50 W board next to resnet50 (~10 ms,
+    // 1/s): about 0.9 * 50 W / 3 per second, i.e. ~15 J per inference (a sanity range).
+    let yolo = api["summary"]["yolov8n"]["energy_mj_per_inference"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert!((10_000.0..22_000.0).contains(&yolo), "{yolo}");
 
     // The triage line names the spike and its cause.
     let findings = r["findings"].to_string();
@@ -500,6 +573,13 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         let n = jc[chart][series].as_i64().unwrap_or(0);
         assert!(n >= 1, "{chart}/{series}: {n} points: {jc}");
     }
+    // The jetson collector read the fake root: the passed trip shows as throttling.
+    assert!(
+        jc["gpu_throttle"]["Jetson throttled"].as_i64().unwrap_or(0) >= 1,
+        "{jc}"
+    );
+    let jf = r["jetsonFindings"].to_string();
+    assert!(jf.contains("GPU throttled (Jetson throttled)"), "{jf}");
     let sections = r["jetsonSections"].to_string();
     assert!(
         sections.contains("Jetson") && sections.contains("GPU"),

@@ -4,6 +4,7 @@
 
 pub mod health;
 pub mod host;
+pub mod jetson;
 pub mod nvml;
 pub mod tegrastats;
 

@@ -40,6 +40,8 @@ pub struct Config {
     pub tegrastats: crate::collect::tegrastats::config::TegrastatsConfig,
     /// `[nvml]`
     pub nvml: crate::collect::nvml::config::NvmlConfig,
+    /// `[jetson]`
+    pub jetson: crate::collect::jetson::JetsonConfig,
     /// `[rollup]`
     pub rollup: crate::rollup::config::RollupConfig,
     /// `[retention]`

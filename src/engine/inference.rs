@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::energy::{energy, ModelStep};
 use super::{collect, EngineError, Need, StepAcc, Steps, NS};
 use crate::rollup::Plan;
 use crate::store::Reader;
@@ -116,6 +117,14 @@ pub fn inference(
         }
     }
     let step_s = q.step_ns as f64 / NS as f64;
+    let energy = energy(reader, plan, from, q.to, q.step_ns, now)?;
+    let with_energy = |s: &mut serde_json::Value, e: &ModelStep| {
+        let (per, gpu_per, ipj) = e.per_inference();
+        s["energy_mj"] = json_num(e.board_mj);
+        s["energy_mj_per_inference"] = json_num(per);
+        s["gpu_energy_mj_per_inference"] = json_num(gpu_per);
+        s["inferences_per_joule"] = json_num(ipj);
+    };
     let signals = |w: &StepAcc, g: &StepAcc, b: &StepAcc, seconds: f64, opt: Option<f64>| {
         let (p50, p95, p99) = (w.quantile(0.5), w.quantile(0.95), w.quantile(0.99));
         let count = w.acc.count.max(g.acc.count);
@@ -142,6 +151,7 @@ pub fn inference(
         let mut steps = Vec::new();
         let mut curve: Vec<(f64, f64, f64, i64)> = Vec::new();
         let (mut tw, mut tg, mut tb) = (StepAcc::default(), StepAcc::default(), StepAcc::default());
+        let mut te = ModelStep::default();
         for t in &times {
             let w = wall.get(*t).unwrap_or(&empty);
             let g = gpu.get(*t).unwrap_or(&empty);
@@ -151,6 +161,9 @@ pub fn inference(
             tb.merge(b);
             let mut s = signals(w, g, b, step_s, opt);
             s["t"] = (*t).into();
+            let e = energy.get(&model, *t);
+            te.add(&e);
+            with_energy(&mut s, &e);
             steps.push(s);
             if let (Some(p50), Some(p99)) = (w.quantile(0.5), w.quantile(0.99)) {
                 curve.push((w.acc.count as f64 / step_s, p50, p99, *t));
@@ -159,10 +172,12 @@ pub fn inference(
         curve.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.3.cmp(&b.3)));
         let k = knee(&curve.iter().map(|c| (c.0, c.2)).collect::<Vec<_>>());
         let seconds = ((q.to - from) as f64 / NS as f64).max(step_s);
+        let mut summary = signals(&tw, &tg, &tb, seconds, opt);
+        with_energy(&mut summary, &te);
         models.push(serde_json::json!({
             "model": model,
             "optimal_batch": json_num(opt),
-            "summary": signals(&tw, &tg, &tb, seconds, opt),
+            "summary": summary,
             "steps": steps,
             "curve": curve.iter().map(|c| serde_json::json!({"throughput_per_s": c.0, "p50_ms": c.1, "p99_ms": c.2, "t": c.3})).collect::<Vec<_>>(),
             "knee": k.map(|i| serde_json::json!({"throughput_per_s": curve[i].0, "p50_ms": curve[i].1, "p99_ms": curve[i].2, "t": curve[i].3})),
@@ -175,6 +190,7 @@ pub fn inference(
         "from": from,
         "to": q.to,
         "models": models,
+        "energy": energy.to_json(),
     }))
 }
 

@@ -12,7 +12,8 @@
 //! The files: [`request`] turns a user's words (times, step, agg names, group-by) into the
 //! typed queries of this module; `source.rs` picks the tier and reads it into steps;
 //! `steps.rs` holds the per-step accumulators and their values (`value`, `rates`);
-//! `inference.rs` derives the inference signals and the knee; `config.rs` is `[inference]`.
+//! `inference.rs` derives the inference signals and the knee; `energy.rs` the energy per
+//! inference (power integrated per step, attributed to models); `config.rs` is `[inference]`.
 //! Parsing a transport (an HTTP query string, command-line flags) is never done here: that
 //! belongs to `api::params` and the CLI, which both build these types.
 //!
@@ -33,6 +34,7 @@ use crate::store::bucket::parse_percentile;
 use crate::store::{Reader, StoreError};
 
 pub mod config;
+pub mod energy;
 mod inference;
 pub mod request;
 mod source;

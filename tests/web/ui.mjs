@@ -26,6 +26,9 @@ try {
     Object.fromEntries([...s.querySelectorAll('[data-series]')].map((p) => [p.dataset.series, +p.dataset.points])),
   ])));
 
+  // The latest /api/v1/inference answer the page got (the cards render it).
+  let lastInference = null;
+  page.on('response', (r) => { if (r.url().includes('/api/v1/inference')) lastInference = r.json().catch(() => null); });
   await page.goto(url + '/?range=15m', { waitUntil: 'load' });
   await page.waitForSelector('svg[data-chart="latency-yolov8n"] path[data-series="p99"]', { timeout: T });
   await page.waitForSelector('svg[data-chart="gpu_temp"] path', { timeout: T });
@@ -33,6 +36,9 @@ try {
   report.findings = await page.$$eval('#findings .find', (f) => f.map((x) => x.textContent));
   report.bannerHidden = await page.$eval('#banner', (b) => b.hidden);
   report.cards = await page.$$eval('.card[data-model]', (c) => c.map((x) => x.textContent));
+  report.energyCards = await page.$$eval('.card[data-model]', (c) => Object.fromEntries(c.map((x) => [x.dataset.model, x.querySelector('.energy')?.textContent])));
+  const inf = await lastInference;
+  report.energyApi = inf && { energy: inf.energy, summary: Object.fromEntries(inf.models.map((m) => [m.model, m.summary])) };
 
   // Hover the middle of the latency chart: the tooltip and every legend show that time.
   const box = await (await page.$('svg[data-chart="latency-yolov8n"]')).boundingBox();
@@ -105,11 +111,13 @@ try {
     jet.on('pageerror', (e) => report.errors.push('jetson: ' + String(e)));
     await jet.goto(jetsonUrl + '/?range=15m', { waitUntil: 'load' });
     await jet.waitForSelector('svg[data-chart="j_power"] path[data-series]', { state: 'attached', timeout: T });
+    await jet.waitForSelector('svg[data-chart="gpu_throttle"] [data-series="Jetson throttled"]', { state: 'attached', timeout: T });
     report.jetsonCharts = await jet.$$eval('svg[data-chart]', (svgs) => Object.fromEntries(svgs.map((s) => [
       s.dataset.chart,
       Object.fromEntries([...s.querySelectorAll('[data-series]')].map((p) => [p.dataset.series, +p.dataset.points])),
     ])));
     report.jetsonSections = await jet.$$eval('h2', (h) => h.map((x) => x.textContent));
+    report.jetsonFindings = await jet.$$eval('#findings .find', (f) => f.map((x) => x.textContent));
     await jet.screenshot({ path: shot.replace(/\.png$/, '-jetson.png'), fullPage: true });
     // Its sink is down: wait until the status says so, then read the forwarding table.
     for (let i = 0; i < 100; i++) {

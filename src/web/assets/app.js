@@ -22,6 +22,7 @@ const PANELS = [
     { m: 'gpu', f: 'throttle_sw_thermal', n: 'sw thermal', agg: 'max' },
     { m: 'gpu', f: 'throttle_power_cap', n: 'power cap', agg: 'max' },
     { m: 'gpu', f: 'throttle_hw_slowdown', n: 'hw slowdown', agg: 'max' },
+    { m: 'jetson_throttle', f: 'throttled', n: 'Jetson throttled', agg: 'max', g: '' },
   ], { flags: true }],
   ['GPU', 'gpu_temp', 'GPU temperature', '°C', [{ m: 'gpu', f: 'temp_c' }], {}],
   ['GPU', 'gpu_clock', 'GPU clocks', 'MHz', [{ m: 'gpu', f: 'clock_sm_mhz', n: 'SM' }, { m: 'gpu', f: 'clock_graphics_mhz', n: 'graphics' }, { m: 'jetson_gpu', f: 'freq_mhz', n: 'GR3D', g: '' }], {}],
@@ -321,7 +322,8 @@ function renderOverview(inf, res, where, status) {
         el('div', { class: 's' }, m.model, ' · p99 wall'),
         el('div', { class: 'v ' + (ratio >= 3 ? 'bad' : ratio >= 2 ? 'warn' : 'good') }, num(s.wall_ms.p99, 'ms')),
         el('div', { class: 's' }, `p50 ${num(s.wall_ms.p50, 'ms')} · p95 ${num(s.wall_ms.p95, 'ms')} · P99/P50 ${num(ratio)}×`),
-        el('div', { class: 's' }, `${num(s.throughput_per_s)} req/s · GPU ${s.gpu_share == null ? '–' : Math.round(s.gpu_share * 100) + '%'} of wall · overhead ${num(s.overhead_ms, 'ms')}`)));
+        el('div', { class: 's' }, `${num(s.throughput_per_s)} req/s · GPU ${s.gpu_share == null ? '–' : Math.round(s.gpu_share * 100) + '%'} of wall · overhead ${num(s.overhead_ms, 'ms')}`),
+        energyLine(s, inf.energy)));
     }
     secs.append(cards);
     const grid = el('div', { class: 'grid' });
@@ -343,6 +345,8 @@ function renderOverview(inf, res, where, status) {
     const per = (k) => models.map((m, i) => ({ name: m.model, color: PALETTE[i % PALETTE.length], pts: m.steps.filter((s) => s[k] != null).map((s) => [ms(s.t), s[k]]) }));
     add(grid, Chart({ id: 'ratio', title: 'P99 / P50 (tail)', unit: '×', lines: per('p99_p50') }));
     add(grid, Chart({ id: 'throughput', title: 'Throughput', unit: 'req/s', lines: per('throughput_per_s') }));
+    const energy = per('energy_mj_per_inference').filter((l) => l.pts.length);
+    if (energy.length) add(grid, Chart({ id: 'energy', title: 'Energy per inference' + (inf.energy && inf.energy.lower_bound ? ' (lower bound)' : ''), unit: 'mJ', lines: energy }));
   }
 
   // GPU, Jetson, thermal, host: only panels with data.
@@ -379,6 +383,17 @@ function renderOverview(inf, res, where, status) {
   S.bands = throttleBands(sections);
   for (const c of S.charts) c.draw();
   renderFindings(models, sections, S.starts || []);
+}
+
+// The card's energy line: board (and GPU rail) millijoules per inference, inferences per
+// joule and the power source; or why there is none (never a made-up number).
+function energyLine(s, e) {
+  const src = e && e.source ? ` · ${e.source}${e.lower_bound ? ' (lower bound)' : ''}` : '';
+  if (s.energy_mj_per_inference == null) {
+    return el('div', { class: 's energy muted', title: (e && e.reason) || 'power samples cover less than 50% of the steps with inferences' }, 'energy: no power data' + src);
+  }
+  const gpu = s.gpu_energy_mj_per_inference == null ? '' : ` (GPU ${num(s.gpu_energy_mj_per_inference, 'mJ')})`;
+  return el('div', { class: 's energy' }, `${num(s.energy_mj_per_inference, 'mJ')}/inference${gpu} · ${num(s.inferences_per_joule)} inf/J${src}`);
 }
 
 // Time intervals in which any throttle reason was active.

@@ -1,0 +1,773 @@
+//! Energy per inference for `/api/v1/inference`: the board's input power and the GPU rail,
+//! integrated by trapezoids over the stored, time-stamped power samples of each step, then
+//! attributed to the models that ran in the step by their share of summed `gpu_ms`
+//! (falling back to `wall_ms`, then to counts). Read-only; it never writes and never
+//! invents a number: a step whose power samples cover less than half of it has no energy
+//! (`null` in the answer), and so has every model's energy per inference in that step.
+//!
+//! Which series is the board's input: the first tegrastats rail of [`BOARD_RAILS`] present,
+//! else the sum of every `jetson_power` rail (a lower bound: `lower_bound` is set; AGX Orin
+//! and AGX Xavier print no input rail), else NVML's energy counter `energy_mj` of every
+//! `gpu` (by difference), else NVML's `power_w` of every `gpu` (summed). The GPU rail: the
+//! first of [`GPU_RAILS`], else the same NVML series. Rails are `current_mw` (mW), NVML
+//! `power_w` (W) and `energy_mj` (mJ); energies are mJ.
+//!
+//! Integration ([`integrate`], pure): consecutive samples of one series at most `max_gap`
+//! apart form a piece, integrated by a trapezoid; a piece crossing a step boundary is cut
+//! there by linear interpolation. `max_gap` is 5 times the series' median sample interval,
+//! so a stopped collector leaves a hole rather than a straight line across it. An energy
+//! counter's consecutive samples are a piece of constant power, so the integral is the
+//! counter's difference. From a rollup tier (long ranges) each step's mean power is held
+//! from its first to its last sample and consecutive steps are joined by a trapezoid when
+//! at most a step apart (an approximation at step granularity: a hole inside a step is not
+//! seen; a counter uses each step's first and last values, exact). A step's coverage is
+//! the time its pieces span (the least over summed series); under 50 % of the step
+//! (clipped to the query's end) means `null`.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use super::{choose_source, collect, EngineError, Need, Source, NS};
+use crate::rollup::Plan;
+use crate::store::bucket::numeric;
+use crate::store::chunks::{self, Scan};
+use crate::store::{dict, Reader};
+
+/// The least share of a step that power samples must cover for its energy to be reported.
+pub const MIN_COVERAGE: f64 = 0.5;
+
+/// Board input rails, in order of preference: `VDD_IN` (Orin Nano/NX, Xavier NX, TX1/TX2
+/// on JetPack 3), `POM_5V_IN` (Nano, TX2 on JetPack 4), `VIN` (Thor, when printed). AGX
+/// Orin and AGX Xavier print no input rail: their sum of rails is a lower bound.
+pub const BOARD_RAILS: [&str; 3] = ["VDD_IN", "POM_5V_IN", "VIN"];
+/// GPU rails, in order of preference: `VDD_GPU_SOC` (AGX Orin: GPU and SoC), `VDD_GPU`
+/// (Thor), `GPU` (AGX Xavier), `POM_5V_GPU` (Nano, TX2), `VDD_CPU_GPU_CV` (Orin Nano/NX,
+/// Xavier NX: CPU, GPU and CV together).
+pub const GPU_RAILS: [&str; 5] = [
+    "VDD_GPU_SOC",
+    "VDD_GPU",
+    "GPU",
+    "POM_5V_GPU",
+    "VDD_CPU_GPU_CV",
+];
+
+/// The first of `prefs` among the `present` rails. Pure.
+pub fn pick_rail<'a>(present: &[String], prefs: &[&'a str]) -> Option<&'a str> {
+    prefs
+        .iter()
+        .find(|p| present.iter().any(|r| r == *p))
+        .copied()
+}
+
+/// A straight stretch of power between two instants: `(t0, w0)` to `(t1, w1)`, watts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Piece {
+    /// Start, ns.
+    pub t0: i64,
+    /// Power at the start, W.
+    pub w0: f64,
+    /// End, ns (after `t0`).
+    pub t1: i64,
+    /// Power at the end, W.
+    pub w1: f64,
+}
+
+/// 5 times the median interval of time-ordered `ts` (at least 1 ns); `i64::MAX` with
+/// fewer than two distinct instants.
+pub fn max_gap(ts: &[i64]) -> i64 {
+    let mut gaps: Vec<i64> = ts
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|g| *g > 0)
+        .collect();
+    if gaps.is_empty() {
+        return i64::MAX;
+    }
+    gaps.sort_unstable();
+    gaps[gaps.len() / 2].saturating_mul(5).max(1)
+}
+
+/// The pieces of time-ordered samples `(ts, watts)`: each consecutive pair at most
+/// `max_gap` apart.
+pub fn pieces_from_samples(samples: &[(i64, f64)], max_gap: i64) -> Vec<Piece> {
+    samples
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0 && w[1].0 - w[0].0 <= max_gap)
+        .map(|w| Piece {
+            t0: w[0].0,
+            w0: w[0].1,
+            t1: w[1].0,
+            w1: w[1].1,
+        })
+        .collect()
+}
+
+/// The pieces of an energy counter's time-ordered samples `(ts, mJ)` (NVML `energy_mj`):
+/// each consecutive pair at most `max_gap` apart, as the constant power that explains its
+/// difference, so integrating gives the counter's own difference. A counter that went
+/// back (driver reloaded) leaves a hole.
+pub fn pieces_from_counter(samples: &[(i64, f64)], max_gap: i64) -> Vec<Piece> {
+    samples
+        .windows(2)
+        .filter(|w| w[1].0 > w[0].0 && w[1].0 - w[0].0 <= max_gap && w[1].1 >= w[0].1)
+        .map(|w| {
+            let watts = (w[1].1 - w[0].1) / 1000.0 / ((w[1].0 - w[0].0) as f64 / NS as f64);
+            Piece {
+                t0: w[0].0,
+                w0: watts,
+                t1: w[1].0,
+                w1: watts,
+            }
+        })
+        .collect()
+}
+
+/// The pieces of per-step aggregates `(first_ts, last_ts, mean_watts)` in time order (from
+/// a rollup tier): the mean held from first to last, and a trapezoid from one step's last
+/// sample to the next step's first when at most `max_gap` apart.
+pub fn pieces_from_steps(steps: &[(i64, i64, f64)], max_gap: i64) -> Vec<Piece> {
+    let mut out = Vec::new();
+    for (i, &(first, last, mean)) in steps.iter().enumerate() {
+        if last > first {
+            out.push(Piece {
+                t0: first,
+                w0: mean,
+                t1: last,
+                w1: mean,
+            });
+        }
+        if let Some(&(next_first, _, next_mean)) = steps.get(i + 1) {
+            if next_first > last && next_first - last <= max_gap {
+                out.push(Piece {
+                    t0: last,
+                    w0: mean,
+                    t1: next_first,
+                    w1: next_mean,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The energy (mJ) of `pieces` within `[a, b)` and the time they cover there (ns). Pure.
+pub fn integrate(pieces: &[Piece], a: i64, b: i64) -> (f64, i64) {
+    let (mut mj, mut covered) = (0.0, 0i64);
+    for p in pieces {
+        let (lo, hi) = (p.t0.max(a), p.t1.min(b));
+        if hi <= lo {
+            continue;
+        }
+        let at = |t: i64| p.w0 + (p.w1 - p.w0) * (t - p.t0) as f64 / (p.t1 - p.t0) as f64;
+        let seconds = (hi - lo) as f64 / NS as f64;
+        mj += (at(lo) + at(hi)) / 2.0 * seconds * 1000.0;
+        covered += hi - lo;
+    }
+    (mj, covered)
+}
+
+/// The energy (mJ) of several summed series within `[a, b)`, or `None` when any covers less
+/// than [`MIN_COVERAGE`] of it (or there are none).
+pub fn step_energy(series: &[Vec<Piece>], a: i64, b: i64) -> Option<f64> {
+    if series.is_empty() || b <= a {
+        return None;
+    }
+    let mut total = 0.0;
+    for pieces in series {
+        let (mj, covered) = integrate(pieces, a, b);
+        if (covered as f64) < MIN_COVERAGE * (b - a) as f64 {
+            return None;
+        }
+        total += mj;
+    }
+    Some(total)
+}
+
+/// What one model did in one step, for attribution.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Work {
+    /// Sum of `gpu_ms`.
+    pub gpu_ms: f64,
+    /// Sum of `wall_ms`.
+    pub wall_ms: f64,
+    /// Inferences.
+    pub count: u64,
+}
+
+/// Each model's share of a step's energy: its part of the summed `gpu_ms` when any is
+/// positive, else of `wall_ms`, else of the counts; all zero when nothing ran. Pure.
+pub fn shares(work: &[Work]) -> Vec<f64> {
+    let pick = |f: fn(&Work) -> f64| -> Option<Vec<f64>> {
+        let total: f64 = work.iter().map(f).sum();
+        (total > 0.0 && total.is_finite()).then(|| work.iter().map(|w| f(w) / total).collect())
+    };
+    pick(|w| w.gpu_ms)
+        .or_else(|| pick(|w| w.wall_ms))
+        .or_else(|| pick(|w| w.count as f64))
+        .unwrap_or_else(|| vec![0.0; work.len()])
+}
+
+/// One power source: its name, its series as pieces, and whether it is a lower bound.
+#[derive(Debug, Clone, Default)]
+pub struct Power {
+    /// e.g. `tegrastats:VDD_IN`, `tegrastats:sum_of_rails`, `nvml:power_w`.
+    pub source: Option<String>,
+    /// Pieces per summed series.
+    pub series: Vec<Vec<Piece>>,
+    /// The sum of rails: the board draws at least this.
+    pub lower_bound: bool,
+}
+
+/// One model's energy in one step.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModelStep {
+    /// Board energy attributed to the model, mJ.
+    pub board_mj: Option<f64>,
+    /// GPU-rail energy attributed to the model, mJ.
+    pub gpu_mj: Option<f64>,
+    /// Inferences.
+    pub count: u64,
+    /// Inferences in the steps whose GPU energy is known (the summary's divisor).
+    pub gpu_count: u64,
+}
+
+impl ModelStep {
+    /// `energy_mj_per_inference`, `gpu_energy_mj_per_inference`, `inferences_per_joule`.
+    pub fn per_inference(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
+        let per = |e: Option<f64>, n: u64| e.filter(|_| n > 0).map(|e| e / n as f64);
+        let ipj = self
+            .board_mj
+            .filter(|e| *e > 0.0 && self.count > 0)
+            .map(|e| self.count as f64 / (e / 1000.0));
+        (
+            per(self.board_mj, self.count),
+            per(self.gpu_mj, self.gpu_count),
+            ipj,
+        )
+    }
+
+    /// Adds another step (for the summary: only steps with energy count).
+    pub fn add(&mut self, other: &ModelStep) {
+        if let Some(b) = other.board_mj {
+            self.board_mj = Some(self.board_mj.unwrap_or(0.0) + b);
+            self.count += other.count;
+        }
+        if let Some(g) = other.gpu_mj {
+            self.gpu_mj = Some(self.gpu_mj.unwrap_or(0.0) + g);
+            self.gpu_count += other.gpu_count;
+        }
+    }
+}
+
+/// The energy of a query: per model and step, and the board's energy per step with what
+/// no model used (steps without inferences).
+#[derive(Debug, Clone, Default)]
+pub struct Energy {
+    /// Board power source.
+    pub board: Power,
+    /// GPU power source.
+    pub gpu: Power,
+    /// `(model, step start)` -> that model's energy.
+    pub per_model: BTreeMap<(String, i64), ModelStep>,
+    /// Per step start: (board mJ, GPU mJ, idle mJ) when known.
+    pub steps: Vec<(i64, Option<f64>, Option<f64>, f64)>,
+}
+
+impl Energy {
+    /// A model's energy in a step (zero inferences and no energy when unknown).
+    pub fn get(&self, model: &str, t: i64) -> ModelStep {
+        self.per_model
+            .get(&(model.to_string(), t))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Why there is no energy at all, if so.
+    pub fn reason(&self) -> Option<&'static str> {
+        if self.board.source.is_none() {
+            Some("no power samples: neither a tegrastats rail (jetson_power) nor NVML power_w (gpu) was stored in the range")
+        } else if self.steps.iter().all(|s| s.1.is_none()) {
+            Some("power samples cover less than 50% of every step")
+        } else {
+            None
+        }
+    }
+
+    /// The `energy` object of the answer.
+    pub fn to_json(&self) -> serde_json::Value {
+        let num = |v: Option<f64>| v.map_or(serde_json::Value::Null, |v| v.into());
+        let board: f64 = self.steps.iter().filter_map(|s| s.1).sum();
+        let idle: f64 = self.steps.iter().map(|s| s.3).sum();
+        let known = self.steps.iter().any(|s| s.1.is_some());
+        serde_json::json!({
+            "source": self.board.source,
+            "gpu_source": self.gpu.source,
+            "lower_bound": self.board.lower_bound,
+            "reason": self.reason(),
+            "min_coverage": MIN_COVERAGE,
+            "board_mj": num(known.then_some(board)),
+            "attributed_mj": num(known.then_some(board - idle)),
+            "idle_mj": num(known.then_some(idle)),
+            "steps": self.steps.iter().map(|s| serde_json::json!({
+                "t": s.0, "board_mj": num(s.1), "gpu_mj": num(s.2),
+                "idle_mj": num(s.1.map(|_| s.3)),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Time-ordered samples `(ts, value * scale)` of `field` of every tag set of `measurement`
+/// with tag `key` = `val` (any when `None`), per tag set, from raw points in `[from, to]`.
+fn raw_samples(
+    reader: &Reader,
+    measurement: &str,
+    field: &str,
+    tag: Option<(&str, &str)>,
+    from: i64,
+    to: i64,
+    scale: f64,
+) -> Result<Vec<Vec<(i64, f64)>>, EngineError> {
+    let (conn, path) = (reader.conn(), reader.path());
+    let mut out = Vec::new();
+    for set in dict::tagsets(conn, path, Some(measurement))? {
+        if let Some((k, v)) = tag {
+            if set.tags.get(k).map(String::as_str) != Some(v) {
+                continue;
+            }
+        }
+        let Some(sid) = dict::numeric_series(conn, path, set.id, field)? else {
+            continue;
+        };
+        let mut pts = Vec::new();
+        let scan = Scan {
+            tagset: Some(set.id),
+            ts_from: Some(from),
+            ts_to: Some(to),
+            ..Scan::default()
+        };
+        chunks::scan(conn, path, &scan, |c| {
+            c.decode(path, |ts, s, v| {
+                if s == sid && ts >= from && ts <= to {
+                    if let Some(f) = numeric(&v) {
+                        pts.push((ts, f * scale));
+                    }
+                }
+            })?;
+            Ok(ControlFlow::Continue(()))
+        })?;
+        if !pts.is_empty() {
+            pts.sort_by_key(|p| p.0);
+            out.push(pts);
+        }
+    }
+    Ok(out)
+}
+
+/// Where the query reads its power from and how.
+struct Ctx<'a> {
+    reader: &'a Reader,
+    plan: &'a Plan,
+    from: i64,
+    to: i64,
+    step_ns: i64,
+    now: i64,
+    raw: bool,
+}
+
+impl Ctx<'_> {
+    /// The pieces of each matching series (see [`raw_samples`] for the arguments). Raw
+    /// samples are read a step beyond each end, so the edge steps have their neighbours
+    /// (the integration is clipped to the steps anyway).
+    fn pieces(
+        &self,
+        measurement: &str,
+        field: &str,
+        tag: Option<(&str, &str)>,
+        scale: f64,
+    ) -> Result<Vec<Vec<Piece>>, EngineError> {
+        if self.raw {
+            let series = raw_samples(
+                self.reader,
+                measurement,
+                field,
+                tag,
+                self.from.saturating_sub(self.step_ns),
+                self.to.saturating_add(self.step_ns),
+                scale,
+            )?;
+            return Ok(series
+                .iter()
+                .map(|s| {
+                    let ts: Vec<i64> = s.iter().map(|p| p.0).collect();
+                    pieces_from_samples(s, max_gap(&ts))
+                })
+                .collect());
+        }
+        let tags: Vec<(String, String)> = tag
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let c = collect(
+            self.reader,
+            self.plan,
+            measurement,
+            field,
+            &tags,
+            self.from,
+            self.to,
+            self.step_ns,
+            Need::All,
+            self.now,
+        )?;
+        Ok(c.sets
+            .iter()
+            .map(|(_, steps)| {
+                let agg: Vec<(i64, i64, f64)> = steps
+                    .iter()
+                    .filter_map(|(_, s)| {
+                        let mean = s.acc.mean()?;
+                        Some((s.acc.first.0, s.acc.last.0, mean * scale))
+                    })
+                    .collect();
+                pieces_from_steps(&agg, self.step_ns)
+            })
+            .collect())
+    }
+
+    /// The pieces of an energy counter (see [`pieces_from_counter`]); from a tier, each
+    /// step's first and last samples.
+    fn counter_pieces(
+        &self,
+        measurement: &str,
+        field: &str,
+    ) -> Result<Vec<Vec<Piece>>, EngineError> {
+        if self.raw {
+            let series = raw_samples(
+                self.reader,
+                measurement,
+                field,
+                None,
+                self.from.saturating_sub(self.step_ns),
+                self.to.saturating_add(self.step_ns),
+                1.0,
+            )?;
+            return Ok(series
+                .iter()
+                .map(|s| {
+                    let ts: Vec<i64> = s.iter().map(|p| p.0).collect();
+                    pieces_from_counter(s, max_gap(&ts))
+                })
+                .collect());
+        }
+        let c = collect(
+            self.reader,
+            self.plan,
+            measurement,
+            field,
+            &[],
+            self.from,
+            self.to,
+            self.step_ns,
+            Need::All,
+            self.now,
+        )?;
+        Ok(c.sets
+            .iter()
+            .map(|(_, steps)| {
+                let mut pts: Vec<(i64, f64)> = steps
+                    .iter()
+                    .filter(|(_, s)| s.acc.count > 0)
+                    .flat_map(|(_, s)| [s.acc.first, s.acc.last])
+                    .collect();
+                pts.dedup_by_key(|p| p.0);
+                pieces_from_counter(&pts, self.step_ns)
+            })
+            .collect())
+    }
+
+    /// The rails of `jetson_power` present in the range.
+    fn rails(&self) -> Result<Vec<String>, EngineError> {
+        let (conn, path) = (self.reader.conn(), self.reader.path());
+        Ok(dict::tagsets(conn, path, Some("jetson_power"))?
+            .into_iter()
+            .filter_map(|s| s.tags.get("rail").cloned())
+            .collect())
+    }
+
+    /// The first of `rails` with samples, else the fallback.
+    fn power(&self, rails: &[&str], all_rails: bool) -> Result<Power, EngineError> {
+        let present = self.rails()?;
+        if let Some(rail) = pick_rail(&present, rails) {
+            let series = self.pieces("jetson_power", "current_mw", Some(("rail", rail)), 1e-3)?;
+            if !series.is_empty() {
+                return Ok(Power {
+                    source: Some(format!("tegrastats:{rail}")),
+                    series,
+                    lower_bound: false,
+                });
+            }
+        }
+        if all_rails && !present.is_empty() {
+            let series = self.pieces("jetson_power", "current_mw", None, 1e-3)?;
+            if !series.is_empty() {
+                return Ok(Power {
+                    source: Some("tegrastats:sum_of_rails".into()),
+                    series,
+                    lower_bound: true,
+                });
+            }
+        }
+        let series = self.counter_pieces("gpu", "energy_mj")?;
+        if series.iter().any(|s| !s.is_empty()) {
+            return Ok(Power {
+                source: Some("nvml:energy_mj".into()),
+                series,
+                lower_bound: false,
+            });
+        }
+        let series = self.pieces("gpu", "power_w", None, 1.0)?;
+        Ok(Power {
+            source: (!series.is_empty()).then(|| "nvml:power_w".into()),
+            series,
+            lower_bound: false,
+        })
+    }
+}
+
+/// Per step and model: the work each model did, from the `inference` measurement (every
+/// model, whatever the query's model filter: attribution needs them all).
+#[allow(clippy::type_complexity)]
+fn work(ctx: &Ctx) -> Result<BTreeMap<i64, BTreeMap<String, Work>>, EngineError> {
+    let mut out: BTreeMap<i64, BTreeMap<String, Work>> = BTreeMap::new();
+    for (fi, field) in ["wall_ms", "gpu_ms"].into_iter().enumerate() {
+        let c = collect(
+            ctx.reader,
+            ctx.plan,
+            "inference",
+            field,
+            &[],
+            ctx.from,
+            ctx.to,
+            ctx.step_ns,
+            Need::Sum,
+            ctx.now,
+        )?;
+        for (tags, steps) in c.sets {
+            let model = tags.get("model").cloned().unwrap_or_default();
+            for (t, s) in steps.iter() {
+                let w = out.entry(t).or_default().entry(model.clone()).or_default();
+                if fi == 0 {
+                    w.wall_ms += s.acc.sum;
+                    w.count = w.count.max(s.acc.count);
+                } else {
+                    w.gpu_ms += s.acc.sum;
+                    w.count = w.count.max(s.acc.count);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Computes the energy of an inference query over steps of `step_ns` from `from` (aligned)
+/// to `to`.
+pub fn energy(
+    reader: &Reader,
+    plan: &Plan,
+    from: i64,
+    to: i64,
+    step_ns: i64,
+    now: i64,
+) -> Result<Energy, EngineError> {
+    let ctx = Ctx {
+        reader,
+        plan,
+        from,
+        to,
+        step_ns,
+        now,
+        raw: choose_source(plan, step_ns, from, now) == Source::Raw,
+    };
+    let board = ctx.power(&BOARD_RAILS, true)?;
+    let gpu = ctx.power(&GPU_RAILS, false)?;
+    let work = work(&ctx)?;
+    let mut e = Energy {
+        board,
+        gpu,
+        ..Energy::default()
+    };
+    if e.board.series.is_empty() {
+        return Ok(e);
+    }
+    // Every step with power or inferences.
+    let mut t = from;
+    while t <= to {
+        let end = (t + step_ns).min(to.saturating_add(1));
+        let board_mj = step_energy(&e.board.series, t, end);
+        let gpu_mj = step_energy(&e.gpu.series, t, end);
+        let models = work.get(&t);
+        let mut idle = 0.0;
+        match models {
+            Some(models) if !models.is_empty() => {
+                let list: Vec<Work> = models.values().copied().collect();
+                for ((model, w), share) in models.iter().zip(shares(&list)) {
+                    e.per_model.insert(
+                        (model.clone(), t),
+                        ModelStep {
+                            board_mj: board_mj.map(|b| b * share),
+                            gpu_mj: gpu_mj.map(|g| g * share),
+                            count: w.count,
+                            gpu_count: w.count,
+                        },
+                    );
+                }
+            }
+            _ => idle = board_mj.unwrap_or(0.0),
+        }
+        if board_mj.is_some() || models.is_some() {
+            e.steps.push((t, board_mj, gpu_mj, idle));
+        }
+        t += step_ns;
+    }
+    Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = NS;
+
+    #[test]
+    fn trapezoids_over_the_samples_cut_at_the_step_edges() {
+        // 10 W at 0 s, 20 W at 2 s, 20 W at 4 s.
+        let samples = [(0, 10.0), (2 * S, 20.0), (4 * S, 20.0)];
+        let p = pieces_from_samples(&samples, max_gap(&[0, 2 * S, 4 * S]));
+        assert_eq!(p.len(), 2);
+        // Whole: (10+20)/2*2 + 20*2 = 30 + 40 = 70 J = 70000 mJ.
+        assert_eq!(integrate(&p, 0, 4 * S), (70_000.0, 4 * S));
+        // [0, 1 s): 10 W to 15 W over 1 s = 12.5 J.
+        assert_eq!(integrate(&p, 0, S), (12_500.0, S));
+        // [1 s, 3 s): 15->20 over 1 s (17.5 J) + 20 over 1 s (20 J) = 37.5 J.
+        assert_eq!(integrate(&p, S, 3 * S), (37_500.0, 2 * S));
+    }
+
+    #[test]
+    fn a_gap_is_a_hole_and_too_little_coverage_is_null() {
+        // Samples every second, then a 20 s hole (more than 5 median intervals).
+        let ts = [0, S, 2 * S, 22 * S, 23 * S];
+        assert_eq!(max_gap(&ts), 5 * S);
+        let samples: Vec<(i64, f64)> = ts.iter().map(|t| (*t, 5.0)).collect();
+        let p = pieces_from_samples(&samples, max_gap(&ts));
+        assert_eq!(p.len(), 3);
+        // [0, 4 s): 2 s covered of 4 = 50 %: reported, 10 J.
+        assert_eq!(
+            step_energy(std::slice::from_ref(&p), 0, 4 * S),
+            Some(10_000.0)
+        );
+        // [0, 5 s): 2 of 5 s: null.
+        assert_eq!(step_energy(std::slice::from_ref(&p), 0, 5 * S), None);
+        // One sample alone covers nothing.
+        let one = pieces_from_samples(&[(0, 5.0)], i64::MAX);
+        assert_eq!(step_energy(&[one], 0, S), None);
+        // No series at all: null; two summed series add up.
+        assert_eq!(step_energy(&[], 0, S), None);
+        assert_eq!(step_energy(&[p.clone(), p], 0, 2 * S), Some(20_000.0));
+    }
+
+    #[test]
+    fn an_energy_counter_integrates_to_its_own_difference() {
+        // 1000 mJ over 1 s, then 3000 mJ over 2 s, then a reset (driver reload).
+        let samples = [(0, 5000.0), (S, 6000.0), (3 * S, 9000.0), (4 * S, 10.0)];
+        let p = pieces_from_counter(&samples, 5 * S);
+        assert_eq!(p.len(), 2);
+        assert_eq!(integrate(&p, 0, 3 * S), (4000.0, 3 * S));
+        // Half of the second stretch: 1500 mJ.
+        assert_eq!(integrate(&p, S, 2 * S).0, 1500.0);
+        assert_eq!(integrate(&p, 3 * S, 4 * S), (0.0, 0));
+    }
+
+    #[test]
+    fn tier_steps_hold_their_mean_and_join_by_trapezoids() {
+        // Step 0: samples 0..59 s mean 10 W; step 1: 60..119 s mean 20 W.
+        let steps = [(0, 59 * S, 10.0), (60 * S, 119 * S, 20.0)];
+        let p = pieces_from_steps(&steps, 5 * S);
+        // 10 W * 59 s + (10+20)/2 * 1 s + 20 W * 59 s = 590 + 15 + 1180 = 1785 J.
+        assert_eq!(integrate(&p, 0, 120 * S).0, 1_785_000.0);
+        // The join is not drawn across a hole.
+        assert_eq!(pieces_from_steps(&steps, S / 2).len(), 2);
+    }
+
+    #[test]
+    fn rails_per_module_as_the_real_tegrastats_lines_print_them() {
+        let r = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // Orin Nano / Xavier NX (JetPack 5/6 lines of the fixtures).
+        let nx = r(&["VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"]);
+        assert_eq!(pick_rail(&nx, &BOARD_RAILS), Some("VDD_IN"));
+        assert_eq!(pick_rail(&nx, &GPU_RAILS), Some("VDD_CPU_GPU_CV"));
+        // AGX Orin: no input rail (the sum of rails is then a lower bound).
+        let agx = r(&["VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0"]);
+        assert_eq!(pick_rail(&agx, &BOARD_RAILS), None);
+        assert_eq!(pick_rail(&agx, &GPU_RAILS), Some("VDD_GPU_SOC"));
+        // Thor with VIN; AGX Xavier's short names; Nano's POM rails.
+        let thor = r(&["VDD_GPU", "VDD_CPU_SOC_MSS", "VIN_SYS_5V0", "VIN"]);
+        assert_eq!(pick_rail(&thor, &BOARD_RAILS), Some("VIN"));
+        assert_eq!(pick_rail(&thor, &GPU_RAILS), Some("VDD_GPU"));
+        let xavier = r(&["GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V"]);
+        assert_eq!(pick_rail(&xavier, &GPU_RAILS), Some("GPU"));
+        let nano = r(&["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"]);
+        assert_eq!(pick_rail(&nano, &BOARD_RAILS), Some("POM_5V_IN"));
+        assert_eq!(pick_rail(&nano, &GPU_RAILS), Some("POM_5V_GPU"));
+    }
+
+    #[test]
+    fn attribution_by_gpu_time_then_wall_time_then_counts() {
+        let w = |gpu_ms, wall_ms, count| Work {
+            gpu_ms,
+            wall_ms,
+            count,
+        };
+        assert_eq!(
+            shares(&[w(30.0, 50.0, 3), w(10.0, 50.0, 1)]),
+            vec![0.75, 0.25]
+        );
+        assert_eq!(
+            shares(&[w(0.0, 60.0, 3), w(0.0, 20.0, 1)]),
+            vec![0.75, 0.25]
+        );
+        assert_eq!(shares(&[w(0.0, 0.0, 1), w(0.0, 0.0, 3)]), vec![0.25, 0.75]);
+        assert_eq!(shares(&[w(0.0, 0.0, 0)]), vec![0.0]);
+    }
+
+    #[test]
+    fn per_inference_values_and_the_summary_skip_unknown_steps() {
+        let a = ModelStep {
+            board_mj: Some(1000.0),
+            gpu_mj: Some(400.0),
+            count: 4,
+            gpu_count: 4,
+        };
+        assert_eq!(a.per_inference(), (Some(250.0), Some(100.0), Some(4.0)));
+        let unknown = ModelStep {
+            board_mj: None,
+            gpu_mj: None,
+            count: 10,
+            gpu_count: 10,
+        };
+        let no_gpu = ModelStep {
+            board_mj: Some(500.0),
+            gpu_mj: None,
+            count: 5,
+            gpu_count: 5,
+        };
+        assert_eq!(unknown.per_inference(), (None, None, None));
+        let mut sum = ModelStep::default();
+        sum.add(&a);
+        sum.add(&unknown);
+        sum.add(&no_gpu);
+        assert_eq!((sum.count, sum.gpu_count), (9, 4));
+        assert_eq!(sum.per_inference().0, Some(1500.0 / 9.0));
+        // The GPU energy divides by the inferences of the steps where it is known.
+        assert_eq!(sum.per_inference().1, Some(100.0));
+    }
+}

@@ -1,0 +1,255 @@
+//! Energy per inference through the real binary: tegrastats-style power rails and two
+//! models' inferences written as line protocol with known timestamps, and
+//! `/api/v1/inference` checked against values computed by hand (trapezoids, attribution by
+//! `gpu_ms`, the idle remainder, `null` where the power samples are too few).
+
+use serde_json::Value as J;
+
+use crate::support::*;
+
+const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n";
+const S: i64 = 1_000_000_000;
+
+fn write(agent: &Agent, body: &str) {
+    let (code, resp) = post(&agent.url("/write"), body.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{resp}");
+}
+
+fn close(v: &J, want: f64) {
+    let got = v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+    assert!(
+        (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+        "{got} vs {want}"
+    );
+}
+
+#[test]
+fn energy_per_inference_is_integrated_attributed_and_null_without_power() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let t0 = (edgewatch::now_ns() - 600 * S) / (10 * S) * (10 * S);
+    let mut body = String::new();
+    // VDD_IN ramps 4000 mW + 100 mW/s, one sample a second over 0..=30 s; the GPU rail is
+    // 1000 mW over 0..=20 s only.
+    for i in 0..=30 {
+        body.push_str(&format!(
+            "jetson_power,rail=VDD_IN current_mw={},average_mw=1 {}\n",
+            4000 + 100 * i,
+            t0 + i * S
+        ));
+        if i <= 20 {
+            body.push_str(&format!(
+                "jetson_power,rail=VDD_GPU_SOC current_mw=1000,average_mw=1 {}\n",
+                t0 + i * S
+            ));
+        }
+    }
+    let inf = |model: &str, gpu: f64, ts: i64| {
+        format!(
+            "inference,model={model} wall_ms={},gpu_ms={gpu} {ts}\n",
+            gpu + 5.0
+        )
+    };
+    // Step 0 (0-10 s): a 4 x 15 ms, b 2 x 10 ms. Step 1: nothing. Step 2: a 5 x. Step 3
+    // (30-40 s, no power after 30 s): a 1 x.
+    for k in 0..4 {
+        body.push_str(&inf("a", 15.0, t0 + k * S + S / 2));
+    }
+    for k in 0..2 {
+        body.push_str(&inf("b", 10.0, t0 + k * S + S / 2));
+    }
+    for k in 0..5 {
+        body.push_str(&inf("a", 15.0, t0 + 20 * S + k * S));
+    }
+    body.push_str(&inf("a", 15.0, t0 + 35 * S));
+    write(&agent, &body);
+
+    let to = t0 + 40 * S - 1;
+    let (code, text) =
+        get(&agent.url(&format!("/api/v1/inference?from={t0}&to={to}&step=10s"))).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    let e = &v["energy"];
+    assert_eq!(e["source"], "tegrastats:VDD_IN", "{e}");
+    assert_eq!(e["gpu_source"], "tegrastats:VDD_GPU_SOC");
+    assert_eq!(e["lower_bound"], false);
+    // By hand: a linear ramp integrates to the mean of its ends times the time.
+    // Step 0: (4000+5000)/2 mW * 10 s = 45000 mJ; step 1: 55000; step 2: 65000; step 3: null.
+    let steps = e["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 4, "{e}");
+    close(&steps[0]["board_mj"], 45_000.0);
+    close(&steps[0]["gpu_mj"], 10_000.0);
+    close(&steps[1]["board_mj"], 55_000.0);
+    close(&steps[1]["idle_mj"], 55_000.0);
+    close(&steps[2]["board_mj"], 65_000.0);
+    assert_eq!(steps[2]["gpu_mj"], J::Null, "no GPU rail after 20 s");
+    assert_eq!(steps[3]["board_mj"], J::Null, "one sample covers nothing");
+    close(&e["board_mj"], 165_000.0);
+    close(&e["idle_mj"], 55_000.0);
+    close(&e["attributed_mj"], 110_000.0);
+
+    let models = v["models"].as_array().unwrap();
+    let (a, b) = (&models[0], &models[1]);
+    assert_eq!(
+        (a["model"].as_str(), b["model"].as_str()),
+        (Some("a"), Some("b"))
+    );
+    // Step 0 split by gpu_ms: a 60 ms of 80 (0.75), b 20 of 80 (0.25).
+    let a0 = &a["steps"][0];
+    close(&a0["energy_mj"], 33_750.0);
+    close(&a0["energy_mj_per_inference"], 33_750.0 / 4.0);
+    close(&a0["gpu_energy_mj_per_inference"], 7_500.0 / 4.0);
+    close(&a0["inferences_per_joule"], 4.0 / 33.75);
+    let b0 = &b["steps"][0];
+    close(&b0["energy_mj_per_inference"], 11_250.0 / 2.0);
+    close(&b0["gpu_energy_mj_per_inference"], 2_500.0 / 2.0);
+    // Step 2: a alone; no GPU rail.
+    let a2 = &a["steps"][1];
+    assert_eq!(a2["t"], t0 + 20 * S);
+    close(&a2["energy_mj_per_inference"], 13_000.0);
+    assert_eq!(a2["gpu_energy_mj_per_inference"], J::Null);
+    // Step 3: too little power data.
+    let a3 = &a["steps"][2];
+    assert_eq!(a3["count"], 1);
+    assert_eq!(a3["energy_mj_per_inference"], J::Null);
+    assert_eq!(a3["inferences_per_joule"], J::Null);
+    // Summary: over the steps with energy (a: 0 and 2; GPU: step 0 only).
+    close(&a["summary"]["energy_mj_per_inference"], 98_750.0 / 9.0);
+    close(&a["summary"]["gpu_energy_mj_per_inference"], 1_875.0);
+    close(&a["summary"]["inferences_per_joule"], 9.0 / 98.75);
+    close(&b["summary"]["energy_mj_per_inference"], 5_625.0);
+    // The numbers add up: attributed + idle = board.
+    let attributed: f64 = [a0, b0, a2]
+        .iter()
+        .map(|s| s["energy_mj"].as_f64().unwrap())
+        .sum();
+    close(&J::from(attributed), 110_000.0);
+
+    // The model filter keeps the attribution over every model.
+    let (_, text) = get(&agent.url(&format!(
+        "/api/v1/inference?model=b&from={t0}&to={to}&step=10s"
+    )))
+    .unwrap();
+    let v: J = serde_json::from_str(&text).unwrap();
+    close(
+        &v["models"][0]["steps"][0]["energy_mj_per_inference"],
+        5_625.0,
+    );
+
+    // No power at all in a range: null with a reason.
+    write(&agent, &inf("a", 15.0, t0 + 300 * S));
+    let (_, text) = get(&agent.url(&format!(
+        "/api/v1/inference?from={}&to={}&step=10s",
+        t0 + 300 * S,
+        t0 + 310 * S - 1
+    )))
+    .unwrap();
+    let v: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["energy"]["source"], J::Null, "{v}");
+    assert!(v["energy"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no power samples"));
+    assert_eq!(
+        v["models"][0]["steps"][0]["energy_mj_per_inference"],
+        J::Null
+    );
+    assert_eq!(
+        v["models"][0]["summary"]["energy_mj_per_inference"],
+        J::Null
+    );
+    agent.terminate();
+}
+
+#[test]
+fn energy_per_inference_from_the_1m_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let min = 60 * S;
+    let t0 = (edgewatch::now_ns() - 30 * min) / min * min;
+    // 10 minutes: VDD_IN at a constant 10 W, one sample a second; 10 inferences a minute.
+    let mut body = String::new();
+    for i in 0..600 {
+        body.push_str(&format!(
+            "jetson_power,rail=VDD_IN current_mw=10000 {}\n",
+            t0 + i * S
+        ));
+        if i % 6 == 0 {
+            body.push_str(&format!(
+                "inference,model=m wall_ms=20,gpu_ms=10 {}\n",
+                t0 + i * S
+            ));
+        }
+    }
+    write(&agent, &body);
+    let out = std::process::Command::new(bin())
+        .arg("maintain")
+        .arg("--data-dir")
+        .arg(&agent.dir)
+        .output()
+        .expect("run maintain");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let to = t0 + 10 * min - 1;
+    let (code, text) =
+        get(&agent.url(&format!("/api/v1/inference?from={t0}&to={to}&step=1m"))).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["tier"], "1m", "{v}");
+    let steps = v["models"][0]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 10);
+    // From the tier: each minute holds its mean (10 W) from its first sample (0 s) to its
+    // last (59 s) and is joined to the next minute's first: 10 W * 60 s = 600 J, over 10
+    // inferences = 60000 mJ; the last minute has no next sample (59 s: 590 J).
+    for s in &steps[..9] {
+        close(&s["energy_mj_per_inference"], 60_000.0);
+        close(&s["inferences_per_joule"], 10.0 / 600.0);
+    }
+    close(&steps[9]["energy_mj_per_inference"], 59_000.0);
+    close(
+        &v["models"][0]["summary"]["energy_mj_per_inference"],
+        (9.0 * 600_000.0 + 590_000.0) / 100.0,
+    );
+    agent.terminate();
+}
+
+#[test]
+fn a_discrete_gpu_s_energy_counter_is_used_by_difference() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let t0 = (edgewatch::now_ns() - 600 * S) / (10 * S) * (10 * S);
+    let mut body = String::new();
+    // The counter grows 50 J a second (50 W); power_w says 1 W: the counter wins.
+    for i in 0..=20 {
+        body.push_str(&format!(
+            "gpu,gpu=0,uuid=GPU-1 energy_mj={}i,power_w=1 {}\n",
+            1_000_000 + 50_000 * i,
+            t0 + i * S
+        ));
+    }
+    for k in 0..10 {
+        body.push_str(&format!(
+            "inference,model=m wall_ms=20,gpu_ms=10 {}\n",
+            t0 + k * S + S / 2
+        ));
+    }
+    write(&agent, &body);
+    let (code, text) = get(&agent.url(&format!(
+        "/api/v1/inference?from={t0}&to={}&step=10s",
+        t0 + 10 * S - 1
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["energy"]["source"], "nvml:energy_mj", "{v}");
+    assert_eq!(v["energy"]["gpu_source"], "nvml:energy_mj");
+    // 50 W * 10 s = 500 J over 10 inferences.
+    let s = &v["models"][0]["steps"][0];
+    close(&s["energy_mj_per_inference"], 50_000.0);
+    close(&s["gpu_energy_mj_per_inference"], 50_000.0);
+    close(&s["inferences_per_joule"], 0.02);
+    agent.terminate();
+}
