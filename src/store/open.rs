@@ -110,14 +110,20 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
         }
         Mode::Job => {
             conn.pragma_update(None, "journal_mode", "WAL").ctx(&path)?;
+            // NORMAL: the job acknowledges nothing to anyone. A power cut may roll back its
+            // last transactions (a rollup step, an eviction, a clock fix), never tear one:
+            // each is redone from the state it committed with it. Checkpoints sync in NORMAL
+            // too, so the writer's synced frames are never lost through the job.
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .ctx(&path)?;
             conn.pragma_update(None, "cache_size", -4096).ctx(&path)?;
             Ok((conn, path))
         }
         Mode::Cursor => {
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .ctx(&path)?;
+            // FULL whatever `[storage] synchronous` says: a cursor move records that a remote
+            // acknowledged a batch; rolled back by a power cut it would re-send that batch.
+            // One sync per forwarded batch is cheap.
+            conn.pragma_update(None, "synchronous", "FULL").ctx(&path)?;
             conn.pragma_update(None, "cache_size", -256).ctx(&path)?;
             Ok((conn, path))
         }
