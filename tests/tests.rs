@@ -6,6 +6,8 @@ mod support;
 
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;
+/// Acknowledged means durable: sync before 204 (under strace), full and read-only disks.
+mod durability;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
