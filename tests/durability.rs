@@ -490,3 +490,37 @@ fn a_full_disk_is_answered_503_never_204_and_nothing_acknowledged_is_lost() {
     // Refused requests were not stored (answered 503 = nothing of them).
     assert_eq!(got.get(&10_000), None);
 }
+
+#[test]
+fn a_read_only_store_is_refused_naming_it_and_used_again_once_writable() {
+    // A running agent holds its files open for writing, so a mount cannot be made read-only
+    // under it (EBUSY); the kernel does so after IO errors, and the agent then restarts on
+    // it. Its start names the cause; once writable again everything acknowledged is there.
+    let fs = Tmpfs::mount("16m");
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "{QUIET}[storage]\ndata_dir = \"{}\"\n",
+        fs.path().join("data").display()
+    );
+    let agent = Agent::start(dir.path(), &extra);
+    let (code, body) = post_req(&agent, 1, 10);
+    assert_eq!(code, 204, "{body}");
+    agent.kill9();
+    fs.remount("ro");
+    let cfg = dir.path().join("edgewatch.toml");
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("Read-only file system"), "{err}");
+    fs.remount("rw");
+    let agent = Agent::start(dir.path(), &extra);
+    let (code, body) = post_req(&agent, 2, 10);
+    assert_eq!(code, 204, "{body}");
+    agent.kill9();
+    let got = stored(&fs.path().join("data/edgewatch.db"));
+    assert_eq!((got.get(&1), got.get(&2)), (Some(&10), Some(&10)));
+}

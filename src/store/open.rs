@@ -65,6 +65,12 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
             path: dir.to_path_buf(),
             source,
         })?;
+        // A read-only file system (remounted after IO errors) or directory: say so, rather
+        // than SQLite's "unable to open database file".
+        writable(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     } else if !path.exists() {
         return Err(StoreError::Missing(path));
     }
@@ -127,6 +133,20 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
             conn.pragma_update(None, "cache_size", -256).ctx(&path)?;
             Ok((conn, path))
         }
+    }
+}
+
+/// `Ok` when the process may write in `dir` (access(2) W_OK: catches a read-only mount
+/// even for root).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
