@@ -410,15 +410,22 @@ fn copy_dir(from: &Path, to: &Path) {
 
 #[test]
 fn a_full_disk_is_answered_503_never_204_and_nothing_acknowledged_is_lost() {
+    if !require(Peer::Influxdb) {
+        return;
+    }
     let fs = Tmpfs::mount("3m");
     let dir = tempfile::tempdir().unwrap();
-    // The sink's remote is down: the forwarder keeps retrying through the fault.
+    // A real remote: the forwarder moves its cursor while the disk fills, and must deliver
+    // every acknowledged point once space returns.
+    let port = free_port();
+    let influx = influxd_on(&dir.path().join("influx"), port);
+    influx_create_db(&influx, "edge");
     let extra = format!(
         "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
-         [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{}\"\n\
-         version = 1\ndatabase = \"edge\"\nmin_backoff = \"50ms\"\nmax_backoff = \"200ms\"\n",
+         [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
+         version = 1\ndatabase = \"edge\"\nmax_delay = \"20ms\"\nmin_backoff = \"50ms\"\n\
+         max_backoff = \"200ms\"\n",
         fs.path().join("data").display(),
-        free_port()
     );
     let mut agent = Agent::start(dir.path(), &extra);
     let mut acked: Vec<usize> = Vec::new();
@@ -478,6 +485,22 @@ fn a_full_disk_is_answered_503_never_204_and_nothing_acknowledged_is_lost() {
     assert!(
         agent.child.try_wait().ok().flatten().is_none(),
         "the agent died"
+    );
+    let log = agent.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("rollup run failed") && l.contains("full")),
+        "the rollup job met the full disk: {log}"
+    );
+    // The forwarder delivers every acknowledged point (and nothing refused).
+    let want = acked.len() as i64 * 500;
+    let delivered = wait_for(Duration::from_secs(15), || {
+        (influx_count(&influx, "edge", "df") == want).then_some(())
+    });
+    assert!(
+        delivered.is_some(),
+        "influx holds {} of {want} acknowledged points",
+        influx_count(&influx, "edge", "df")
     );
     // kill -9, then the store, copied off the tmpfs, holds every acknowledged point.
     agent.kill9();
