@@ -97,7 +97,11 @@ def main():
     for d in dirs:
         for sync in ["normal", "full"]:
             base = tempfile.mkdtemp(prefix="ew-lat-", dir=d)
-            p, port = start(base, sync)
+            try:
+                p, port = start(base, sync)
+            except SystemExit:
+                shutil.rmtree(base, ignore_errors=True)
+                raise
             try:
                 for n in CLIENTS:
                     med, p99, rate = run(port, n)
