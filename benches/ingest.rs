@@ -5,7 +5,8 @@
 //!
 //! Run: `cargo bench --bench ingest` (needs `influxd` from Debian's `influxdb` for the
 //! comparison; without it only edgewatch is measured). `BENCH_POINTS=200000` for a
-//! shorter run; `BENCH_SYNC=full` to run edgewatch with synchronous = "full".
+//! shorter run; `BENCH_SYNC=normal` to run edgewatch with the opt-in synchronous = "normal"
+//! (default: "full", as the agent).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -82,7 +83,7 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let sync = std::env::var("BENCH_SYNC").unwrap_or_else(|_| "normal".into());
+    let sync = std::env::var("BENCH_SYNC").unwrap_or_else(|_| "full".into());
     let bodies = bodies(points);
     let body_bytes: usize = bodies.iter().map(Vec::len).sum();
     println!(

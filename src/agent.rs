@@ -184,6 +184,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         handle: handle.clone(),
         started,
         max_series,
+        synchronous: cfg.storage.synchronous,
         db_path: db_path.clone(),
     };
     // What the health collector reads, taken before the routes own the context (the context

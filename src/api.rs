@@ -38,6 +38,8 @@ pub struct ApiCtx {
     pub started: Instant,
     /// Series cap, for the status page.
     pub max_series: usize,
+    /// `[storage] synchronous`, for the status page.
+    pub synchronous: crate::config::Synchronous,
     /// Database file.
     pub db_path: PathBuf,
     /// Tiers, retention and budget (query engine and status).
@@ -268,6 +270,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             db_bytes: crate::store::disk_bytes(&ctx.db_path),
             series,
             max_series: ctx.max_series as u64,
+            synchronous: ctx.synchronous,
         },
         rollup,
         clock,

@@ -74,10 +74,16 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
         }
         Err(e) => {
             Stats::add(&stats.commit_errors, 1);
-            let retryable = e.retryable();
+            // A read-only store (remounted read-only after an IO error, a permission
+            // change) may become writable again without a restart: retryable, like a full
+            // disk. Either way nothing of these batches is acknowledged.
+            let read_only = is_read_only(&e);
+            let retryable = e.retryable() || read_only;
             tracing::error!(error = %e, retryable, batches = pending.len(), "commit failed; nothing of these batches was stored");
             let error = if e.is_disk_full() {
                 format!("store is full (disk or quota): {e}")
+            } else if read_only {
+                format!("store is read-only: {e}")
             } else {
                 e.to_string()
             };
@@ -94,4 +100,10 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
             }
         }
     }
+}
+
+/// Whether SQLite refused the commit because the file or its file system is read-only.
+fn is_read_only(e: &crate::store::StoreError) -> bool {
+    matches!(e, crate::store::StoreError::Sqlite { source, .. }
+        if source.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly))
 }

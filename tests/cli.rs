@@ -530,6 +530,7 @@ fn status_renders_the_typed_document_with_unknown_parts_said_so() {
         db_bytes: 2_000_000,
         series: None,
         max_series: 500,
+        synchronous: edgewatch::config::Synchronous::Normal,
     };
     // rollup and clock: null (the agent could not read its store).
     st.collectors.errors = 6;
@@ -560,7 +561,7 @@ fn status_renders_the_typed_document_with_unknown_parts_said_so() {
     let want = format!(
         "edgewatch 9.9.9 at {base}, up 1h02m\n\
          ingest:     10 points written, 1 rejected, 2 dropped, 3 throttled; queue 4/1000; last commit 1.5 ms\n\
-         store:      2.0 MB of no budget (? series of 500 max) in /data/edgewatch.db\n\
+         store:      2.0 MB of no budget (? series of 500 max) in /data/edgewatch.db, synchronous = normal (a power cut may lose writes acknowledged since the last checkpoint)\n\
          rollup:     unknown (the agent could not read its store)\n\
          collectors: 6 errors; nvml running (1 GPU, driver 550.54.15)\n\
          forwarding: device_id jet-7\n\

@@ -6,6 +6,8 @@ mod support;
 
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;
+/// Acknowledged means durable: sync before 204 (under strace), full and read-only disks.
+mod durability;
 /// Energy per inference: power rails and inferences through `/api/v1/inference`.
 mod energy;
 /// Store-and-forward to real mosquitto and InfluxDB.

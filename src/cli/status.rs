@@ -168,7 +168,7 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
     let budget = v.rollup.as_ref().map_or(0, |r| r.budget.max_bytes);
     let _ = writeln!(
         o,
-        "store:      {} of {} ({} series of {} max) in {}",
+        "store:      {} of {} ({} series of {} max) in {}, synchronous = {}",
         human_bytes(s.db_bytes as f64),
         if budget > 0 {
             format!("{} budget", human_bytes(budget as f64))
@@ -178,6 +178,12 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
         s.series.map_or_else(|| "?".into(), |n| n.to_string()),
         s.max_series,
         s.path.display(),
+        match s.synchronous {
+            edgewatch::config::Synchronous::Full =>
+                "full (acknowledged writes survive a power cut)",
+            edgewatch::config::Synchronous::Normal =>
+                "normal (a power cut may lose writes acknowledged since the last checkpoint)",
+        },
     );
     match &v.rollup {
         Some(r) => {

@@ -104,13 +104,17 @@ pub struct StorageConfig {
     pub synchronous: Synchronous,
 }
 
-/// SQLite durability level.
-#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+/// SQLite durability level of the ingest writer (the forwarders' cursors always sync).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Synchronous {
-    /// Durable across process crashes (WAL, synchronous=NORMAL).
+    /// Durable across a crash of the process, not of the OS or a power cut: the WAL is
+    /// synced only at checkpoints, so the writes acknowledged since the last one may roll
+    /// back (WAL, synchronous=NORMAL). Opt-in.
     Normal,
-    /// Durable across power loss (synchronous=FULL).
+    /// Durable across power loss: the WAL is synced before each commit returns, so before
+    /// any 204 (WAL, synchronous=FULL). The default.
+    #[default]
     Full,
 }
 
@@ -354,7 +358,7 @@ impl Default for StorageConfig {
         StorageConfig {
             data_dir: PathBuf::from("edgewatch-data"),
             max_series: nz(100_000),
-            synchronous: Synchronous::Normal,
+            synchronous: Synchronous::Full,
         }
     }
 }

@@ -86,6 +86,9 @@ pub struct Store {
     pub series: Option<i64>,
     /// Most series the store creates (`[store] max_series`).
     pub max_series: u64,
+    /// Durability of acknowledged writes (`[storage] synchronous`): `full` survives a power
+    /// cut, `normal` only a crash of the agent.
+    pub synchronous: crate::config::Synchronous,
 }
 
 /// The rollup job's view: tiers, eviction, the budget.

@@ -65,6 +65,12 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
             path: dir.to_path_buf(),
             source,
         })?;
+        // A read-only file system (remounted after IO errors) or directory: say so, rather
+        // than SQLite's "unable to open database file".
+        writable(dir).map_err(|source| StoreError::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
     } else if !path.exists() {
         return Err(StoreError::Missing(path));
     }
@@ -110,17 +116,37 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
         }
         Mode::Job => {
             conn.pragma_update(None, "journal_mode", "WAL").ctx(&path)?;
+            // NORMAL: the job acknowledges nothing to anyone. A power cut may roll back its
+            // last transactions (a rollup step, an eviction, a clock fix), never tear one:
+            // each is redone from the state it committed with it. Checkpoints sync in NORMAL
+            // too, so the writer's synced frames are never lost through the job.
             conn.pragma_update(None, "synchronous", "NORMAL")
                 .ctx(&path)?;
             conn.pragma_update(None, "cache_size", -4096).ctx(&path)?;
             Ok((conn, path))
         }
         Mode::Cursor => {
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .ctx(&path)?;
+            // FULL whatever `[storage] synchronous` says: a cursor move records that a remote
+            // acknowledged a batch; rolled back by a power cut it would re-send that batch.
+            // One sync per forwarded batch is cheap.
+            conn.pragma_update(None, "synchronous", "FULL").ctx(&path)?;
             conn.pragma_update(None, "cache_size", -256).ctx(&path)?;
             Ok((conn, path))
         }
+    }
+}
+
+/// `Ok` when the process may write in `dir` (access(2) W_OK: catches a read-only mount
+/// even for root).
+fn writable(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `c` is a valid NUL-terminated path that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -405,6 +405,16 @@ fn store(s: &mut Scrape, st: &status::Store) {
         &[],
         st.max_series as f64,
     );
+    s.gauge(
+        "edgewatch_store_synchronous_full",
+        "1: every acknowledged write is fsynced first (synchronous = full); 0: normal.",
+        &[],
+        if st.synchronous == crate::config::Synchronous::Full {
+            1.0
+        } else {
+            0.0
+        },
+    );
 }
 
 fn rollup(s: &mut Scrape, r: &status::Rollup) {
@@ -829,6 +839,7 @@ mod tests {
                 db_bytes: 201,
                 series: Some(202),
                 max_series: 203,
+                synchronous: crate::config::Synchronous::Full,
             },
             rollup: Some(status::Rollup {
                 tiers: vec![
@@ -1123,6 +1134,9 @@ edgewatch_sink_paused{sink="south"} 1
 # TYPE edgewatch_sink_replayed_batches gauge
 edgewatch_sink_replayed_batches{sink="north"} 509
 edgewatch_sink_replayed_batches{sink="south"} 0
+# HELP edgewatch_store_synchronous_full 1: every acknowledged write is fsynced first (synchronous = full); 0: normal.
+# TYPE edgewatch_store_synchronous_full gauge
+edgewatch_store_synchronous_full 1
 # HELP edgewatch_tegrastats_bad_lines_total tegrastats lines that could not be parsed.
 # TYPE edgewatch_tegrastats_bad_lines_total counter
 edgewatch_tegrastats_bad_lines_total 705
