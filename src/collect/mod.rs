@@ -5,6 +5,7 @@
 pub mod health;
 pub mod host;
 pub mod nvml;
+pub mod scrape;
 pub mod tegrastats;
 
 use std::sync::Arc;
