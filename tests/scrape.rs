@@ -124,13 +124,7 @@ fn scrape_status(agent: &Agent, name: &str) -> Value {
 /// A Triton page as the server prints it (documented names: `nv_inference_*` per model and
 /// version), for one model with traffic and one idle model.
 fn triton_page(
-    ok: u64,
-    fail: u64,
-    count: u64,
-    exec: u64,
-    req_us: u64,
-    queue_us: u64,
-    infer_us: u64,
+    [ok, fail, count, exec, req_us, queue_us, infer_us]: [u64; 7],
     summary: Option<(f64, f64)>,
 ) -> String {
     let m = "model=\"densenet_onnx\",version=\"1\"";
@@ -186,22 +180,17 @@ fn points(v: &Value) -> Vec<f64> {
 fn triton_counters_become_per_interval_latency_with_restarts_skipped() {
     let pages = vec![
         // First scrape: only the base.
-        triton_page(100, 1, 400, 100, 2_000_000, 100_000, 1_500_000, None),
+        triton_page([100, 1, 400, 100, 2_000_000, 100_000, 1_500_000], None),
         // +50 requests, 2 failures, 200 inferences in 25 executions, 1.2 s of requests.
-        triton_page(150, 3, 600, 125, 3_200_000, 150_000, 2_400_000, None),
-        // Server restart: everything went down; the interval is skipped.
-        triton_page(10, 0, 20, 10, 100_000, 5_000, 80_000, None),
+        triton_page([150, 3, 600, 125, 3_200_000, 150_000, 2_400_000], None),
+        // Server restart, already past the old success count: the other counters went
+        // down, so the interval is skipped (never a negative latency).
+        triton_page([160, 0, 20, 10, 100_000, 5_000, 80_000], None),
         // +30 requests, 90 inferences in 30 executions, 0.3 s.
-        triton_page(40, 0, 110, 40, 400_000, 35_000, 200_000, None),
+        triton_page([190, 0, 110, 40, 400_000, 35_000, 200_000], None),
         // The summary variant: +10 requests, 0.25 s; p50 4 ms, p99 20 ms.
         triton_page(
-            50,
-            1,
-            120,
-            50,
-            650_000,
-            45_000,
-            400_000,
+            [200, 1, 120, 50, 650_000, 45_000, 400_000],
             Some((4000.0, 20000.0)),
         ),
     ];

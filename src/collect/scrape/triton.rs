@@ -242,10 +242,11 @@ mod tests {
         assert_eq!(f, want);
         // No successes in the interval: no point.
         assert!(run(&mut t, &page(150, 5, 600, 75, 1_600_000, 250_000)).is_empty());
-        // A restart: counters went down, the interval is skipped ...
-        assert!(run(&mut t, &page(10, 0, 40, 5, 100_000, 10_000)).is_empty());
+        // A restart past the old success count: the others went down, the interval is
+        // skipped ...
+        assert!(run(&mut t, &page(160, 0, 40, 5, 100_000, 10_000)).is_empty());
         // ... and the next one counts from the new base.
-        let l = run(&mut t, &page(30, 0, 80, 10, 300_000, 30_000));
+        let l = run(&mut t, &page(180, 0, 80, 10, 300_000, 30_000));
         assert_eq!(l[0].fields[0], ("requests".into(), Value::F64(20.0)));
         assert_eq!(l[0].fields[2], ("request_ms".into(), Value::F64(10.0)));
     }
