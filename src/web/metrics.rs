@@ -707,7 +707,7 @@ fn scrape_targets(s: &mut Scrape, targets: &[status::ScrapeTarget]) {
             s.counter(name, help, &l, v as f64);
         }
         s.gauge(
-            "edgewatch_scrape_samples",
+            "edgewatch_scrape_last_samples",
             "Samples stored from the target's last page.",
             &l,
             t.samples as f64,
@@ -1034,7 +1034,7 @@ mod tests {
             "edgewatch_scrape_failures_total{name=\"triton\"} 1\n",
             "edgewatch_scrape_samples_total{name=\"triton\"} 120\n",
             "edgewatch_scrape_bad_lines_total{name=\"triton\"} 2\n",
-            "edgewatch_scrape_samples{name=\"triton\"} 40\n",
+            "edgewatch_scrape_last_samples{name=\"triton\"} 40\n",
             "edgewatch_scrape_last_duration_seconds{name=\"triton\"} 0.0125\n",
         ] {
             assert!(text.contains(want), "{want} missing in:\n{text}");
