@@ -11,6 +11,7 @@ command -v mosquitto >/dev/null 2>&1 || need_apt+=(mosquitto)
 command -v mosquitto_sub >/dev/null 2>&1 || need_apt+=(mosquitto-clients)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v strace >/dev/null 2>&1 || need_apt+=(strace)
+command -v prometheus-node-exporter >/dev/null 2>&1 || need_apt+=(prometheus-node-exporter)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
@@ -22,7 +23,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 # Debian starts packaged daemons where it can; the tests start their own on free ports.
-for svc in influxdb mosquitto prometheus; do
+for svc in influxdb mosquitto prometheus prometheus-node-exporter; do
     (command -v service >/dev/null 2>&1 && service "$svc" stop >/dev/null 2>&1) || true
 done
 

@@ -165,6 +165,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     };
     let nvml_status = Arc::new(crate::collect::nvml::NvmlStatus::default());
     let tegrastats_status = Arc::new(crate::collect::tegrastats::TegrastatsStatus::default());
+    let scrape_status = Arc::new(crate::collect::scrape::ScrapeStatus::new(&cfg.scrape));
     // Forwarders: their own store connections, their own token (stopped with the sources).
     let forward_stop = CancellationToken::new();
     let forwarders = crate::forward::start(
@@ -177,6 +178,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         forward: Arc::new(forwarders.status.clone()),
         nvml: nvml_status.clone(),
         tegrastats: tegrastats_status.clone(),
+        scrape: scrape_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
         plan: plan.clone(),
         inference: Arc::new(cfg.inference.clone()),
@@ -307,6 +309,18 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         ));
     } else {
         nvml_status.set_state("off: disabled in the configuration");
+    }
+    if !cfg.scrape.is_empty() {
+        tasks.push((
+            "scrape",
+            tokio::spawn(crate::collect::scrape::run(
+                cfg.scrape.clone(),
+                handle.clone(),
+                stats.clone(),
+                scrape_status,
+                sources.clone(),
+            )),
+        ));
     }
     drop(handle);
     // The rollup job: a second writer connection in small transactions, on its own token

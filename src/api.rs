@@ -50,6 +50,8 @@ pub struct ApiCtx {
     pub nvml: Arc<crate::collect::nvml::NvmlStatus>,
     /// The tegrastats collector's state.
     pub tegrastats: Arc<crate::collect::tegrastats::TegrastatsStatus>,
+    /// The `[[scrape]]` targets' state.
+    pub scrape: Arc<crate::collect::scrape::ScrapeStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
 }
@@ -279,6 +281,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             errors: g(&s.collector_errors),
             nvml: ctx.nvml.snapshot(),
             tegrastats: ctx.tegrastats.snapshot(crate::now_ns()),
+            scrape: ctx.scrape.snapshot(),
         },
     }
 }

@@ -24,6 +24,8 @@ mod nvml_cli;
 mod nvml_stub;
 /// Rollup tiers, sketches, retention, disk budget and the query engine.
 mod rollup;
+/// `[[scrape]]`: node_exporter for real, Triton expositions, bad targets.
+mod scrape;
 /// The tegrastats collector with a fake `tegrastats`, and `edgewatch tegrastats parse`.
 mod tegrastats;
 /// Web UI in a real browser, /metrics with promtool, access control.

@@ -6,6 +6,7 @@ pub mod health;
 pub mod host;
 pub mod jetson;
 pub mod nvml;
+pub mod scrape;
 pub mod tegrastats;
 
 use std::sync::Arc;

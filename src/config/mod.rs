@@ -62,6 +62,9 @@ pub struct Config {
     pub tags: std::collections::BTreeMap<String, String>,
     /// `[[sink]]`: where the forwarder sends (see `src/forward/`).
     pub sink: Vec<crate::forward::config::SinkConfig>,
+    /// `[[scrape]]`: Prometheus endpoints to scrape (see `src/collect/scrape/`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scrape: Vec<crate::collect::scrape::config::ScrapeConfig>,
 }
 
 /// `[http]`
@@ -234,6 +237,12 @@ impl Config {
         crate::forward::config::validate_all(&cfg.sink).map_err(|message| ConfigError::File {
             origin: origin.to_string(),
             message,
+        })?;
+        crate::collect::scrape::config::validate_all(&cfg.scrape).map_err(|message| {
+            ConfigError::File {
+                origin: origin.to_string(),
+                message,
+            }
         })?;
         Ok(cfg)
     }

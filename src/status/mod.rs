@@ -252,6 +252,46 @@ pub struct Collectors {
     pub nvml: Nvml,
     /// The tegrastats collector.
     pub tegrastats: Tegrastats,
+    /// The `[[scrape]]` targets, in config order.
+    #[serde(default)]
+    pub scrape: Vec<ScrapeTarget>,
+}
+
+/// One `[[scrape]]` target (`collectors.scrape[]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScrapeTarget {
+    /// The configured name (the `scrape` tag).
+    pub name: String,
+    /// The URL, without any user:password part.
+    pub url: String,
+    /// The last scrape got a page (HTTP 200, within the limits).
+    pub up: bool,
+    /// Scrapes attempted.
+    pub scrapes: u64,
+    /// Scrapes that failed (down, timeout, HTTP error, too large, not text).
+    pub failures: u64,
+    /// The last failure (kept after a success; see `up`).
+    pub last_error: Option<String>,
+    /// When it happened, ns.
+    pub last_error_ns: Option<i64>,
+    /// When the last scrape started, ns (`null`: none yet).
+    pub last_scrape_ns: Option<i64>,
+    /// Wall time of the last scrape (request, parse, shaping), ms.
+    pub last_duration_ms: Option<f64>,
+    /// Body size of the last page, bytes.
+    pub last_bytes: u64,
+    /// Samples stored from the last page.
+    pub samples: u64,
+    /// Samples stored, all scrapes.
+    pub samples_total: u64,
+    /// Malformed lines skipped, all scrapes.
+    pub bad_lines: u64,
+    /// The last malformed line seen (number and reason).
+    pub last_bad_line: Option<String>,
+    /// Samples left out as NaN or infinite, all scrapes.
+    pub non_finite: u64,
+    /// `triton` points written, all scrapes.
+    pub triton_points: u64,
 }
 
 /// The NVML collector.

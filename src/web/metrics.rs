@@ -628,6 +628,7 @@ fn collectors(s: &mut Scrape, c: &status::Collectors) {
         &[],
         c.nvml.gpus.len() as f64,
     );
+    scrape_targets(s, &c.scrape);
     let t = &c.tegrastats;
     s.gauge(
         "edgewatch_tegrastats_state",
@@ -667,6 +668,74 @@ fn collectors(s: &mut Scrape, c: &status::Collectors) {
             &[],
             age,
         );
+    }
+}
+
+/// One family per number of `collectors.scrape[]`, labelled by target `name`.
+fn scrape_targets(s: &mut Scrape, targets: &[status::ScrapeTarget]) {
+    for t in targets {
+        let l = [("name", t.name.as_str())];
+        s.gauge(
+            "edgewatch_scrape_up",
+            "1 when the target's last scrape got a page, else 0.",
+            &l,
+            flag(t.up),
+        );
+        let counters = [
+            (
+                "edgewatch_scrape_scrapes_total",
+                "Scrapes attempted.",
+                t.scrapes,
+            ),
+            (
+                "edgewatch_scrape_failures_total",
+                "Scrapes that failed (down, timeout, HTTP error, too large, not text).",
+                t.failures,
+            ),
+            (
+                "edgewatch_scrape_samples_total",
+                "Samples stored from the target.",
+                t.samples_total,
+            ),
+            (
+                "edgewatch_scrape_bad_lines_total",
+                "Malformed exposition lines skipped.",
+                t.bad_lines,
+            ),
+            (
+                "edgewatch_scrape_non_finite_total",
+                "Samples left out as NaN or infinite.",
+                t.non_finite,
+            ),
+            (
+                "edgewatch_scrape_triton_points_total",
+                "triton points derived from the target's counters.",
+                t.triton_points,
+            ),
+        ];
+        for (name, help, v) in counters {
+            s.counter(name, help, &l, v as f64);
+        }
+        s.gauge(
+            "edgewatch_scrape_last_samples",
+            "Samples stored from the target's last page.",
+            &l,
+            t.samples as f64,
+        );
+        s.gauge(
+            "edgewatch_scrape_last_bytes",
+            "Body size of the target's last page, bytes.",
+            &l,
+            t.last_bytes as f64,
+        );
+        if let Some(ms) = t.last_duration_ms {
+            s.gauge(
+                "edgewatch_scrape_last_duration_seconds",
+                "Wall time of the target's last scrape.",
+                &l,
+                ms / 1000.0,
+            );
+        }
     }
 }
 
@@ -951,7 +1020,35 @@ mod tests {
                     bad_lines: 705,
                     last_sample_age_s: Some(0.25),
                 },
+                scrape: vec![],
             },
+        }
+    }
+
+    #[test]
+    fn scrape_targets_are_labelled_by_name() {
+        let mut st = known_status();
+        st.collectors.scrape = vec![status::ScrapeTarget {
+            name: "triton".into(),
+            up: true,
+            scrapes: 3,
+            failures: 1,
+            samples: 40,
+            samples_total: 120,
+            bad_lines: 2,
+            last_duration_ms: Some(12.5),
+            ..status::ScrapeTarget::default()
+        }];
+        let text = render(&st, &[], None);
+        for want in [
+            "edgewatch_scrape_up{name=\"triton\"} 1\n",
+            "edgewatch_scrape_failures_total{name=\"triton\"} 1\n",
+            "edgewatch_scrape_samples_total{name=\"triton\"} 120\n",
+            "edgewatch_scrape_bad_lines_total{name=\"triton\"} 2\n",
+            "edgewatch_scrape_last_samples{name=\"triton\"} 40\n",
+            "edgewatch_scrape_last_duration_seconds{name=\"triton\"} 0.0125\n",
+        ] {
+            assert!(text.contains(want), "{want} missing in:\n{text}");
         }
     }
 

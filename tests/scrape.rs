@@ -1,0 +1,474 @@
+//! `[[scrape]]` end to end: Debian's `prometheus-node-exporter` on a free loopback port
+//! scraped for real, a local HTTP server serving Triton expositions (the `triton` fields
+//! checked against values computed by hand), and targets that are down, slow, huge,
+//! failing or malformed, with their per-target status and `/metrics`.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// What the local server answers on one path.
+#[derive(Clone)]
+enum Reply {
+    /// These pages in turn, the last one repeated.
+    Pages(Vec<String>, &'static str),
+    /// A page after a delay.
+    Slow(Duration),
+    /// A raw status code.
+    Status(u16),
+    /// A body of this many bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A tiny HTTP/1.1 server on 127.0.0.1 (one thread per connection) serving [`Reply`]s by
+/// path and counting requests per path.
+struct Server {
+    port: u16,
+    hits: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Server {
+    fn start(routes: Vec<(&'static str, Reply)>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let routes: Arc<HashMap<String, Reply>> = Arc::new(
+            routes
+                .into_iter()
+                .map(|(p, r)| (p.to_string(), r))
+                .collect(),
+        );
+        let hits: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
+        let h = hits.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { return };
+                let (routes, hits) = (routes.clone(), h.clone());
+                std::thread::spawn(move || {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&req).to_string();
+                    let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
+                    let n = {
+                        let mut g = hits.lock().unwrap();
+                        let e = g.entry(path.clone()).or_insert(0);
+                        *e += 1;
+                        *e - 1
+                    };
+                    let (code, ctype, body): (u16, &str, Vec<u8>) = match routes.get(&path) {
+                        Some(Reply::Pages(pages, ct)) => {
+                            (200, ct, pages[n.min(pages.len() - 1)].clone().into_bytes())
+                        }
+                        Some(Reply::Slow(d)) => {
+                            std::thread::sleep(*d);
+                            (200, "text/plain", b"late 1\n".to_vec())
+                        }
+                        Some(Reply::Status(c)) => (*c, "text/plain", b"no\n".to_vec()),
+                        Some(Reply::Bytes(b)) => (200, "text/plain", b.clone()),
+                        None => (404, "text/plain", b"not found\n".to_vec()),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {code} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes());
+                    let _ = conn.write_all(&body);
+                });
+            }
+        });
+        Server { port, hits }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    fn hits(&self, path: &str) -> usize {
+        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+fn target(name: &str, url: &str, extra: &str) -> String {
+    format!("\n[[scrape]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+fn query(agent: &Agent, q: &str) -> Value {
+    let (code, body) =
+        get(&agent.url(&format!("/api/v1/query?from=0&to=4000000000000000000&{q}"))).unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+fn scrape_status(agent: &Agent, name: &str) -> Value {
+    agent.status()["collectors"]["scrape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("no scrape target {name} in the status"))
+}
+
+/// A Triton page as the server prints it (documented names: `nv_inference_*` per model and
+/// version), for one model with traffic and one idle model.
+fn triton_page(
+    [ok, fail, count, exec, req_us, queue_us, infer_us]: [u64; 7],
+    summary: Option<(f64, f64)>,
+) -> String {
+    let m = "model=\"densenet_onnx\",version=\"1\"";
+    let idle = "model=\"yolo v8\",version=\"2\"";
+    let mut s = format!(
+        "# HELP nv_inference_request_success Number of successful inference requests, all batch sizes\n\
+         # TYPE nv_inference_request_success counter\n\
+         nv_inference_request_success{{{m}}} {ok}\n\
+         nv_inference_request_success{{{idle}}} 4\n\
+         # HELP nv_inference_request_failure Number of failed inference requests, all batch sizes\n\
+         # TYPE nv_inference_request_failure counter\n\
+         nv_inference_request_failure{{model=\"densenet_onnx\",reason=\"REJECTED\",version=\"1\"}} {fail}\n\
+         nv_inference_request_failure{{model=\"densenet_onnx\",reason=\"BACKEND\",version=\"1\"}} 0\n\
+         # TYPE nv_inference_count counter\n\
+         nv_inference_count{{{m}}} {count}\n\
+         # TYPE nv_inference_exec_count counter\n\
+         nv_inference_exec_count{{{m}}} {exec}\n\
+         # TYPE nv_inference_request_duration_us counter\n\
+         nv_inference_request_duration_us{{{m}}} {req_us}\n\
+         # TYPE nv_inference_queue_duration_us counter\n\
+         nv_inference_queue_duration_us{{{m}}} {queue_us}\n\
+         # TYPE nv_inference_compute_input_duration_us counter\n\
+         nv_inference_compute_input_duration_us{{{m}}} 0\n\
+         # TYPE nv_inference_compute_infer_duration_us counter\n\
+         nv_inference_compute_infer_duration_us{{{m}}} {infer_us}\n\
+         # TYPE nv_inference_compute_output_duration_us counter\n\
+         nv_inference_compute_output_duration_us{{{m}}} 0\n\
+         # TYPE nv_inference_pending_request_count gauge\n\
+         nv_inference_pending_request_count{{{m}}} 2\n\
+         # TYPE nv_gpu_utilization gauge\n\
+         nv_gpu_utilization{{gpu_uuid=\"GPU-6f0c1e2a\"}} 0.42\n"
+    );
+    if let Some((p50, p99)) = summary {
+        s.push_str(&format!(
+            "# TYPE nv_inference_request_summary_us summary\n\
+             nv_inference_request_summary_us{{{m},quantile=\"0.5\"}} {p50}\n\
+             nv_inference_request_summary_us{{{m},quantile=\"0.99\"}} {p99}\n\
+             nv_inference_request_summary_us_sum{{{m}}} {req_us}\n\
+             nv_inference_request_summary_us_count{{{m}}} {ok}\n"
+        ));
+    }
+    s
+}
+
+fn points(v: &Value) -> Vec<f64> {
+    v["series"][0]["points"]
+        .as_array()
+        .map(|a| a.iter().map(|p| p[1].as_f64().unwrap()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn triton_counters_become_per_interval_latency_with_restarts_skipped() {
+    let pages = vec![
+        // First scrape: only the base.
+        triton_page([100, 1, 400, 100, 2_000_000, 100_000, 1_500_000], None),
+        // +50 requests, 2 failures, 200 inferences in 25 executions, 1.2 s of requests.
+        triton_page([150, 3, 600, 125, 3_200_000, 150_000, 2_400_000], None),
+        // Server restart, already past the old success count: the other counters went
+        // down, so the interval is skipped (never a negative latency).
+        triton_page([160, 0, 20, 10, 100_000, 5_000, 80_000], None),
+        // +30 requests, 90 inferences in 30 executions, 0.3 s.
+        triton_page([190, 0, 110, 40, 400_000, 35_000, 200_000], None),
+        // The summary variant: +10 requests, 0.25 s; p50 4 ms, p99 20 ms.
+        triton_page(
+            [200, 1, 120, 50, 650_000, 45_000, 400_000],
+            Some((4000.0, 20000.0)),
+        ),
+    ];
+    let server = Server::start(vec![(
+        "/metrics",
+        Reply::Pages(pages, "text/plain; version=0.0.4"),
+    )]);
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        &target(
+            "triton",
+            &server.url("/metrics"),
+            "interval = \"300ms\"\ntimeout = \"300ms\"\ntags = { role = \"server\" }",
+        ),
+    );
+    // Five pages, then the last repeated (no new successes: no point).
+    assert!(
+        wait_for(Duration::from_secs(15), || (server.hits("/metrics") >= 7)
+            .then_some(()))
+        .is_some(),
+        "the target was not scraped"
+    );
+    let got = wait_for(Duration::from_secs(5), || {
+        let v = query(&agent, "measurement=triton&field=requests");
+        (points(&v).len() == 3).then_some(v)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "expected 3 triton points: {}",
+            query(&agent, "measurement=triton&field=requests")
+        )
+    });
+    let tags = &got["series"][0]["tags"];
+    assert_eq!(tags["model"], "densenet_onnx");
+    assert_eq!(tags["version"], "1");
+    assert_eq!(tags["scrape"], "triton");
+    assert_eq!(tags["role"], "server");
+    assert_eq!(
+        got["series"].as_array().unwrap().len(),
+        1,
+        "the idle model has no point"
+    );
+    let field = |f: &str| points(&query(&agent, &format!("measurement=triton&field={f}")));
+    assert_eq!(field("requests"), [50.0, 30.0, 10.0]);
+    assert_eq!(field("failures"), [2.0, 0.0, 1.0]);
+    // 1.2e6 us / 50 / 1000 = 24 ms; 3e5 / 30 / 1000 = 10 ms; 2.5e5 / 10 / 1000 = 25 ms.
+    assert_eq!(field("request_ms"), [24.0, 10.0, 25.0]);
+    assert_eq!(field("queue_ms"), [1.0, 1.0, 1.0]);
+    assert_eq!(field("compute_infer_ms"), [18.0, 4.0, 20.0]);
+    assert_eq!(field("compute_input_ms"), [0.0, 0.0, 0.0]);
+    assert_eq!(field("batch_size"), [8.0, 3.0, 1.0]);
+    assert_eq!(field("pending"), [2.0, 2.0, 2.0]);
+    assert_eq!(field("request_p50_ms"), [4.0]);
+    assert_eq!(field("request_p99_ms"), [20.0]);
+    // The raw samples are stored too, Telegraf's way.
+    let raw = query(&agent, "measurement=prometheus&field=nv_gpu_utilization");
+    assert_eq!(raw["series"][0]["tags"]["gpu_uuid"], "GPU-6f0c1e2a");
+    let s = scrape_status(&agent, "triton");
+    assert_eq!(s["up"], true);
+    assert!(s["triton_points"].as_u64().unwrap() == 3, "{s}");
+}
+
+/// Starts Debian's node_exporter on a free loopback port with a few collectors.
+struct NodeExporter(Child, u16);
+
+impl Drop for NodeExporter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn node_exporter() -> NodeExporter {
+    let port = free_port();
+    let child = Command::new("prometheus-node-exporter")
+        .args([
+            &format!("--web.listen-address=127.0.0.1:{port}"),
+            "--collector.disable-defaults",
+            "--collector.cpu",
+            "--collector.meminfo",
+            "--collector.loadavg",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot start prometheus-node-exporter ({e}): install the Debian package prometheus-node-exporter")
+        });
+    let ne = NodeExporter(child, port);
+    assert!(
+        wait_for(Duration::from_secs(10), || get(&format!(
+            "http://127.0.0.1:{port}/metrics"
+        ))
+        .ok()
+        .filter(|r| r.0 == 200))
+        .is_some(),
+        "node_exporter did not answer"
+    );
+    ne
+}
+
+#[test]
+fn node_exporter_is_scraped_in_telegrafs_v2_shape() {
+    let ne = node_exporter();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        &target(
+            "node",
+            &format!("http://127.0.0.1:{}/metrics", ne.1),
+            "interval = \"500ms\"\ntimeout = \"500ms\"\nexclude = [\"go_memstats_*\"]",
+        ),
+    );
+    let cpu = wait_for(Duration::from_secs(10), || {
+        let v = query(
+            &agent,
+            "measurement=prometheus&field=node_cpu_seconds_total&tag.scrape=node",
+        );
+        (!points(&v).is_empty()).then_some(v)
+    })
+    .unwrap_or_else(|| panic!("no node_cpu_seconds_total:\n{}", agent.log_text()));
+    let tags = &cpu["series"][0]["tags"];
+    assert!(
+        tags["cpu"].is_string() && tags["mode"].is_string(),
+        "{tags}"
+    );
+    // A summary: one field per sample name, `quantile` a tag, `_sum`/`_count` without it.
+    let q = query(
+        &agent,
+        "measurement=prometheus&field=go_gc_duration_seconds&tag.quantile=0.5",
+    );
+    assert_eq!(q["series"].as_array().unwrap().len(), 1, "{q}");
+    let c = query(
+        &agent,
+        "measurement=prometheus&field=go_gc_duration_seconds_count&tag.scrape=node",
+    );
+    let series = c["series"].as_array().unwrap();
+    assert_eq!(series.len(), 1, "{c}");
+    assert!(series[0]["tags"].get("quantile").is_none());
+    let m = query(
+        &agent,
+        "measurement=prometheus&field=go_memstats_alloc_bytes",
+    );
+    assert!(points(&m).is_empty(), "exclude applies: {m}");
+    let s = scrape_status(&agent, "node");
+    assert_eq!(s["up"], true, "{s}");
+    assert_eq!(s["bad_lines"], 0, "{s}");
+    assert!(s["samples"].as_u64().unwrap() > 20, "{s}");
+}
+
+#[test]
+fn bad_targets_are_reported_and_never_stall_a_good_one() {
+    let mut huge = b"# a page over the limit\n".to_vec();
+    huge.resize(50_000, b'x');
+    let server = Server::start(vec![
+        ("/ok", Reply::Pages(vec!["good 1\n".into()], "text/plain")),
+        ("/slow", Reply::Slow(Duration::from_secs(5))),
+        ("/fail", Reply::Status(500)),
+        ("/huge", Reply::Bytes(huge)),
+        ("/binary", Reply::Bytes(vec![0xff, 0xfe, 0x00, 0x41])),
+        (
+            "/garbage",
+            Reply::Pages(
+                vec![
+                    "kept{a=\"1\"} 1\nbroken{a=1} 2\n}}} 3\nalso_kept 4 5000\nnan_one NaN\n".into(),
+                ],
+                "text/plain",
+            ),
+        ),
+    ]);
+    let down = free_port();
+    let fast = "interval = \"200ms\"\ntimeout = \"200ms\"";
+    let mut cfg = String::new();
+    cfg.push_str(&target("ok", &server.url("/ok"), fast));
+    cfg.push_str(&target(
+        "slow",
+        &server.url("/slow"),
+        "interval = \"1s\"\ntimeout = \"500ms\"",
+    ));
+    cfg.push_str(&target("fail", &server.url("/fail"), fast));
+    cfg.push_str(&target(
+        "huge",
+        &server.url("/huge"),
+        &format!("{fast}\nmax_body_bytes = 10000"),
+    ));
+    cfg.push_str(&target("binary", &server.url("/binary"), fast));
+    cfg.push_str(&target("garbage", &server.url("/garbage"), fast));
+    cfg.push_str(&target(
+        "down",
+        &format!("http://127.0.0.1:{down}/metrics"),
+        fast,
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), &cfg);
+    // While the slow target hangs, the good one keeps its pace.
+    assert!(
+        wait_for(Duration::from_secs(10), || (server.hits("/slow") >= 2
+            && server.hits("/ok") >= 10)
+            .then_some(()))
+        .is_some(),
+        "ok: {} scrapes, slow: {}",
+        server.hits("/ok"),
+        server.hits("/slow")
+    );
+    let expect = [
+        ("slow", "request failed"),
+        ("fail", "HTTP status 500"),
+        ("huge", "body larger than max_body_bytes (10000 bytes)"),
+        ("binary", "not UTF-8"),
+        ("down", "request failed"),
+    ];
+    for (name, err) in expect {
+        let s = scrape_status(&agent, name);
+        assert_eq!(s["up"], false, "{s}");
+        assert!(s["failures"].as_u64().unwrap() >= 1, "{s}");
+        assert!(
+            s["last_error"].as_str().unwrap().contains(err),
+            "{name}: {s}"
+        );
+        assert!(s["last_duration_ms"].as_f64().is_some(), "{s}");
+    }
+    let s = scrape_status(&agent, "slow");
+    assert!(
+        s["last_duration_ms"].as_f64().unwrap() < 2000.0,
+        "bounded by timeout: {s}"
+    );
+    let g = scrape_status(&agent, "garbage");
+    assert_eq!(g["up"], true, "{g}");
+    assert_eq!(g["samples"], 2, "{g}");
+    let scrapes = g["scrapes"].as_u64().unwrap();
+    assert_eq!(g["bad_lines"].as_u64().unwrap(), 2 * scrapes, "{g}");
+    assert_eq!(g["non_finite"].as_u64().unwrap(), scrapes, "{g}");
+    assert!(
+        g["last_bad_line"].as_str().unwrap().starts_with("line 2:"),
+        "{g}"
+    );
+    let kept = query(
+        &agent,
+        "measurement=prometheus&field=also_kept&tag.scrape=garbage",
+    );
+    assert_eq!(
+        kept["series"][0]["points"][0][0], 5_000_000_000i64,
+        "the page's timestamp: {kept}"
+    );
+    let (code, metrics) = get(&agent.url("/metrics")).unwrap();
+    assert_eq!(code, 200);
+    for want in [
+        "edgewatch_scrape_up{name=\"ok\"} 1",
+        "edgewatch_scrape_up{name=\"down\"} 0",
+        "edgewatch_scrape_bad_lines_total{name=\"garbage\"}",
+        "edgewatch_scrape_last_duration_seconds{name=\"slow\"}",
+    ] {
+        assert!(metrics.contains(want), "{want} missing");
+    }
+    // Shutdown is not held up by the hanging target.
+    let (code, took) = agent.terminate();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
+
+#[test]
+fn check_config_names_a_bad_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("c.toml");
+    std::fs::write(
+        &f,
+        "[[scrape]]\nname = \"a\"\nurl = \"http://127.0.0.1:1/m\"\n[[scrape]]\nname = \"a\"\nurl = \"http://127.0.0.1:2/m\"\n",
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["check-config", f.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("[[scrape]] \"a\": the name is used twice"),
+        "{err}"
+    );
+}
