@@ -346,7 +346,7 @@ function renderOverview(inf, res, where, status) {
           { name: 'GPU p99', color: C.g99, dash: 1, pts: pick('gpu_ms', 'p99') },
           { name: 'GPU p50', color: C.g50, dash: 1, pts: pick('gpu_ms', 'p50') },
           // Triton reports per-request means; apps' percentiles already say more.
-          ...(tri ? [{ name: 'mean', color: C.p95, pts: pick('wall_ms', 'mean') }, { name: 'GPU mean', color: C.g50, dash: 1, pts: pick('gpu_ms', 'mean') }] : []),
+          ...(tri ? [{ name: 'mean', color: '#b388ff', pts: pick('wall_ms', 'mean') }, { name: 'GPU mean', color: C.g50, dash: 1, pts: pick('gpu_ms', 'mean') }] : []),
         ].filter((l) => l.pts.length),
       }));
     }
