@@ -377,6 +377,38 @@ mod tests {
     }
 
     #[test]
+    fn triton_steps_sum_counts_average_means_and_never_invent_percentiles() {
+        let mut f = vec![StepAcc::default(); TRITON_FIELDS.len()];
+        fn put(f: &mut [StepAcc], name: &str, t: i64, v: f64) {
+            let i = TRITON_FIELDS.iter().position(|n| *n == name).unwrap();
+            f[i].acc.add(t, v);
+        }
+        put(&mut f, "requests", 1, 10.0);
+        put(&mut f, "requests", 2, 30.0);
+        put(&mut f, "request_ms", 1, 20.0);
+        put(&mut f, "request_ms", 2, 30.0);
+        put(&mut f, "compute_infer_ms", 1, 10.0);
+        put(&mut f, "compute_infer_ms", 2, 10.0);
+        let s = triton_signals(&f, 10.0, Some(4.0));
+        assert_eq!(s["count"], 40);
+        assert_eq!(s["throughput_per_s"], 4.0);
+        assert_eq!(s["failures"], 0);
+        assert_eq!(s["wall_ms"]["mean"], 25.0);
+        assert_eq!(s["gpu_share"], 0.4);
+        assert_eq!(s["overhead_ms"], 15.0);
+        // No summaries: means only, every percentile and ratio null.
+        for p in ["p50", "p95", "p99"] {
+            assert!(s["wall_ms"][p].is_null() && s["gpu_ms"][p].is_null(), "{s}");
+        }
+        assert!(s["p99_p50"].is_null() && s["batch_efficiency"].is_null());
+        // With summaries: the newest value.
+        put(&mut f, "request_p99_ms", 2, 70.0);
+        put(&mut f, "request_p99_ms", 1, 90.0);
+        let s = triton_signals(&f, 10.0, None);
+        assert_eq!(s["wall_ms"]["p99"], 70.0);
+    }
+
+    #[test]
     fn ratios_need_finite_values_and_a_positive_divisor() {
         assert_eq!(ratio(Some(30.0), Some(10.0)), Some(3.0));
         assert_eq!(ratio(Some(1.0), Some(0.0)), None);
