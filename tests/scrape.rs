@@ -472,3 +472,146 @@ fn check_config_names_a_bad_target() {
         "{err}"
     );
 }
+
+/// `/api/v1/inference` lists Triton models beside app-reported ones: `triton` points (as
+/// the scrape input writes them) with known timestamps in, each entry checked against values
+/// computed by hand; percentiles only where Triton gave them, `model=` matching both.
+#[test]
+fn triton_models_are_listed_beside_app_models_in_the_inference_api() {
+    const S: i64 = 1_000_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n",
+    );
+    let t0 = (edgewatch::now_ns() - 600 * S) / (10 * S) * (10 * S);
+    let tr = "triton,model=densenet,version=1,scrape=tis,role=server";
+    let body = format!(
+        "{tr} requests=10,failures=1,request_ms=20,compute_infer_ms=12,queue_ms=3,batch_size=2,pending=1,request_p50_ms=18,request_p95_ms=30,request_p99_ms=40,compute_infer_p99_ms=15 {}\n\
+         {tr} requests=30,request_ms=30,compute_infer_ms=16,queue_ms=5,batch_size=4,pending=3,request_p50_ms=19,request_p95_ms=33,request_p99_ms=57,compute_infer_p99_ms=21 {}\n\
+         {tr} requests=5,request_ms=10,compute_infer_ms=8,queue_ms=1,batch_size=1,pending=0 {}\n\
+         triton,model=resnet,version=2,scrape=tis requests=20,failures=4,request_ms=7,compute_infer_ms=5,queue_ms=1,batch_size=8,pending=0 {}\n\
+         inference,model=densenet wall_ms=50,gpu_ms=40,batch_size=1i {}\n",
+        t0 + 2 * S,
+        t0 + 7 * S,
+        t0 + 12 * S,
+        t0 + 3 * S,
+        t0 + 4 * S,
+    );
+    let (code, resp) = post(&agent.url("/write"), body.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{resp}");
+    let to = t0 + 20 * S - 1;
+    let inference = |extra: &str| -> Value {
+        let (code, text) = get(&agent.url(&format!(
+            "/api/v1/inference?from={t0}&to={to}&step=10s{extra}"
+        )))
+        .unwrap();
+        assert_eq!(code, 200, "{text}");
+        serde_json::from_str(&text).unwrap()
+    };
+    let v = inference("");
+    let models = v["models"].as_array().unwrap();
+    let ids: Vec<(&str, &str)> = models
+        .iter()
+        .map(|m| (m["model"].as_str().unwrap(), m["source"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("densenet", "app"),
+            ("densenet", "triton"),
+            ("resnet", "triton")
+        ],
+        "{v}"
+    );
+    let close = |v: &Value, want: f64| {
+        let got = v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+        assert!(
+            (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+            "{got} vs {want}"
+        );
+    };
+
+    // The app-reported entry is the usual one.
+    let app = &models[0];
+    assert_eq!(app["summary"]["count"], 1);
+    close(&app["summary"]["wall_ms"]["p50"], 50.0);
+    close(&app["summary"]["gpu_share"], 0.8);
+
+    let d = &models[1];
+    assert_eq!(
+        (d["version"].as_str(), d["scrape"].as_str()),
+        (Some("1"), Some("tis"))
+    );
+    let steps = d["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{d}");
+    // Step 0: two intervals, 10 + 30 requests, one failure.
+    let s = &steps[0];
+    assert_eq!(s["t"], t0);
+    assert_eq!(s["count"], 40);
+    assert_eq!(s["failures"], 1);
+    close(&s["throughput_per_s"], 4.0);
+    close(&s["wall_ms"]["mean"], 25.0);
+    close(&s["gpu_ms"]["mean"], 14.0);
+    close(&s["queue_ms"], 4.0);
+    close(&s["pending"], 3.0);
+    close(&s["batch_mean"], 3.0);
+    close(&s["gpu_share"], 14.0 / 25.0);
+    close(&s["overhead_ms"], 11.0);
+    // Percentiles: Triton's newest summary in the step.
+    close(&s["wall_ms"]["p50"], 19.0);
+    close(&s["wall_ms"]["p95"], 33.0);
+    close(&s["wall_ms"]["p99"], 57.0);
+    close(&s["gpu_ms"]["p99"], 21.0);
+    assert!(s["gpu_ms"]["p50"].is_null(), "{s}");
+    close(&s["p99_p50"], 3.0);
+    assert!(s["energy_mj_per_inference"].is_null());
+    // Step 1: no summaries, so no percentiles (never made up from the mean).
+    let s = &steps[1];
+    assert_eq!(
+        (s["t"].as_i64(), s["count"].as_i64()),
+        (Some(t0 + 10 * S), Some(5))
+    );
+    close(&s["throughput_per_s"], 0.5);
+    close(&s["wall_ms"]["mean"], 10.0);
+    for p in ["p50", "p95", "p99"] {
+        assert!(s["wall_ms"][p].is_null(), "{s}");
+    }
+    assert!(s["p99_p50"].is_null());
+    // Summary over the range: 45 requests, 1 failure, the intervals' means averaged.
+    let sum = &d["summary"];
+    assert_eq!(
+        (sum["count"].as_i64(), sum["failures"].as_i64()),
+        (Some(45), Some(1))
+    );
+    close(
+        &sum["throughput_per_s"],
+        45.0 / ((to - t0) as f64 / S as f64),
+    );
+    close(&sum["wall_ms"]["mean"], 20.0);
+    close(&sum["wall_ms"]["p99"], 57.0);
+
+    let r = &models[2];
+    assert_eq!(r["version"], "2");
+    assert_eq!(
+        (
+            r["summary"]["count"].as_i64(),
+            r["summary"]["failures"].as_i64()
+        ),
+        (Some(20), Some(4))
+    );
+    close(&r["steps"][0]["wall_ms"]["mean"], 7.0);
+    close(&r["steps"][0]["batch_mean"], 8.0);
+    assert!(r["summary"]["wall_ms"]["p99"].is_null());
+
+    // `model=` matches Triton models too.
+    let v = inference("&model=resnet");
+    let models = v["models"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "{v}");
+    assert_eq!(
+        (models[0]["model"].as_str(), models[0]["source"].as_str()),
+        (Some("resnet"), Some("triton"))
+    );
+    let v = inference("&model=densenet");
+    assert_eq!(v["models"].as_array().unwrap().len(), 2, "{v}");
+}

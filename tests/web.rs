@@ -81,6 +81,13 @@ fn incident(now_ms: i64) -> String {
             ));
         }
         if (t - start) % 10_000 == 0 {
+            // A Triton server's model, as the scrape input writes it every 10 s.
+            out.push_str(&format!(
+                "triton,model=densenet_onnx,version=1,scrape=triton requests=40,failures=0,\
+                 request_ms=12.5,queue_ms=1.5,compute_input_ms=0.5,compute_infer_ms=9,\
+                 compute_output_ms=0.4,batch_size=2,pending=0,request_p50_ms=12,\
+                 request_p95_ms=20,request_p99_ms=31.5 {t}\n"
+            ));
             let n = r.unit();
             let cpu_temp = if h { 71.0 } else { 55.0 } + 2.0 * n;
             out.push_str(&format!(
@@ -471,6 +478,32 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         .as_f64()
         .unwrap_or(0.0);
     assert!((10_000.0..22_000.0).contains(&yolo), "{yolo}");
+
+    // A Triton model sits beside the app-reported ones, marked, with its latency as the API
+    // gives it (Triton's own p99 summary, 31.5 ms) and a latency chart of its own.
+    let tri = &r["tritonApi"];
+    let p99 = tri["densenet_onnx"]["wall_ms"]["p99"]
+        .as_f64()
+        .unwrap_or(0.0);
+    assert_eq!(p99, 31.5, "{tri}");
+    let card = r["tritonCards"]["densenet_onnx"].as_str().unwrap_or("");
+    assert!(
+        card.contains("Triton")
+            && card.contains(&format!("{} ms", js_num(p99)))
+            && card.contains("p50 12.0 ms"),
+        "Triton card: {card:?}"
+    );
+    let n = charts["latency-triton-densenet_onnx-1-triton"]["p99"]
+        .as_i64()
+        .unwrap_or(0);
+    assert!((80..=92).contains(&n), "Triton p99: {n} points: {charts}");
+    assert!(
+        charts["throughput"]["densenet_onnx (Triton v1)"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 80,
+        "{charts}"
+    );
 
     // The triage line names the spike and its cause.
     let findings = r["findings"].to_string();

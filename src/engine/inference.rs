@@ -1,6 +1,13 @@
 //! The derived inference signals of the `inference` measurement ([`inference`]): latency
 //! percentiles and their ratios, throughput, GPU share, overhead, batch efficiency, and the
 //! latency-throughput curve with its [`knee`]. Read-only; the steps come from `collect`.
+//!
+//! Beside the models apps report, it lists the models a Triton server serves, from the
+//! `triton` measurement the scrape input writes (one point per model, version and scrape
+//! interval, see [`triton_models`]): one entry per `(model, version, scrape)`, marked
+//! `"source": "triton"`. Its latencies are Triton's per-request means; its percentiles are
+//! Triton's own (its latency summaries) when it exposes them, else `null`: a percentile is
+//! never made up from a mean.
 
 use std::collections::BTreeMap;
 
@@ -176,6 +183,7 @@ pub fn inference(
         with_energy(&mut summary, &te);
         models.push(serde_json::json!({
             "model": model,
+            "source": "app",
             "optimal_batch": json_num(opt),
             "summary": summary,
             "steps": steps,
@@ -183,6 +191,7 @@ pub fn inference(
             "knee": k.map(|i| serde_json::json!({"throughput_per_s": curve[i].0, "p50_ms": curve[i].1, "p99_ms": curve[i].2, "t": curve[i].3})),
         }));
     }
+    models.extend(triton_models(reader, plan, optimal_batch, q, now)?);
     Ok(serde_json::json!({
         "measurement": "inference",
         "step_ns": q.step_ns,
@@ -192,6 +201,151 @@ pub fn inference(
         "models": models,
         "energy": energy.to_json(),
     }))
+}
+
+/// The `triton` fields [`triton_models`] reads, with how each step aggregates them.
+const TRITON_FIELDS: [&str; 13] = [
+    "requests",
+    "failures",
+    "request_ms",
+    "compute_infer_ms",
+    "queue_ms",
+    "batch_size",
+    "pending",
+    "request_p50_ms",
+    "request_p95_ms",
+    "request_p99_ms",
+    "compute_infer_p50_ms",
+    "compute_infer_p95_ms",
+    "compute_infer_p99_ms",
+];
+
+/// One Triton model's steps: per field of [`TRITON_FIELDS`].
+type TritonSteps = [Steps; 13];
+
+/// The signals of one Triton step (or of the summary, over all steps): `f[i]` is the
+/// accumulator of `TRITON_FIELDS[i]`. Counts and failures are sums of the intervals'
+/// deltas; means are the mean of the intervals' per-request means; a percentile is the
+/// newest value of Triton's summary field (Triton's own sliding window), `null` without one.
+fn triton_signals(f: &[StepAcc], seconds: f64, opt: Option<f64>) -> serde_json::Value {
+    let sum = |i: usize| (f[i].acc.count > 0).then_some(f[i].acc.sum);
+    let mean = |i: usize| f[i].acc.mean();
+    let newest = |i: usize| (f[i].acc.count > 0).then_some(f[i].acc.last.1);
+    let count = sum(0).unwrap_or(0.0).max(0.0).round() as u64;
+    let (p50, p95, p99) = (newest(7), newest(8), newest(9));
+    let (wall, gpu) = (mean(2), mean(3));
+    serde_json::json!({
+        "count": count,
+        "throughput_per_s": count as f64 / seconds,
+        "failures": sum(1).unwrap_or(0.0).max(0.0).round() as u64,
+        "wall_ms": {"p50": json_num(p50), "p95": json_num(p95), "p99": json_num(p99), "mean": json_num(wall)},
+        "gpu_ms": {"p50": json_num(newest(10)), "p95": json_num(newest(11)), "p99": json_num(newest(12)), "mean": json_num(gpu)},
+        "queue_ms": json_num(mean(4)),
+        "pending": json_num(newest(6)),
+        "p99_p50": json_num(ratio(p99, p50)),
+        "p99_p95": json_num(ratio(p99, p95)),
+        "gpu_share": json_num(ratio(gpu, wall)),
+        "overhead_ms": json_num(match (wall, gpu) { (Some(a), Some(b)) => Some(a - b), _ => None }),
+        "batch_mean": json_num(mean(5)),
+        "batch_efficiency": json_num(ratio(mean(5), opt)),
+        // Energy is attributed to app-reported models only.
+        "energy_mj": null,
+        "energy_mj_per_inference": null,
+        "gpu_energy_mj_per_inference": null,
+        "inferences_per_joule": null,
+    })
+}
+
+/// The Triton models of the `triton` measurement (written by the scrape input), one entry
+/// per `(model, version, scrape)`, in the shape of the app-reported ones plus `source`,
+/// `version`, `scrape`, `failures`, `queue_ms` and `pending`. The mapping: `count` = sum of
+/// `requests`; `throughput_per_s` = that / the step's seconds; `wall_ms.mean` = mean of
+/// `request_ms`, `gpu_ms.mean` = mean of `compute_infer_ms` (each interval's per-request
+/// mean weighs the same); `wall_ms.pNN` / `gpu_ms.pNN` = the newest `request_pNN_ms` /
+/// `compute_infer_pNN_ms` in the step, `null` when Triton exposes no summaries.
+pub fn triton_models(
+    reader: &Reader,
+    plan: &Plan,
+    optimal_batch: &BTreeMap<String, f64>,
+    q: &InferenceQuery,
+    now: i64,
+) -> Result<Vec<serde_json::Value>, EngineError> {
+    let tags: Vec<(String, String)> = q
+        .model
+        .iter()
+        .map(|m| ("model".to_string(), m.clone()))
+        .collect();
+    let mut per: BTreeMap<(String, String, String), TritonSteps> = BTreeMap::new();
+    let mut from = q.from;
+    for (fi, field) in TRITON_FIELDS.into_iter().enumerate() {
+        let c = collect(
+            reader,
+            plan,
+            "triton",
+            field,
+            &tags,
+            q.from,
+            q.to,
+            q.step_ns,
+            Need::Sum,
+            now,
+        )?;
+        from = c.from;
+        for (set_tags, steps) in c.sets {
+            let get = |k: &str| set_tags.get(k).cloned().unwrap_or_default();
+            let key = (get("model"), get("version"), get("scrape"));
+            let slot = &mut per.entry(key).or_default()[fi];
+            for (t, s) in steps {
+                slot.at(t).merge(&s);
+            }
+        }
+    }
+    let step_s = q.step_ns as f64 / NS as f64;
+    let seconds = ((q.to - from) as f64 / NS as f64).max(step_s);
+    let mut out = Vec::new();
+    for ((model, version, scrape), fields) in per {
+        let opt = optimal_batch.get(&model).copied();
+        let mut times: Vec<i64> = fields.iter().flat_map(|f| f.keys()).collect();
+        times.sort_unstable();
+        times.dedup();
+        let empty = StepAcc::default();
+        let mut total: Vec<StepAcc> = vec![StepAcc::default(); TRITON_FIELDS.len()];
+        let mut steps = Vec::new();
+        let mut curve: Vec<(f64, f64, f64, i64)> = Vec::new();
+        for t in &times {
+            let step: Vec<StepAcc> = fields
+                .iter()
+                .map(|f| f.get(*t).unwrap_or(&empty).clone())
+                .collect();
+            for (a, s) in total.iter_mut().zip(&step) {
+                a.merge(s);
+            }
+            let mut s = triton_signals(&step, step_s, opt);
+            if let (Some(x), Some(p50), Some(p99)) = (
+                s["throughput_per_s"].as_f64(),
+                s["wall_ms"]["p50"].as_f64(),
+                s["wall_ms"]["p99"].as_f64(),
+            ) {
+                curve.push((x, p50, p99, *t));
+            }
+            s["t"] = (*t).into();
+            steps.push(s);
+        }
+        curve.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.3.cmp(&b.3)));
+        let k = knee(&curve.iter().map(|c| (c.0, c.2)).collect::<Vec<_>>());
+        out.push(serde_json::json!({
+            "model": model,
+            "source": "triton",
+            "version": version,
+            "scrape": scrape,
+            "optimal_batch": json_num(opt),
+            "summary": triton_signals(&total, seconds, opt),
+            "steps": steps,
+            "curve": curve.iter().map(|c| serde_json::json!({"throughput_per_s": c.0, "p50_ms": c.1, "p99_ms": c.2, "t": c.3})).collect::<Vec<_>>(),
+            "knee": k.map(|i| serde_json::json!({"throughput_per_s": curve[i].0, "p50_ms": curve[i].1, "p99_ms": curve[i].2, "t": curve[i].3})),
+        }));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -220,6 +374,38 @@ mod tests {
         // A curve that flattens (slope drops) has no knee either.
         let flat: Vec<(f64, f64)> = pts.iter().map(|(x, y)| (*x, -y)).collect();
         assert_eq!(knee(&flat), None);
+    }
+
+    #[test]
+    fn triton_steps_sum_counts_average_means_and_never_invent_percentiles() {
+        let mut f = vec![StepAcc::default(); TRITON_FIELDS.len()];
+        fn put(f: &mut [StepAcc], name: &str, t: i64, v: f64) {
+            let i = TRITON_FIELDS.iter().position(|n| *n == name).unwrap();
+            f[i].acc.add(t, v);
+        }
+        put(&mut f, "requests", 1, 10.0);
+        put(&mut f, "requests", 2, 30.0);
+        put(&mut f, "request_ms", 1, 20.0);
+        put(&mut f, "request_ms", 2, 30.0);
+        put(&mut f, "compute_infer_ms", 1, 10.0);
+        put(&mut f, "compute_infer_ms", 2, 10.0);
+        let s = triton_signals(&f, 10.0, Some(4.0));
+        assert_eq!(s["count"], 40);
+        assert_eq!(s["throughput_per_s"], 4.0);
+        assert_eq!(s["failures"], 0);
+        assert_eq!(s["wall_ms"]["mean"], 25.0);
+        assert_eq!(s["gpu_share"], 0.4);
+        assert_eq!(s["overhead_ms"], 15.0);
+        // No summaries: means only, every percentile and ratio null.
+        for p in ["p50", "p95", "p99"] {
+            assert!(s["wall_ms"][p].is_null() && s["gpu_ms"][p].is_null(), "{s}");
+        }
+        assert!(s["p99_p50"].is_null() && s["batch_efficiency"].is_null());
+        // With summaries: the newest value.
+        put(&mut f, "request_p99_ms", 2, 70.0);
+        put(&mut f, "request_p99_ms", 1, 90.0);
+        let s = triton_signals(&f, 10.0, None);
+        assert_eq!(s["wall_ms"]["p99"], 70.0);
     }
 
     #[test]

@@ -38,7 +38,9 @@ try {
   report.cards = await page.$$eval('.card[data-model]', (c) => c.map((x) => x.textContent));
   report.energyCards = await page.$$eval('.card[data-model]', (c) => Object.fromEntries(c.map((x) => [x.dataset.model, x.querySelector('.energy')?.textContent])));
   const inf = await lastInference;
-  report.energyApi = inf && { energy: inf.energy, summary: Object.fromEntries(inf.models.map((m) => [m.model, m.summary])) };
+  report.tritonCards = await page.$$eval('.card[data-source="triton"]', (c) => Object.fromEntries(c.map((x) => [x.dataset.model, x.textContent])));
+  report.tritonApi = inf && Object.fromEntries(inf.models.filter((m) => m.source === 'triton').map((m) => [m.model, m.summary]));
+  report.energyApi = inf && { energy: inf.energy, summary: Object.fromEntries(inf.models.filter((m) => m.source !== 'triton').map((m) => [m.model, m.summary])) };
 
   // Hover the middle of the latency chart: the tooltip and every legend show that time.
   const box = await (await page.$('svg[data-chart="latency-yolov8n"]')).boundingBox();

@@ -318,31 +318,39 @@ function renderOverview(inf, res, where, status) {
     for (const m of models) {
       const s = m.summary;
       const ratio = s.p99_p50;
-      cards.append(el('div', { class: 'card', 'data-model': m.model },
-        el('div', { class: 's' }, m.model, ' · p99 wall'),
-        el('div', { class: 'v ' + (ratio >= 3 ? 'bad' : ratio >= 2 ? 'warn' : 'good') }, num(s.wall_ms.p99, 'ms')),
-        el('div', { class: 's' }, `p50 ${num(s.wall_ms.p50, 'ms')} · p95 ${num(s.wall_ms.p95, 'ms')} · P99/P50 ${num(ratio)}×`),
-        el('div', { class: 's' }, `${num(s.throughput_per_s)} req/s · GPU ${s.gpu_share == null ? '–' : Math.round(s.gpu_share * 100) + '%'} of wall · overhead ${num(s.overhead_ms, 'ms')}`),
-        energyLine(s, inf.energy)));
+      const tri = m.source === 'triton';
+      // Triton without latency summaries has means only: show the mean, never a made-up p99.
+      const big = s.wall_ms.p99 != null || !tri ? ['p99', s.wall_ms.p99] : ['mean', s.wall_ms.mean];
+      cards.append(el('div', { class: 'card', 'data-model': m.model, 'data-source': m.source || 'app' },
+        el('div', { class: 's' }, m.model, tri ? el('span', { class: 'badge triton', title: `Triton Inference Server (scrape ${m.scrape}), model version ${m.version}` }, 'Triton') : null, ` · ${big[0]} wall`),
+        el('div', { class: 'v ' + (ratio >= 3 ? 'bad' : ratio >= 2 ? 'warn' : 'good') }, num(big[1], 'ms')),
+        el('div', { class: 's' }, tri && s.wall_ms.p50 == null ? `mean GPU ${num(s.gpu_ms.mean, 'ms')} · queue ${num(s.queue_ms, 'ms')} · no percentiles (Triton summaries off)`
+          : `p50 ${num(s.wall_ms.p50, 'ms')} · p95 ${num(s.wall_ms.p95, 'ms')} · P99/P50 ${num(ratio)}×`),
+        el('div', { class: 's' }, `${num(s.throughput_per_s)} req/s · GPU ${s.gpu_share == null ? '–' : Math.round(s.gpu_share * 100) + '%'} of wall · overhead ${num(s.overhead_ms, 'ms')}` +
+          (tri ? ` · ${s.failures} failed` : '')),
+        tri ? el('div', { class: 's energy muted', title: 'energy is attributed to app-reported models only' }, 'energy: not attributed (Triton)') : energyLine(s, inf.energy)));
     }
     secs.append(cards);
     const grid = el('div', { class: 'grid' });
     secs.append(grid);
     for (const m of models) {
       const pick = (f, k) => m.steps.filter((s) => s[f] && s[f][k] != null).map((s) => [ms(s.t), s[f][k]]);
+      const tri = m.source === 'triton';
       add(grid, Chart({
-        id: 'latency-' + m.model, title: `${m.model} latency`, unit: 'ms',
-        big: el('span', { class: 'big ' + (m.summary.p99_p50 >= 3 ? 'bad' : '') }, 'p99 ' + num(m.summary.wall_ms.p99, 'ms')),
+        id: 'latency-' + chartKey(m), title: `${label(m)} latency`, unit: 'ms',
+        big: el('span', { class: 'big ' + (m.summary.p99_p50 >= 3 ? 'bad' : '') }, tri && m.summary.wall_ms.p99 == null ? 'mean ' + num(m.summary.wall_ms.mean, 'ms') : 'p99 ' + num(m.summary.wall_ms.p99, 'ms')),
         lines: [
           { name: 'p99', color: C.p99, pts: pick('wall_ms', 'p99'), width: 2 },
           { name: 'p95', color: C.p95, pts: pick('wall_ms', 'p95') },
           { name: 'p50', color: C.p50, pts: pick('wall_ms', 'p50') },
           { name: 'GPU p99', color: C.g99, dash: 1, pts: pick('gpu_ms', 'p99') },
           { name: 'GPU p50', color: C.g50, dash: 1, pts: pick('gpu_ms', 'p50') },
+          // Triton reports per-request means; apps' percentiles already say more.
+          ...(tri ? [{ name: 'mean', color: '#b388ff', pts: pick('wall_ms', 'mean') }, { name: 'GPU mean', color: C.g50, dash: 1, pts: pick('gpu_ms', 'mean') }] : []),
         ].filter((l) => l.pts.length),
       }));
     }
-    const per = (k) => models.map((m, i) => ({ name: m.model, color: PALETTE[i % PALETTE.length], pts: m.steps.filter((s) => s[k] != null).map((s) => [ms(s.t), s[k]]) }));
+    const per = (k) => models.map((m, i) => ({ name: label(m), color: PALETTE[i % PALETTE.length], pts: m.steps.filter((s) => s[k] != null).map((s) => [ms(s.t), s[k]]) }));
     add(grid, Chart({ id: 'ratio', title: 'P99 / P50 (tail)', unit: '×', lines: per('p99_p50') }));
     add(grid, Chart({ id: 'throughput', title: 'Throughput', unit: 'req/s', lines: per('throughput_per_s') }));
     const energy = per('energy_mj_per_inference').filter((l) => l.pts.length);
@@ -383,6 +391,15 @@ function renderOverview(inf, res, where, status) {
   S.bands = throttleBands(sections);
   for (const c of S.charts) c.draw();
   renderFindings(models, sections, S.starts || []);
+}
+
+// A model's name in charts and findings: app-reported ones by name, Triton's marked.
+function label(m) {
+  return m.source === 'triton' ? `${m.model} (Triton v${m.version})` : m.model;
+}
+// A model's chart id: its name, or for Triton its name, version and scrape target.
+function chartKey(m) {
+  return m.source === 'triton' ? `triton-${m.model}-${m.version}-${m.scrape}` : m.model;
 }
 
 // The card's energy line: board (and GPU rail) millijoules per inference, inferences per
@@ -427,11 +444,11 @@ function renderFindings(models, sections, starts) {
     if (peak.wall_ms.p99 > 1.8 * med) {
       const tp = ms(peak.t);
       const cause = throttled.filter(([, on]) => on.some((p) => Math.abs(p[0] - tp) <= RANGES[S.range].stepS * 1500)).map(([n]) => n);
-      out.push(['bad', `${m.model}: p99 peaked at ${num(peak.wall_ms.p99, 'ms')} at ${clock(tp, true)} (typical ${num(med, 'ms')})` +
+      out.push(['bad', `${label(m)}: p99 peaked at ${num(peak.wall_ms.p99, 'ms')} at ${clock(tp, true)} (typical ${num(med, 'ms')})` +
         (cause.length ? ` — while the GPU was throttled (${cause.join(', ')})` : '')]);
-    } else if (r >= 3) out.push(['bad', `${m.model}: long tail, p99 is ${num(r)}× p50`]);
+    } else if (r >= 3) out.push(['bad', `${label(m)}: long tail, p99 is ${num(r)}× p50`]);
     const share = m.summary.gpu_share;
-    if (share != null && share < 0.6) out.push(['warn', `${m.model}: the GPU computes only ${Math.round(share * 100)}% of wall time; the rest is queueing, copies or CPU work`]);
+    if (share != null && share < 0.6) out.push(['warn', `${label(m)}: the GPU computes only ${Math.round(share * 100)}% of wall time; the rest is queueing, copies or CPU work`]);
   }
   // A restart explains a gap, a warm-up or a latency step: say when it happened.
   if (starts.length) {
