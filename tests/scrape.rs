@@ -169,6 +169,23 @@ fn triton_page(
     s
 }
 
+/// Triton's first-response latency histogram (`--metrics-config histogram_latencies=true`),
+/// cumulative counts for `le` 10, 50, 100 and +Inf ms.
+fn triton_histogram([a, b, c, d]: [u64; 4]) -> String {
+    let m = "model=\"densenet_onnx\",version=\"1\"";
+    let h = "nv_inference_first_response_histogram_ms";
+    format!(
+        "# HELP {h} Duration from request to first response in milliseconds\n\
+         # TYPE {h} histogram\n\
+         {h}_bucket{{{m},le=\"10\"}} {a}\n\
+         {h}_bucket{{{m},le=\"50\"}} {b}\n\
+         {h}_bucket{{{m},le=\"100\"}} {c}\n\
+         {h}_bucket{{{m},le=\"+Inf\"}} {d}\n\
+         {h}_sum{{{m}}} 1234\n\
+         {h}_count{{{m}}} {d}\n"
+    )
+}
+
 fn points(v: &Value) -> Vec<f64> {
     v["series"][0]["points"]
         .as_array()
@@ -186,13 +203,15 @@ fn triton_counters_become_per_interval_latency_with_restarts_skipped() {
         // Server restart, already past the old success count: the other counters went
         // down, so the interval is skipped (never a negative latency).
         triton_page([160, 0, 20, 10, 100_000, 5_000, 80_000], None),
-        // +30 requests, 90 inferences in 30 executions, 0.3 s.
-        triton_page([190, 0, 110, 40, 400_000, 35_000, 200_000], None),
-        // The summary variant: +10 requests, 0.25 s; p50 4 ms, p99 20 ms.
+        // +30 requests, 90 inferences in 30 executions, 0.3 s (the histogram's base).
+        triton_page([190, 0, 110, 40, 400_000, 35_000, 200_000], None)
+            + &triton_histogram([3, 7, 8, 8]),
+        // The summary and histogram variant: +10 requests, 0.25 s; p50 4 ms, p99 20 ms;
+        // first responses: 0 <= 10 ms, 4 in (10, 50], 5 in (50, 100], 1 above.
         triton_page(
             [200, 1, 120, 50, 650_000, 45_000, 400_000],
             Some((4000.0, 20000.0)),
-        ),
+        ) + &triton_histogram([3, 11, 17, 18]),
     ];
     let server = Server::start(vec![(
         "/metrics",
@@ -246,6 +265,11 @@ fn triton_counters_become_per_interval_latency_with_restarts_skipped() {
     assert_eq!(field("pending"), [2.0, 2.0, 2.0]);
     assert_eq!(field("request_p50_ms"), [4.0]);
     assert_eq!(field("request_p99_ms"), [20.0]);
+    // Rank 5 of 10 in (50, 100]: 50 + 50 * (5 - 4) / (9 - 4); ranks 9.5 and 9.9 in +Inf give
+    // the highest finite bound.
+    assert_eq!(field("first_response_p50_ms"), [60.0]);
+    assert_eq!(field("first_response_p95_ms"), [100.0]);
+    assert_eq!(field("first_response_p99_ms"), [100.0]);
     // The raw samples are stored too, Telegraf's way.
     let raw = query(&agent, "measurement=prometheus&field=nv_gpu_utilization");
     assert_eq!(raw["series"][0]["tags"]["gpu_uuid"], "GPU-6f0c1e2a");

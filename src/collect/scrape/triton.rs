@@ -9,7 +9,14 @@
 //! `nv_inference_count` / delta of `nv_inference_exec_count`), `pending`
 //! (`nv_inference_pending_request_count`), and from the `*_summary_us` summaries Triton
 //! exposes when started with `--metrics-config summary_latencies=true`, `<stage>_p<q>_ms`
-//! (e.g. `request_p99_ms`, `queue_p99_9_ms`). It never writes a point for the first scrape
+//! (e.g. `request_p99_ms`, `queue_p99_9_ms`). From the latency histograms Triton exposes
+//! when started with `--metrics-config histogram_latencies=true`
+//! (`nv_inference_first_response_histogram_ms`, stage `first_response`) it writes
+//! `<stage>_p50_ms`, `_p95_ms` and `_p99_ms`, estimated from the interval's own
+//! distribution (the delta of each cumulative bucket) by linear interpolation inside the
+//! bucket that holds the rank, as Prometheus' `histogram_quantile` does; no field when the
+//! interval has no observation, and a summary for the same stage wins over the histogram.
+//! It never writes a point for the first scrape
 //! of a model, for an interval without a successful request, or for an interval where a
 //! counter went down (a server restart): that interval is skipped, the new values become the
 //! base, and no value is ever negative.
@@ -47,6 +54,14 @@ const SUMMARIES: [(&str, &str); 5] = [
     ("nv_inference_compute_output_summary_us", "compute_output"),
 ];
 
+/// (histogram, stage) for the latency histograms (already in ms).
+const HISTOGRAMS: [(&str, &str); 1] = [(
+    "nv_inference_first_response_histogram_ms_bucket",
+    "first_response",
+)];
+/// The percentiles written from a histogram: (quantile, field suffix).
+const HIST_QUANTILES: [(f64, &str); 3] = [(0.5, "p50"), (0.95, "p95"), (0.99, "p99")];
+
 /// One model version's counters in one scrape.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Counters {
@@ -55,6 +70,8 @@ struct Counters {
     pending: Option<f64>,
     /// (field, ms) from the summaries.
     quantiles: Vec<(String, f64)>,
+    /// Stage -> (upper bound, cumulative count) per bucket, from the histograms.
+    buckets: HashMap<&'static str, Vec<(f64, f64)>>,
 }
 
 /// The previous scrape's counters per (model, version).
@@ -79,6 +96,55 @@ fn quantile_name(q: &str) -> Option<String> {
     let pct = format!("{:.4}", v * 100.0);
     let pct = pct.trim_end_matches('0').trim_end_matches('.');
     Some(format!("p{}", pct.replace('.', "_")))
+}
+
+/// A bucket's `le` label: a number or `+Inf`.
+fn bound(le: &str) -> Option<f64> {
+    match le.trim() {
+        "+Inf" | "Inf" | "inf" | "+inf" => Some(f64::INFINITY),
+        v => v.parse().ok().filter(|v: &f64| v.is_finite()),
+    }
+}
+
+/// The `q` quantile of one interval's histogram: `buckets` are (upper bound, cumulative
+/// count), sorted by bound, the last one `+Inf`. Linear interpolation inside the bucket that
+/// holds the rank `q * total`, the first bucket starting at 0; a rank in the `+Inf` bucket
+/// gives the highest finite bound. `None` without observations, without a `+Inf` bucket or
+/// without a finite one.
+pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
+    let &(last, total) = buckets.last()?;
+    if last != f64::INFINITY || total <= 0.0 || !(0.0..=1.0).contains(&q) {
+        return None;
+    }
+    let rank = q * total;
+    let i = buckets.iter().position(|&(_, c)| c >= rank)?;
+    let (upper, count) = buckets[i];
+    if upper == f64::INFINITY {
+        // Only a +Inf bucket: no finite bound to give.
+        return (i > 0).then(|| buckets[i - 1].0);
+    }
+    let (lower, below) = if i == 0 { (0.0, 0.0) } else { buckets[i - 1] };
+    if count <= below {
+        return Some(upper);
+    }
+    Some(lower + (upper - lower) * (rank - below) / (count - below))
+}
+
+/// The interval's histogram (delta per bucket, sorted by bound), or `Err(())` when a bucket
+/// went down (a restart); `Ok(None)` when the buckets do not line up.
+fn bucket_delta(prev: &[(f64, f64)], cur: &[(f64, f64)]) -> Result<Option<Vec<(f64, f64)>>, ()> {
+    let mut out = Vec::with_capacity(cur.len());
+    for &(le, c) in cur {
+        let Some(&(_, p)) = prev.iter().find(|(l, _)| *l == le) else {
+            return Ok(None);
+        };
+        if c < p {
+            return Err(());
+        }
+        out.push((le, c - p));
+    }
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(Some(out))
 }
 
 impl Triton {
@@ -118,6 +184,17 @@ impl Triton {
                             .or_default()
                             .quantiles
                             .push((format!("{stage}_{q}_ms"), s.value / 1000.0));
+                    }
+                }
+            } else if let Some((_, stage)) = HISTOGRAMS.iter().find(|(n, _)| *n == s.name) {
+                if let Some(le) = s.label("le").and_then(bound) {
+                    if s.value.is_finite() {
+                        cur.entry(key)
+                            .or_default()
+                            .buckets
+                            .entry(stage)
+                            .or_default()
+                            .push((le, s.value));
                     }
                 }
             }
@@ -160,6 +237,18 @@ fn interval_fields(prev: &Counters, cur: &Counters) -> Option<Vec<(String, Value
             delta.insert(name, d);
         }
     }
+    let mut hist: Vec<(&'static str, Vec<(f64, f64)>)> = Vec::new();
+    for (stage, buckets) in &cur.buckets {
+        let Some(p) = prev.buckets.get(stage) else {
+            continue;
+        };
+        match bucket_delta(p, buckets) {
+            Err(()) => return None,
+            Ok(Some(d)) => hist.push((stage, d)),
+            Ok(None) => {}
+        }
+    }
+    hist.sort_by(|a, b| a.0.cmp(b.0));
     let ok = *delta.get(SUCCESS)?;
     if ok <= 0.0 {
         return None;
@@ -183,6 +272,21 @@ fn interval_fields(prev: &Counters, cur: &Counters) -> Option<Vec<(String, Value
     }
     for (name, v) in &cur.quantiles {
         f.push((name.clone(), Value::F64(*v)));
+    }
+    for (stage, d) in hist {
+        let from_summary = format!("{stage}_p");
+        if cur
+            .quantiles
+            .iter()
+            .any(|(n, _)| n.starts_with(&from_summary))
+        {
+            continue;
+        }
+        for (q, suffix) in HIST_QUANTILES {
+            if let Some(v) = histogram_quantile(q, &d) {
+                f.push((format!("{stage}_{suffix}_ms"), Value::F64(v)));
+            }
+        }
     }
     Some(f)
 }
@@ -266,5 +370,118 @@ mod tests {
         assert_eq!(l[0].fields[1].1, Value::F64(1.5));
         assert_eq!(quantile_name("0.95").as_deref(), Some("p95"));
         assert_eq!(quantile_name("2"), None);
+    }
+
+    #[test]
+    fn histogram_quantile_interpolates_like_prometheus() {
+        let inf = f64::INFINITY;
+        // 100 observations: 20 <= 10 ms, 40 in (10, 50], 30 in (50, 100], 10 above.
+        let b = [(10.0, 20.0), (50.0, 60.0), (100.0, 90.0), (inf, 100.0)];
+        // Rank 10 in the first bucket, which starts at 0: 10 * 10/20.
+        assert_eq!(histogram_quantile(0.1, &b), Some(5.0));
+        // Rank 50: 10 + 40 * (50 - 20) / (60 - 20).
+        assert_eq!(histogram_quantile(0.5, &b), Some(40.0));
+        // Rank 80: 50 + 50 * (80 - 60) / (90 - 60).
+        assert_eq!(histogram_quantile(0.8, &b), Some(50.0 + 50.0 * 20.0 / 30.0));
+        // Ranks 95 and 99 lie in +Inf: the highest finite bound.
+        assert_eq!(histogram_quantile(0.95, &b), Some(100.0));
+        assert_eq!(histogram_quantile(0.99, &b), Some(100.0));
+        // No observations, no +Inf bucket, only +Inf: nothing to invent.
+        assert_eq!(histogram_quantile(0.5, &[(10.0, 0.0), (inf, 0.0)]), None);
+        assert_eq!(histogram_quantile(0.5, &[(10.0, 4.0)]), None);
+        assert_eq!(histogram_quantile(0.5, &[(inf, 4.0)]), None);
+        assert_eq!(bound("+Inf"), Some(inf));
+        assert_eq!(bound("2.5"), Some(2.5));
+        assert_eq!(bound("x"), None);
+    }
+
+    fn hist_page(ok: u64, buckets: [u64; 4], summary: bool) -> String {
+        let m = "model=\"llm\",version=\"1\"";
+        let h = "nv_inference_first_response_histogram_ms";
+        let [a, b, c, d] = buckets;
+        let mut s = format!(
+            "nv_inference_request_success{{{m}}} {ok}\n\
+             # TYPE {h} histogram\n\
+             {h}_bucket{{{m},le=\"10\"}} {a}\n\
+             {h}_bucket{{{m},le=\"50\"}} {b}\n\
+             {h}_bucket{{{m},le=\"100\"}} {c}\n\
+             {h}_bucket{{{m},le=\"+Inf\"}} {d}\n\
+             {h}_sum{{{m}}} 12345\n\
+             {h}_count{{{m}}} {d}\n"
+        );
+        if summary {
+            s.push_str(&format!(
+                "nv_inference_first_response_summary_ms{{{m},quantile=\"0.5\"}} 7\n"
+            ));
+        }
+        s
+    }
+
+    fn fields(l: &Line) -> Vec<(String, f64)> {
+        l.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_f64().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn histograms_become_the_intervals_percentiles() {
+        let mut t = Triton::default();
+        assert!(run(&mut t, &hist_page(10, [5, 10, 10, 10], false)).is_empty());
+        // Interval: 20, 40, 30, 10 more (the deltas of the table above).
+        let l = run(&mut t, &hist_page(110, [25, 70, 100, 110], false));
+        let want: Vec<(String, f64)> = [
+            ("requests", 100.0),
+            ("first_response_p50_ms", 40.0),
+            ("first_response_p95_ms", 100.0),
+            ("first_response_p99_ms", 100.0),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), *v))
+        .collect();
+        assert_eq!(fields(&l[0]), want);
+        // Requests but no new observation: no percentile field.
+        let l = run(&mut t, &hist_page(120, [25, 70, 100, 110], false));
+        assert_eq!(fields(&l[0]), [("requests".to_string(), 10.0)]);
+        // A bucket went down (restart): the interval is skipped ...
+        assert!(run(&mut t, &hist_page(130, [1, 2, 2, 2], false)).is_empty());
+        // ... and the next counts from the new base: 4 observations, all <= 10 ms.
+        let l = run(&mut t, &hist_page(140, [5, 6, 6, 6], false));
+        assert_eq!(
+            l[0].fields[1],
+            ("first_response_p50_ms".into(), Value::F64(5.0))
+        );
+    }
+
+    #[test]
+    fn a_summary_for_the_same_stage_wins_over_the_histogram() {
+        // Triton documents no first-response summary today; the rule is per stage, so it is
+        // checked on the counters directly.
+        let inf = f64::INFINITY;
+        let at = |ok: f64, n: f64, summary: bool| Counters {
+            values: HashMap::from([(SUCCESS, ok)]),
+            pending: None,
+            quantiles: if summary {
+                vec![("first_response_p50_ms".to_string(), 7.0)]
+            } else {
+                Vec::new()
+            },
+            buckets: HashMap::from([("first_response", vec![(10.0, n), (inf, n)])]),
+        };
+        let names = |f: Vec<(String, Value)>| -> Vec<(String, f64)> {
+            f.into_iter()
+                .map(|(k, v)| (k, v.as_f64().unwrap()))
+                .collect()
+        };
+        let both = interval_fields(&at(1.0, 0.0, false), &at(5.0, 4.0, true));
+        assert_eq!(
+            names(both.unwrap()),
+            [
+                ("requests".to_string(), 4.0),
+                ("first_response_p50_ms".to_string(), 7.0)
+            ]
+        );
+        let hist_only = interval_fields(&at(1.0, 0.0, false), &at(5.0, 4.0, false));
+        assert_eq!(names(hist_only.unwrap()).len(), 4);
     }
 }
