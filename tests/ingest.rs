@@ -5,40 +5,12 @@ use std::time::Duration;
 
 use serde_json::Value as J;
 
+use crate::support::stored_points as points;
 use crate::support::*;
 
 // Rollup off: these tests write points with old timestamps, which retention would rightly
 // evict once rolled up.
 const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n";
-
-/// All points of `measurement` (raw query over all time) as (tags, field, ts, value).
-fn points(agent: &Agent, query: &str) -> Vec<(String, String, i64, J)> {
-    let (code, body) = get(&agent.url(&format!(
-        "/api/v1/query?from=0&to=4000000000000000000&{query}"
-    )))
-    .unwrap();
-    assert_eq!(code, 200, "{body}");
-    let v: J = serde_json::from_str(&body).unwrap();
-    let mut out = Vec::new();
-    for s in v["series"].as_array().unwrap() {
-        let tags: Vec<String> = s["tags"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
-            .collect();
-        for p in s["points"].as_array().unwrap() {
-            out.push((
-                tags.join(","),
-                s["field"].as_str().unwrap().to_string(),
-                p[0].as_i64().unwrap(),
-                p[1].clone(),
-            ));
-        }
-    }
-    out.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
-    out
-}
 
 #[test]
 fn v1_write_with_precision_db_and_credentials() {

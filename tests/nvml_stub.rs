@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value as J;
 
-use crate::support::{get, wait_for, Agent};
+use crate::support::{wait_for, Agent};
 
 const GPU0_UUID: &str = "GPU-0a1b2c3d-0000-4000-8000-000000000001";
 const GPU1_UUID: &str = "GPU-0a1b2c3d-0000-4000-8000-000000000002";
@@ -137,30 +137,11 @@ fn wait_samples(agent: &Agent, n: u64) -> J {
 
 /// Every stored point of `measurement`: (tags as `k=v,...`, field) -> [(ts, value)].
 fn points(agent: &Agent, measurement: &str) -> BTreeMap<(String, String), Vec<(i64, J)>> {
-    let (code, body) = get(&agent.url(&format!(
-        "/api/v1/query?measurement={measurement}&from=0&to=4000000000000000000&limit=100000000"
-    )))
-    .unwrap();
-    assert_eq!(code, 200, "{body}");
-    let v: J = serde_json::from_str(&body).unwrap();
-    let mut out = BTreeMap::new();
-    for s in v["series"].as_array().unwrap() {
-        let tags: Vec<String> = s["tags"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
-            .collect();
-        let pts: Vec<(i64, J)> = s["points"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| (p[0].as_i64().unwrap(), p[1].clone()))
-            .collect();
-        out.insert(
-            (tags.join(","), s["field"].as_str().unwrap().to_string()),
-            pts,
-        );
+    let mut out: BTreeMap<(String, String), Vec<(i64, J)>> = BTreeMap::new();
+    for (tags, field, ts, v) in
+        crate::support::stored_points(agent, &format!("measurement={measurement}&limit=100000000"))
+    {
+        out.entry((tags, field)).or_default().push((ts, v));
     }
     out
 }

@@ -207,6 +207,36 @@ pub fn get(url: &str) -> Result<(u16, String), String> {
     }
 }
 
+/// Every stored point the raw query `query` (e.g. `measurement=m&tag.k=v`) returns over all
+/// time, as (tags as `k=v,...`, field, ts, value), ordered by time then field.
+pub fn stored_points(agent: &Agent, query: &str) -> Vec<(String, String, i64, serde_json::Value)> {
+    let (code, body) = get(&agent.url(&format!(
+        "/api/v1/query?from=0&to=4000000000000000000&{query}"
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let mut out = Vec::new();
+    for s in v["series"].as_array().unwrap() {
+        let tags: Vec<String> = s["tags"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap()))
+            .collect();
+        for p in s["points"].as_array().unwrap() {
+            out.push((
+                tags.join(","),
+                s["field"].as_str().unwrap().to_string(),
+                p[0].as_i64().unwrap(),
+                p[1].clone(),
+            ));
+        }
+    }
+    out.sort_by(|a, b| (a.2, &a.1).cmp(&(b.2, &b.1)));
+    out
+}
+
 /// POST with optional headers; returns (status, headers of interest, body).
 pub fn post(url: &str, body: &[u8], headers: &[(&str, &str)]) -> Result<(u16, String), String> {
     let mut req = ureq::post(url).timeout(Duration::from_secs(30));
