@@ -316,6 +316,10 @@ impl Energy {
     }
 }
 
+/// Turns one series' time-stamped samples (and the largest gap that is not a hole) into
+/// pieces: [`pieces_from_samples`] for power, [`pieces_from_counter`] for an energy counter.
+type ToPieces = fn(&[(i64, f64)], i64) -> Vec<Piece>;
+
 /// Time-ordered samples `(ts, value * scale)` of `field` of every tag set of `measurement`
 /// with tag `key` = `val` (any when `None`), per tag set, from raw points in `[from, to]`.
 fn raw_samples(
@@ -386,22 +390,7 @@ impl Ctx<'_> {
         scale: f64,
     ) -> Result<Vec<Vec<Piece>>, EngineError> {
         if self.raw {
-            let series = raw_samples(
-                self.reader,
-                measurement,
-                field,
-                tag,
-                self.from.saturating_sub(self.step_ns),
-                self.to.saturating_add(self.step_ns),
-                scale,
-            )?;
-            return Ok(series
-                .iter()
-                .map(|s| {
-                    let ts: Vec<i64> = s.iter().map(|p| p.0).collect();
-                    pieces_from_samples(s, max_gap(&ts))
-                })
-                .collect());
+            return self.raw_pieces(measurement, field, tag, scale, pieces_from_samples);
         }
         let tags: Vec<(String, String)> = tag
             .iter()
@@ -434,6 +423,34 @@ impl Ctx<'_> {
             .collect())
     }
 
+    /// Raw samples of each series, read one step beyond the range on both sides so the edge
+    /// steps get their closing pieces, turned into pieces by `to_pieces`.
+    fn raw_pieces(
+        &self,
+        measurement: &str,
+        field: &str,
+        tag: Option<(&str, &str)>,
+        scale: f64,
+        to_pieces: ToPieces,
+    ) -> Result<Vec<Vec<Piece>>, EngineError> {
+        let series = raw_samples(
+            self.reader,
+            measurement,
+            field,
+            tag,
+            self.from.saturating_sub(self.step_ns),
+            self.to.saturating_add(self.step_ns),
+            scale,
+        )?;
+        Ok(series
+            .iter()
+            .map(|s| {
+                let ts: Vec<i64> = s.iter().map(|p| p.0).collect();
+                to_pieces(s, max_gap(&ts))
+            })
+            .collect())
+    }
+
     /// The pieces of an energy counter (see [`pieces_from_counter`]); from a tier, each
     /// step's first and last samples.
     fn counter_pieces(
@@ -442,22 +459,7 @@ impl Ctx<'_> {
         field: &str,
     ) -> Result<Vec<Vec<Piece>>, EngineError> {
         if self.raw {
-            let series = raw_samples(
-                self.reader,
-                measurement,
-                field,
-                None,
-                self.from.saturating_sub(self.step_ns),
-                self.to.saturating_add(self.step_ns),
-                1.0,
-            )?;
-            return Ok(series
-                .iter()
-                .map(|s| {
-                    let ts: Vec<i64> = s.iter().map(|p| p.0).collect();
-                    pieces_from_counter(s, max_gap(&ts))
-                })
-                .collect());
+            return self.raw_pieces(measurement, field, None, 1.0, pieces_from_counter);
         }
         let c = collect(
             self.reader,
