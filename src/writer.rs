@@ -77,7 +77,7 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
             // A read-only store (remounted read-only after an IO error, a permission
             // change) may become writable again without a restart: retryable, like a full
             // disk. Either way nothing of these batches is acknowledged.
-            let read_only = is_read_only(&e);
+            let read_only = e.is_read_only();
             let retryable = e.retryable() || read_only;
             tracing::error!(error = %e, retryable, batches = pending.len(), "commit failed; nothing of these batches was stored");
             let error = if e.is_disk_full() {
@@ -100,10 +100,4 @@ fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
             }
         }
     }
-}
-
-/// Whether SQLite refused the commit because the file or its file system is read-only.
-fn is_read_only(e: &crate::store::StoreError) -> bool {
-    matches!(e, crate::store::StoreError::Sqlite { source, .. }
-        if source.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly))
 }

@@ -547,3 +547,174 @@ fn a_read_only_store_is_refused_naming_it_and_used_again_once_writable() {
     let got = stored(&fs.path().join("data/edgewatch.db"));
     assert_eq!((got.get(&1), got.get(&2)), (Some(&10), Some(&10)));
 }
+
+/// An ext4 file system in an image file, loop-mounted with `errors=remount-ro` on a temp dir,
+/// so the kernel can turn it read-only under a running agent the way it does after an IO
+/// error (`trigger_fs_error`). Needs root and a loop device (CI runs as root); unmounted
+/// (lazily) when dropped.
+struct Ext4 {
+    dir: tempfile::TempDir,
+    image: PathBuf,
+    mnt: PathBuf,
+}
+
+impl Ext4 {
+    fn mount(size_mb: u64) -> Ext4 {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("fs.img");
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(size_mb << 20)
+            .unwrap();
+        let st = Command::new("mkfs.ext4")
+            .args(["-q", "-F"])
+            .arg(&image)
+            .status()
+            .expect("mkfs.ext4 (Debian e2fsprogs)");
+        assert!(st.success(), "mkfs.ext4: {st}");
+        let fs = Ext4 { dir, image, mnt };
+        fs.attach();
+        fs
+    }
+
+    fn attach(&self) {
+        let st = Command::new("mount")
+            .args(["-o", "loop,errors=remount-ro"])
+            .arg(&self.image)
+            .arg(&self.mnt)
+            .status()
+            .expect("mount(8)");
+        assert!(
+            st.success(),
+            "loop-mounting an ext4 image needs root and a loop device (CI runs as root): {st}"
+        );
+    }
+
+    fn path(&self) -> &Path {
+        &self.mnt
+    }
+
+    /// Makes the kernel record a file-system error: with `errors=remount-ro` the file system
+    /// turns read-only at once, under every open file (as after a failing eMMC block).
+    fn fail(&self) {
+        let out = Command::new("findmnt")
+            .args(["-n", "-o", "SOURCE"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let name = Path::new(&dev).file_name().unwrap().to_owned();
+        let knob = Path::new("/sys/fs/ext4")
+            .join(name)
+            .join("trigger_fs_error");
+        std::fs::write(&knob, "1").unwrap_or_else(|e| panic!("{}: {e}", knob.display()));
+        let opts = Command::new("findmnt")
+            .args(["-n", "-o", "OPTIONS"])
+            .arg(&self.mnt)
+            .output()
+            .unwrap();
+        let opts = String::from_utf8_lossy(&opts.stdout).to_string();
+        assert!(
+            opts.contains("emergency_ro") || opts.starts_with("ro"),
+            "{opts}"
+        );
+    }
+
+    /// What an operator does after such an error: unmount, `e2fsck -fy`, mount again.
+    fn repair(&self) {
+        let st = Command::new("umount").arg(&self.mnt).status().unwrap();
+        assert!(st.success(), "umount: {st}");
+        let st = Command::new("e2fsck")
+            .args(["-f", "-y"])
+            .arg(&self.image)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        // 0: clean, 1: errors corrected.
+        assert!(matches!(st.code(), Some(0 | 1)), "e2fsck: {st}");
+        self.attach();
+    }
+}
+
+impl Drop for Ext4 {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+    }
+}
+
+#[test]
+fn a_store_turning_read_only_under_the_agent_is_answered_503_and_loses_nothing() {
+    if !require(Peer::Influxdb) {
+        return;
+    }
+    let fs = Ext4::mount(64);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let influx = influxd_on(&dir.path().join("influx"), port);
+    influx_create_db(&influx, "edge");
+    let extra = format!(
+        "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
+         [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
+         version = 1\ndatabase = \"edge\"\nmax_delay = \"20ms\"\nmin_backoff = \"50ms\"\n\
+         max_backoff = \"200ms\"\n",
+        fs.path().join("data").display(),
+    );
+    let agent = Agent::start(dir.path(), &extra);
+    let mut acked: Vec<usize> = Vec::new();
+    for id in 0..20 {
+        let (code, body) = post_req(&agent, id, 200);
+        assert_eq!(code, 204, "{body}");
+        acked.push(id);
+    }
+    // The file system turns read-only under the running agent.
+    fs.fail();
+    let (code, body) = post_req(&agent, 10_000, 200);
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("read-only"),
+        "the answer names the cause: {body}"
+    );
+    assert!(body.contains("Retry-After"), "{body}");
+    // Still read-only a while later: still refused; writer, rollup and forwarder still up.
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, body) = post_req(&agent, 10_001, 200);
+    assert_eq!(code, 503, "{body}");
+    let s = agent.status();
+    assert!(s["ingest"]["commit_errors"].as_u64().unwrap() >= 2, "{s}");
+    let mut agent = agent;
+    assert!(
+        agent.child.try_wait().ok().flatten().is_none(),
+        "the agent died on a read-only store"
+    );
+    let log = agent.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("commit failed") && l.contains("read-only")),
+        "the writer names the read-only store: {log}"
+    );
+    // kill -9; the operator repairs the file system; a new agent finds every acknowledged
+    // point, takes writes again and forwards everything acknowledged.
+    agent.kill9();
+    fs.repair();
+    let got = stored(&fs.path().join("data/edgewatch.db"));
+    for id in &acked {
+        assert_eq!(got.get(id), Some(&200), "acknowledged request {id}");
+    }
+    assert_eq!(got.get(&10_000), None, "a refused request was stored");
+    let agent = Agent::start(dir.path(), &extra);
+    let (code, body) = post_req(&agent, 20_000, 200);
+    assert_eq!(code, 204, "{body}");
+    acked.push(20_000);
+    let want = acked.len() as i64 * 200;
+    let delivered = wait_for(Duration::from_secs(15), || {
+        (influx_count(&influx, "edge", "df") == want).then_some(())
+    });
+    assert!(
+        delivered.is_some(),
+        "influx holds {} of {want} acknowledged points",
+        influx_count(&influx, "edge", "df")
+    );
+    agent.kill9();
+}

@@ -57,6 +57,14 @@ pub enum StoreError {
         /// The SQLite error.
         source: rusqlite::Error,
     },
+    /// A write failed because the file system holding the store is read-only (`EROFS`).
+    #[error("{path} is on a read-only file system (turned read-only by the kernel, as after an IO error; repair and remount it): {source}")]
+    ReadOnlyFs {
+        /// Database file.
+        path: PathBuf,
+        /// The SQLite error ("disk I/O error").
+        source: rusqlite::Error,
+    },
     /// The data directory cannot be created or read.
     #[error("cannot use data directory {path}: {source}")]
     Dir {
@@ -117,6 +125,7 @@ impl StoreError {
                         | rusqlite::ErrorCode::SystemIoFailure
                 )
             ),
+            StoreError::ReadOnlyFs { .. } => true,
             _ => false,
         }
     }
@@ -125,6 +134,20 @@ impl StoreError {
     pub fn is_disk_full(&self) -> bool {
         matches!(self, StoreError::Sqlite { source, .. }
             if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull))
+    }
+
+    /// True when the store cannot be written because it (or its file system) is read-only:
+    /// SQLite's own "read-only" answer, or a write the kernel refused with `EROFS` (a file
+    /// system turned read-only under open files, as ext4 `errors=remount-ro` does after a
+    /// failing block), which SQLite itself only reports as "disk I/O error".
+    pub fn is_read_only(&self) -> bool {
+        match self {
+            StoreError::ReadOnlyFs { .. } => true,
+            StoreError::Sqlite { source, .. } => {
+                source.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly)
+            }
+            _ => false,
+        }
     }
 }
 

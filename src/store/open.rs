@@ -48,6 +48,27 @@ impl<T> Ctx<T> for rusqlite::Result<T> {
     }
 }
 
+/// `e` with the operating system's cause made explicit where SQLite hides it: an IO error
+/// whose failing call got `EROFS` becomes [`StoreError::ReadOnlyFs`]. Call right after the
+/// failing statement on `conn` (SQLite keeps the last call's errno per connection).
+pub(crate) fn os_cause(conn: &rusqlite::Connection, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Sqlite { path, source }
+            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::SystemIoFailure) =>
+        {
+            // SAFETY: `conn.handle()` is the live connection's handle, used only for this
+            // read of its last OS error number.
+            let errno = unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) };
+            if errno == libc::EROFS {
+                StoreError::ReadOnlyFs { path, source }
+            } else {
+                StoreError::Sqlite { path, source }
+            }
+        }
+        other => other,
+    }
+}
+
 impl<T> Ctx<T> for Result<T, rusqlite::types::FromSqlError> {
     fn ctx(self, path: &Path) -> Result<T, StoreError> {
         self.map_err(|e| StoreError::Sqlite {

@@ -88,7 +88,9 @@ impl Writer {
     /// Commits `batches` in one transaction. On error nothing of them is stored (and the
     /// dictionary cache is reloaded so it matches the database again).
     pub fn write(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
-        let result = self.write_inner(batches);
+        let result = self
+            .write_inner(batches)
+            .map_err(|e| super::open::os_cause(&self.conn, e));
         if result.is_err() {
             if let Err(e) = self.load_dictionary() {
                 tracing::error!(error = %e, "reloading the series dictionary failed");
