@@ -11,6 +11,9 @@ use crate::store::chunks::{self, ChunkSize, Scan};
 use crate::store::open::space;
 use crate::store::{counters, sinks, tiers, Ctx};
 
+/// WAL size above which a rollup run truncates it even when nothing was evicted.
+const WAL_SHRINK_BYTES: u64 = 16 << 20;
+
 impl Job {
     /// Deletes raw chunks (rolled up by every tier) and tier rows past their retention.
     pub fn enforce_retention(&mut self, now: i64, report: &mut Report) -> Result<(), RollupError> {
@@ -127,7 +130,15 @@ impl Job {
                  the file will not shrink until the agent of this version reopens it"
             );
         }
-        self.shrink()?;
+        // Shrinking holds the write lock while the checkpoint copies the WAL into the
+        // database and syncs both: on a slow disk that is time ingest waits. So only when it
+        // gives something back: pages this run's evictions freed, a store over its budget,
+        // or a WAL grown past WAL_SHRINK_BYTES (the writer's own checkpoints restart it at
+        // ~4 MB otherwise). `benches/slow_disk.py` measures the difference.
+        let freed = report.evicted_chunks + report.evicted_rows > 0;
+        if freed || space::wal_bytes(&self.path) > WAL_SHRINK_BYTES || self.db_bytes()? > max {
+            self.shrink()?;
+        }
         let mut tier_idx = 0usize;
         loop {
             let size = self.db_bytes()?;

@@ -261,12 +261,16 @@ pub mod space {
         let size: i64 = conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .ctx(path)?;
+        Ok((pages.max(0) * size.max(0)) as u64 + wal_bytes(path))
+    }
+
+    /// Bytes in the WAL file (0 when there is none).
+    pub fn wal_bytes(path: &Path) -> u64 {
         let mut wal = path.as_os_str().to_owned();
         wal.push("-wal");
-        let wal = std::fs::metadata(PathBuf::from(wal))
+        std::fs::metadata(PathBuf::from(wal))
             .map(|m| m.len())
-            .unwrap_or(0);
-        Ok((pages.max(0) * size.max(0)) as u64 + wal)
+            .unwrap_or(0)
     }
 
     /// Whether the database is in incremental auto-vacuum mode (see the writer's open).
