@@ -12,6 +12,9 @@ mod durability;
 mod energy;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
+/// The `[jetson]` collector on fixture trees (Orin Nano, AGX Orin, Xavier NX): identity tags,
+/// status, power-mode events, throttling, nvmap per-process memory, missing files.
+mod jetson;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
 /// and real Influx client libraries.
 mod ingest;
