@@ -18,27 +18,6 @@ fn data(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let dst = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&dst).unwrap();
-            copy_tree(&e.path(), &dst);
-        } else {
-            std::fs::copy(e.path(), dst).unwrap();
-        }
-    }
-}
-
-/// A temp copy of fixture tree `name` under `dir/root`.
-fn fixture(dir: &Path, name: &str) -> PathBuf {
-    let root = dir.join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    copy_tree(&data(name), &root);
-    root
-}
-
 fn put(root: &Path, rel: &str, text: &str) {
     std::fs::write(root.join(rel), text).unwrap();
 }
@@ -73,7 +52,7 @@ fn jetson_status(agent: &Agent) -> J {
 #[test]
 fn identity_tags_status_power_mode_event_throttle_and_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let root = fixture(dir.path(), "orin-nano-jp6");
+    let root = jetson_fixture(dir.path(), "orin-nano-jp6");
     let agent = Agent::start(
         dir.path(),
         &config(&root, Some(&data("tegrastats-orin-nano.log"))),
@@ -88,7 +67,10 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
         st["module"],
         "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super"
     );
-    assert_eq!((st["l4t"].as_str(), st["jetpack"].as_str()), (Some("36.4.3"), Some("6.2")));
+    assert_eq!(
+        (st["l4t"].as_str(), st["jetpack"].as_str()),
+        (Some("36.4.3"), Some("6.2"))
+    );
     assert_eq!(st["power_mode"], "MAXN_SUPER");
     assert_eq!(st["power_mode_id"], 2);
     assert_eq!(st["jetson_clocks"], "off");
@@ -99,7 +81,10 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
 
     // Every jetson_* point carries the identity: the collector's and tegrastats'.
     let want = [
-        ("module", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super"),
+        (
+            "module",
+            "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super",
+        ),
         ("l4t", "36.4.3"),
         ("jetpack", "6.2"),
         ("power_mode", "MAXN_SUPER"),
@@ -107,11 +92,19 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
         ("jetson_clocks", "off"),
     ];
     let power = wait_for(Duration::from_secs(10), || {
-        let p = stored_points(&agent, "measurement=jetson_power&field=current_mw&tag.rail=VDD_IN");
+        let p = stored_points(
+            &agent,
+            "measurement=jetson_power&field=current_mw&tag.rail=VDD_IN",
+        );
         (!p.is_empty()).then_some(p)
     })
     .expect("tegrastats points");
-    for m in ["jetson_throttle", "jetson_power", "jetson_mem", "jetson_process"] {
+    for m in [
+        "jetson_throttle",
+        "jetson_power",
+        "jetson_mem",
+        "jetson_process",
+    ] {
         let pts = stored_points(&agent, &format!("measurement={m}"));
         assert!(!pts.is_empty(), "no {m} points");
         for (tags, ..) in pts.iter().take(20) {
@@ -123,10 +116,16 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
     }
     assert!(tags_of(&power[0].0).contains_key("rail"));
     // nvmap rows: python3 (two rows summed), nvargus-daemon, "Web Content".
-    let procs = stored_points(&agent, "measurement=jetson_process&field=gpu_mem_mb&tag.pid=4121");
+    let procs = stored_points(
+        &agent,
+        "measurement=jetson_process&field=gpu_mem_mb&tag.pid=4121",
+    );
     assert_eq!(procs[0].3, J::from(520.0), "{procs:?}");
     assert_eq!(tags_of(&procs[0].0)["process"], "python3");
-    let web = stored_points(&agent, "measurement=jetson_process&tag.process=Web%20Content");
+    let web = stored_points(
+        &agent,
+        "measurement=jetson_process&tag.process=Web%20Content",
+    );
     assert!(!web.is_empty());
 
     // `edgewatch status` prints it.
@@ -141,7 +140,11 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
     );
 
     // Stage: the 15W mode caps the GPU, an instantaneous over-current event is counted.
-    put(&root, "sys/class/devfreq/17000000.gpu/max_freq", "612000000\n");
+    put(
+        &root,
+        "sys/class/devfreq/17000000.gpu/max_freq",
+        "612000000\n",
+    );
     put(&root, "sys/class/hwmon/hwmon3/oc3_event_cnt", "3\n");
     put(&root, "var/lib/nvpmodel/status", "pmode:0000 fmode:quiet\n");
     let ev = wait_for(Duration::from_secs(10), || {
@@ -171,12 +174,18 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
     // The sample that saw the counter grow says throttled.
     assert_eq!(get("throttled"), Some(J::from(true)), "{capped:?}");
     let st = jetson_status(&agent);
-    assert_eq!((st["power_mode"].as_str(), st["power_mode_id"].as_u64()), (Some("15W"), Some(0)));
+    assert_eq!(
+        (st["power_mode"].as_str(), st["power_mode_id"].as_u64()),
+        (Some("15W"), Some(0))
+    );
     assert_eq!(st["power_mode_changes"], 1);
     assert!(st["last_throttled_ns"].as_i64().is_some(), "{st}");
     // tegrastats points follow the new mode.
     let p15 = wait_for(Duration::from_secs(10), || {
-        let p = stored_points(&agent, "measurement=jetson_power&tag.rail=VDD_IN&tag.power_mode=15W");
+        let p = stored_points(
+            &agent,
+            "measurement=jetson_power&tag.rail=VDD_IN&tag.power_mode=15W",
+        );
         (!p.is_empty()).then_some(p)
     });
     assert!(p15.is_some(), "no jetson_power in 15W");
@@ -188,7 +197,7 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
 #[test]
 fn unreadable_nvmap_and_missing_files_are_logged_once_and_nothing_crashes() {
     let dir = tempfile::tempdir().unwrap();
-    let root = fixture(dir.path(), "xavier-nx-jp5");
+    let root = jetson_fixture(dir.path(), "xavier-nx-jp5");
     // Not readable as a file (as without root: debugfs is root-only).
     let clients = root.join("sys/kernel/debug/nvmap/iovmm/clients");
     std::fs::remove_file(&clients).unwrap();
@@ -201,7 +210,10 @@ fn unreadable_nvmap_and_missing_files_are_logged_once_and_nothing_crashes() {
     .unwrap_or_else(|| panic!("no jetson samples:\n{}", agent.log_text()));
     assert_eq!(st["state"], "running");
     assert!(
-        st["processes"].as_str().unwrap().starts_with("off: cannot read"),
+        st["processes"]
+            .as_str()
+            .unwrap()
+            .starts_with("off: cannot read"),
         "{st}"
     );
     assert_eq!(
@@ -210,12 +222,14 @@ fn unreadable_nvmap_and_missing_files_are_logged_once_and_nothing_crashes() {
     );
     let log = agent.log_text();
     assert_eq!(
-        log.matches("jetson per-process GPU memory off: cannot read").count(),
+        log.matches("jetson per-process GPU memory off: cannot read")
+            .count(),
         1,
         "{log}"
     );
     assert_eq!(
-        log.matches("not found or unreadable, left out: over-current counters").count(),
+        log.matches("not found or unreadable, left out: over-current counters")
+            .count(),
         1,
         "{log}"
     );
@@ -248,7 +262,15 @@ fn on_a_machine_that_is_not_a_jetson_it_stays_off() {
         (j["state"] != "not started").then_some(j)
     })
     .unwrap();
-    assert!(st["state"].as_str().unwrap().starts_with("off: not a Jetson"), "{st}");
-    assert!(agent.log_text().contains("jetson collector off: not a Jetson"));
+    assert!(
+        st["state"]
+            .as_str()
+            .unwrap()
+            .starts_with("off: not a Jetson"),
+        "{st}"
+    );
+    assert!(agent
+        .log_text()
+        .contains("jetson collector off: not a Jetson"));
     agent.terminate();
 }

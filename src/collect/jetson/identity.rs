@@ -66,7 +66,10 @@ impl Identity {
         add("jetpack", self.jetpack.clone());
         add("power_mode", self.power_mode_tag());
         add("power_mode_id", self.power_mode_id.map(|i| i.to_string()));
-        add("jetson_clocks", self.jetson_clocks_tag().map(str::to_string));
+        add(
+            "jetson_clocks",
+            self.jetson_clocks_tag().map(str::to_string),
+        );
         t
     }
 }
@@ -204,10 +207,9 @@ pub fn read_jetson_clocks(root: &Path) -> Option<bool> {
         .into_iter()
         .find(|d| is_gpu_devfreq(&name_of(d)))
     {
-        if let (Some(min), Some(max)) = (
-            read_num(&d.join("min_freq")),
-            read_num(&d.join("max_freq")),
-        ) {
+        if let (Some(min), Some(max)) =
+            (read_num(&d.join("min_freq")), read_num(&d.join("max_freq")))
+        {
             pairs.push((min, max));
         }
     }

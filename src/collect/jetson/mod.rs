@@ -154,11 +154,26 @@ pub fn missing(id: &Identity, t: &Throttle, mode_source: bool) -> Vec<String> {
         id.power_mode_id.is_some() && id.power_mode.is_none(),
         "power mode name (etc/nvpmodel.conf)",
     );
-    miss(id.jetson_clocks.is_none(), "jetson_clocks state (no cpufreq or GPU devfreq min/max)");
-    miss(t.gpu_freq_mhz.is_none(), "GPU clock (sys/class/devfreq/<gpu>)");
-    miss(t.cpu_freq_mhz.is_none(), "CPU clocks (sys/devices/system/cpu/cpufreq)");
-    miss(t.oc_counters.is_empty(), "over-current counters (hwmon oc*_event_cnt)");
-    miss(t.current_alarms.is_none(), "power-monitor alarms (hwmon ina*)");
+    miss(
+        id.jetson_clocks.is_none(),
+        "jetson_clocks state (no cpufreq or GPU devfreq min/max)",
+    );
+    miss(
+        t.gpu_freq_mhz.is_none(),
+        "GPU clock (sys/class/devfreq/<gpu>)",
+    );
+    miss(
+        t.cpu_freq_mhz.is_none(),
+        "CPU clocks (sys/devices/system/cpu/cpufreq)",
+    );
+    miss(
+        t.oc_counters.is_empty(),
+        "over-current counters (hwmon oc*_event_cnt)",
+    );
+    miss(
+        t.current_alarms.is_none(),
+        "power-monitor alarms (hwmon ina*)",
+    );
     m
 }
 
@@ -228,8 +243,9 @@ impl JetsonCollector {
         let id = read_identity(&self.root);
         if !id.is_jetson() {
             tracing::info!(root = %self.root.display(), "jetson collector off: not a Jetson (no nv_tegra_release, no Jetson device-tree model)");
-            self.status
-                .set_state("off: not a Jetson (no etc/nv_tegra_release, no Jetson device-tree model)");
+            self.status.set_state(
+                "off: not a Jetson (no etc/nv_tegra_release, no Jetson device-tree model)",
+            );
             return false;
         }
         let mode_source = id.power_mode_id.is_some() || self.nvpmodel.is_file();
@@ -261,7 +277,8 @@ impl JetsonCollector {
         match std::fs::read_to_string(&path) {
             Ok(text) => {
                 let clients = nvmap::parse_clients(&text);
-                self.status.update(|s| s.process_count = Some(clients.len() as u64));
+                self.status
+                    .update(|s| s.process_count = Some(clients.len() as u64));
                 nvmap::process_lines(&clients, ts)
             }
             Err(e) => {

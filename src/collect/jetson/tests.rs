@@ -28,7 +28,9 @@ fn copy_tree(from: &Path, to: &Path) {
 /// A temp copy of the fixture tree `name`.
 fn fixture(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/jetson").join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/jetson")
+        .join(name);
     copy_tree(&src, dir.path());
     dir
 }
@@ -127,8 +129,16 @@ fn jetson_clocks_is_every_minimum_pinned_to_its_maximum() {
             "1728000\n",
         );
     }
-    assert_eq!(read_jetson_clocks(root), Some(false), "the GPU is not pinned yet");
-    put(root, "sys/class/devfreq/17000000.gpu/min_freq", "1020000000\n");
+    assert_eq!(
+        read_jetson_clocks(root),
+        Some(false),
+        "the GPU is not pinned yet"
+    );
+    put(
+        root,
+        "sys/class/devfreq/17000000.gpu/min_freq",
+        "1020000000\n",
+    );
     assert_eq!(read_jetson_clocks(root), Some(true));
 }
 
@@ -154,7 +164,11 @@ fn identity_tags_go_on_every_jetson_point_and_nowhere_else() {
         ..l.clone()
     };
     tag_line(&mut own, &tags);
-    assert!(own.key.contains("power_mode=x,power_mode_id=0"), "{}", own.key);
+    assert!(
+        own.key.contains("power_mode=x,power_mode_id=0"),
+        "{}",
+        own.key
+    );
     let mut other = Line {
         key: "gpu,gpu=0".into(),
         ..l.clone()
@@ -189,7 +203,11 @@ fn throttle_from_a_capped_devfreq_and_a_staged_over_current_counter() {
         "{}",
         l.key
     );
-    assert!(l.key.ends_with(",power_mode=MAXN_SUPER,power_mode_id=2"), "{}", l.key);
+    assert!(
+        l.key.ends_with(",power_mode=MAXN_SUPER,power_mode_id=2"),
+        "{}",
+        l.key
+    );
     assert_eq!(field(l, "gpu_freq_mhz"), Some(&Value::F64(306.0)));
     assert_eq!(field(l, "gpu_hw_max_mhz"), Some(&Value::F64(1020.0)));
     assert_eq!(field(l, "gpu_capped"), Some(&Value::Bool(false)));
@@ -206,7 +224,11 @@ fn throttle_from_a_capped_devfreq_and_a_staged_over_current_counter() {
     );
 
     // Capped devfreq, an instantaneous over-current event, a capped CPU, a mode change.
-    put(root, "sys/class/devfreq/17000000.gpu/max_freq", "612000000\n");
+    put(
+        root,
+        "sys/class/devfreq/17000000.gpu/max_freq",
+        "612000000\n",
+    );
     put(root, "sys/class/hwmon/hwmon3/oc3_event_cnt", "2\n");
     put(
         root,
@@ -220,7 +242,11 @@ fn throttle_from_a_capped_devfreq_and_a_staged_over_current_counter() {
     assert_eq!(field(ev, "from"), Some(&Value::Str("MAXN_SUPER".into())));
     assert_eq!(field(ev, "to"), Some(&Value::Str("15W".into())));
     let l = &b.lines[1];
-    assert!(l.key.contains(",power_mode=15W,power_mode_id=0"), "{}", l.key);
+    assert!(
+        l.key.contains(",power_mode=15W,power_mode_id=0"),
+        "{}",
+        l.key
+    );
     assert_eq!(field(l, "gpu_max_mhz"), Some(&Value::F64(612.0)));
     assert_eq!(field(l, "gpu_capped"), Some(&Value::Bool(true)));
     assert_eq!(field(l, "cpu_capped"), Some(&Value::Bool(true)));
@@ -252,13 +278,20 @@ fn a_jetson_clocks_change_is_an_event() {
     let mut c = collector(root);
     assert!(c.start());
     c.sample(1);
-    put(root, "sys/class/devfreq/17000000.ga10b/min_freq", "306000000\n");
+    put(
+        root,
+        "sys/class/devfreq/17000000.ga10b/min_freq",
+        "306000000\n",
+    );
     let b = c.sample(2);
     let ev = &b.lines[0];
     assert_eq!(ev.key, "edgewatch_event,event=jetson_clocks");
     assert_eq!(
         (field(ev, "from"), field(ev, "to")),
-        (Some(&Value::Str("on".into())), Some(&Value::Str("off".into())))
+        (
+            Some(&Value::Str("on".into())),
+            Some(&Value::Str("off".into()))
+        )
     );
     assert!(b.lines[1].key.contains("jetson_clocks=off"));
 }
@@ -274,13 +307,19 @@ fn nvmap_clients_become_per_process_rows() {
                 total                                            570368K\n";
     let c = nvmap::parse_clients(text);
     assert_eq!(c.len(), 3, "{c:?}");
-    assert_eq!((c[0].pid, c[0].name.as_str(), c[0].bytes), (77, "big", 2 << 30));
+    assert_eq!(
+        (c[0].pid, c[0].name.as_str(), c[0].bytes),
+        (77, "big", 2 << 30)
+    );
     assert_eq!((c[1].pid, c[1].bytes), (4121, 532_480 << 10));
     assert_eq!(c[2].name, "Web Content");
     let lines = nvmap::process_lines(&c, 9);
     assert_eq!(lines[1].key, "jetson_process,pid=4121,process=python3");
     assert_eq!(field(&lines[1], "gpu_mem_mb"), Some(&Value::F64(520.0)));
-    assert_eq!(lines[2].key, "jetson_process,pid=5230,process=Web\\ Content");
+    assert_eq!(
+        lines[2].key,
+        "jetson_process,pid=5230,process=Web\\ Content"
+    );
 
     // Through the collector: tagged, one row per process.
     let dir = fixture("xavier-nx-jp5");
@@ -293,7 +332,11 @@ fn nvmap_clients_become_per_process_rows() {
         .filter(|l| l.key.starts_with("jetson_process"))
         .collect();
     assert_eq!(p.len(), 1);
-    assert!(p[0].key.contains("pid=1822,power_mode=MODE_20W_6CORE"), "{}", p[0].key);
+    assert!(
+        p[0].key.contains("pid=1822,power_mode=MODE_20W_6CORE"),
+        "{}",
+        p[0].key
+    );
     assert_eq!(field(p[0], "gpu_mem_mb"), Some(&Value::F64(256.0)));
     assert_eq!(col.status.snapshot().process_count, Some(1));
 }
@@ -317,11 +360,19 @@ fn missing_files_are_named_and_nothing_breaks() {
     let b = c.sample(2);
     assert!(b.lines.iter().all(|l| !l.key.starts_with("jetson_process")));
     let st = c.status.snapshot();
-    assert!(st.processes.starts_with("off: cannot read"), "{}", st.processes);
+    assert!(
+        st.processes.starts_with("off: cannot read"),
+        "{}",
+        st.processes
+    );
     assert_eq!(st.process_count, None);
     // Everything but the release file gone: still a Jetson, fields left out.
     let bare = tempfile::tempdir().unwrap();
-    put(bare.path(), "etc/nv_tegra_release", "# R36 (release), REVISION: 9.9, GCID: 1\n");
+    put(
+        bare.path(),
+        "etc/nv_tegra_release",
+        "# R36 (release), REVISION: 9.9, GCID: 1\n",
+    );
     let mut c = collector(bare.path());
     assert!(c.start());
     let st = c.status.snapshot();

@@ -42,8 +42,12 @@ pub struct Throttle {
 impl Throttle {
     /// Sum of the over-current counters, when any exists.
     pub fn oc_events(&self) -> Option<u64> {
-        (!self.oc_counters.is_empty())
-            .then(|| self.oc_counters.iter().map(|c| c.1).fold(0u64, u64::saturating_add))
+        (!self.oc_counters.is_empty()).then(|| {
+            self.oc_counters
+                .iter()
+                .map(|c| c.1)
+                .fold(0u64, u64::saturating_add)
+        })
     }
 }
 
@@ -58,7 +62,10 @@ fn is_alarm(name: &str) -> bool {
 
 /// `oc3_event_cnt` -> 3.
 fn oc_index(name: &str) -> Option<u32> {
-    name.strip_prefix("oc")?.strip_suffix("_event_cnt")?.parse().ok()
+    name.strip_prefix("oc")?
+        .strip_suffix("_event_cnt")?
+        .parse()
+        .ok()
 }
 
 /// Reads the throttling state under `root`.

@@ -115,7 +115,16 @@ pub async fn run(
     }
     if let Some(file) = cfg.replay.clone() {
         status.set("replaying", file.display().to_string());
-        run_replay(file, cfg.interval.0, handle, stats, &status, &jetson, shutdown).await;
+        run_replay(
+            file,
+            cfg.interval.0,
+            handle,
+            stats,
+            &status,
+            &jetson,
+            shutdown,
+        )
+        .await;
         return;
     }
     if !tokio::fs::try_exists(&cfg.path).await.unwrap_or(false) {
