@@ -17,6 +17,7 @@
 //! stays off. What it cannot find on a Jetson (a file missing or unreadable) it names in
 //! one log line at start and in the status, and leaves those fields out.
 
+pub mod config;
 mod fs;
 pub mod identity;
 pub mod nvmap;
@@ -26,49 +27,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::values::Interval;
 use crate::model::{series_key, Batch, Line, Value};
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
 use crate::status::StatusCell;
 
+pub use config::JetsonConfig;
 pub use identity::{
     jetpack_of, mode_name, parse_l4t, parse_model, parse_nvpmodel_query, parse_nvpmodel_status,
     read_identity, read_jetson_clocks, tag_line, Identity,
 };
 pub use throttle::{read_throttle, throttle_line, Throttle};
-
-/// `[jetson]`
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct JetsonConfig {
-    /// Whether the collector runs (it stays off by itself on other machines).
-    pub enabled: bool,
-    /// Sampling interval.
-    pub interval: Interval,
-    /// Where `/proc`, `/sys`, `/etc` and `/var` are found.
-    pub root: PathBuf,
-    /// The `nvpmodel` binary, used only when no status file exists.
-    pub nvpmodel: PathBuf,
-    /// Per-process GPU memory (`jetson_process`) from the nvmap debugfs client list
-    /// (readable by root only; off with one log line where it cannot be read).
-    pub processes: bool,
-}
-
-impl Default for JetsonConfig {
-    fn default() -> Self {
-        JetsonConfig {
-            enabled: true,
-            interval: Interval(Duration::from_secs(5)),
-            root: PathBuf::from("/"),
-            nvpmodel: PathBuf::from("/usr/sbin/nvpmodel"),
-            processes: true,
-        }
-    }
-}
 
 /// The collector's live state: the `collectors.jetson` status part and the identity tags
 /// that every `jetson_*` point carries. Shared by the collector (which writes it) with the
