@@ -105,8 +105,11 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
         "jetson_mem",
         "jetson_process",
     ] {
-        let pts = stored_points(&agent, &format!("measurement={m}"));
-        assert!(!pts.is_empty(), "no {m} points");
+        let pts = wait_for(Duration::from_secs(10), || {
+            let p = stored_points(&agent, &format!("measurement={m}"));
+            (!p.is_empty()).then_some(p)
+        })
+        .unwrap_or_else(|| panic!("no {m} points"));
         for (tags, ..) in pts.iter().take(20) {
             let t = tags_of(tags);
             for (k, v) in want {
@@ -171,8 +174,13 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
     assert_eq!(get("gpu_capped"), Some(J::from(true)));
     assert_eq!(get("oc_events"), Some(J::from(3)));
     assert_eq!(get("oc3_events"), Some(J::from(3)));
-    // The sample that saw the counter grow says throttled.
-    assert_eq!(get("throttled"), Some(J::from(true)), "{capped:?}");
+    // The sample that saw the counter grow says throttled (whichever mode it was tagged
+    // with: the files change one by one).
+    let throttled = stored_points(&agent, "measurement=jetson_throttle&field=throttled");
+    assert!(
+        throttled.iter().any(|p| p.3 == true),
+        "{throttled:?}"
+    );
     let st = jetson_status(&agent);
     assert_eq!(
         (st["power_mode"].as_str(), st["power_mode_id"].as_u64()),
@@ -234,8 +242,12 @@ fn unreadable_nvmap_and_missing_files_are_logged_once_and_nothing_crashes() {
         "{log}"
     );
     assert!(stored_points(&agent, "measurement=jetson_process").is_empty());
-    let t = stored_points(&agent, "measurement=jetson_throttle&field=gpu_freq_mhz");
-    assert!(t.len() >= 5);
+    // Points reach the store a commit after the status counts them.
+    let t = wait_for(Duration::from_secs(10), || {
+        let t = stored_points(&agent, "measurement=jetson_throttle&field=gpu_freq_mhz");
+        (t.len() >= 5).then_some(t)
+    })
+    .expect("throttle points");
     assert!(tags_of(&t[0].0)["module"].contains("Xavier NX"));
     // Files vanishing under a running agent: fields left out, the agent keeps sampling.
     std::fs::remove_dir_all(root.join("sys/class/devfreq")).unwrap();

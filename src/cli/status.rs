@@ -270,7 +270,10 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
             String::new()
         }
     );
-    let _ = writeln!(o, "jetson:     {}", jetson_line(&c.jetson, now_ns));
+    // An agent without the [jetson] part (older) leaves it empty: no line.
+    if !c.jetson.state.is_empty() {
+        let _ = writeln!(o, "jetson:     {}", jetson_line(&c.jetson, now_ns));
+    }
     let sinks = &v.forward.sinks;
     if sinks.is_empty() {
         let _ = writeln!(o, "forwarding: no sinks configured");
