@@ -177,10 +177,7 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
     // The sample that saw the counter grow says throttled (whichever mode it was tagged
     // with: the files change one by one).
     let throttled = stored_points(&agent, "measurement=jetson_throttle&field=throttled");
-    assert!(
-        throttled.iter().any(|p| p.3 == true),
-        "{throttled:?}"
-    );
+    assert!(throttled.iter().any(|p| p.3 == true), "{throttled:?}");
     let st = jetson_status(&agent);
     assert_eq!(
         (st["power_mode"].as_str(), st["power_mode_id"].as_u64()),
