@@ -283,3 +283,50 @@ fn on_a_machine_that_is_not_a_jetson_it_stays_off() {
         .contains("jetson collector off: not a Jetson"));
     agent.terminate();
 }
+
+#[test]
+fn nvpmodel_runs_only_without_a_status_file_and_at_most_once_a_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = jetson_fixture(dir.path(), "agx-orin-jp5");
+    // A stand-in nvpmodel that counts its runs.
+    let runs = dir.path().join("nvpmodel-runs");
+    let fake = dir.path().join("nvpmodel");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\necho \"$@\" >> '{}'\necho 'NV Power Mode: MODE_30W'\necho 2\n",
+            runs.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = config(&root, None).replace(
+        "[jetson]\n",
+        &format!("[jetson]\nnvpmodel = \"{}\"\n", fake.display()),
+    );
+    // With the status file: never run.
+    let agent = Agent::start(dir.path(), &cfg);
+    let st = wait_for(Duration::from_secs(10), || {
+        let j = jetson_status(&agent);
+        (j["samples"].as_u64() >= Some(10)).then_some(j)
+    })
+    .expect("samples");
+    assert_eq!(st["power_mode"], "MAXN");
+    assert!(!runs.exists(), "nvpmodel ran with a status file");
+    // Without it: run once (`-q`), its answer used, and not again within the minute.
+    std::fs::remove_file(root.join("var/lib/nvpmodel/status")).unwrap();
+    let n = st["samples"].as_u64().unwrap();
+    let st = wait_for(Duration::from_secs(10), || {
+        let j = jetson_status(&agent);
+        (j["samples"].as_u64() >= Some(n + 20)).then_some(j)
+    })
+    .expect("samples");
+    assert_eq!(
+        (st["power_mode"].as_str(), st["power_mode_id"].as_u64()),
+        (Some("MODE_30W"), Some(2)),
+        "{st}"
+    );
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "-q\n");
+    agent.terminate();
+}
