@@ -245,7 +245,9 @@ impl JetsonCollector {
             return Vec::new();
         }
         let path = self.root.join(nvmap::CLIENTS);
-        match std::fs::read_to_string(&path) {
+        let read = std::fs::read_to_string(&path)
+            .or_else(|e| std::fs::read_to_string(self.root.join(nvmap::MAPS)).map_err(|_| e));
+        match read {
             Ok(text) => {
                 let clients = nvmap::parse_clients(&text);
                 self.status

@@ -1,6 +1,7 @@
 //! Per-process GPU memory on a Jetson, from the nvmap debugfs client list
-//! (`/sys/kernel/debug/nvmap/iovmm/clients`, root only): one row per client with its
-//! process name, pid and size (`user  python3  4121  524288K`), and a `total` row. The
+//! (`/sys/kernel/debug/nvmap/iovmm/clients`, else `.../iovmm/maps`, which has the same
+//! client rows between its per-mapping detail lines; root only): one row per client with
+//! its process name, pid and size (`user  python3  4121  524288K`), and a `total` row. The
 //! parser is pure; the GPU memory of a Jetson is the shared DRAM that nvmap maps for the
 //! GPU (and the other engines), so this is what each process holds there. It never reads
 //! `/proc/<pid>` and never writes.
@@ -9,6 +10,8 @@ use crate::model::{series_key, Line, Value};
 
 /// Where the list is, under the collector's root.
 pub const CLIENTS: &str = "sys/kernel/debug/nvmap/iovmm/clients";
+/// The same client rows with each client's mappings below it (read when `CLIENTS` is not).
+pub const MAPS: &str = "sys/kernel/debug/nvmap/iovmm/maps";
 
 /// One process's nvmap memory.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,13 +24,14 @@ pub struct Client {
     pub bytes: u64,
 }
 
-/// `524288K` -> bytes (`K`, `M`, `G` binary units; no unit: bytes).
+/// `524288K` -> bytes (`K`, `M`, `G` binary units; the driver prints `K`). A number
+/// without a unit is not a size (a detail line's pointer or flags).
 fn size(text: &str) -> Option<u64> {
     let (num, mult) = match text.char_indices().last()? {
         (i, 'K' | 'k') => (&text[..i], 1u64 << 10),
         (i, 'M' | 'm') => (&text[..i], 1 << 20),
         (i, 'G' | 'g') => (&text[..i], 1 << 30),
-        _ => (text, 1),
+        _ => return None,
     };
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
@@ -38,8 +42,9 @@ pub fn parse_clients(text: &str) -> Vec<Client> {
     let mut out: Vec<Client> = Vec::new();
     for line in text.lines() {
         let t: Vec<&str> = line.split_ascii_whitespace().collect();
-        // CLIENT PROCESS... PID SIZE: the name may hold spaces.
-        if t.len() < 4 {
+        // CLIENT PROCESS... PID SIZE: the name may hold spaces; the client is a word
+        // (`user`, `kernel`), where a detail line of `maps` starts with a hex address.
+        if t.len() < 4 || !t[0].starts_with(|c: char| c.is_ascii_alphabetic()) {
             continue;
         }
         let (Ok(pid), Some(bytes)) = (t[t.len() - 2].parse::<u32>(), size(t[t.len() - 1])) else {

@@ -303,6 +303,7 @@ fn nvmap_clients_become_per_process_rows() {
                 user                          python3   4121       8192K\n\
                 user                     Web Content   5230      16384K\n\
                 user                   big   77      2G\n\
+                user                   nounit   78      2048\n\
                 garbage line\n\
                 total                                            570368K\n";
     let c = nvmap::parse_clients(text);
@@ -313,6 +314,17 @@ fn nvmap_clients_become_per_process_rows() {
     );
     assert_eq!((c[1].pid, c[1].bytes), (4121, 532_480 << 10));
     assert_eq!(c[2].name, "Web Content");
+    // `maps`: the client rows with their mappings below (hex base first: skipped).
+    let maps = "CLIENT                        PROCESS      PID        SIZE\n\
+                \x20                                   BASE        SIZE    FLAGS  SHARE       UID\n\
+                user                 python3     4121     524288K\n\
+                \x20      0     524288K        0      1         0\n\
+                \x20fe000000       4096K        0      1 ffff0000123\n\
+                \n\
+                total                                  524288K\n";
+    let m = nvmap::parse_clients(maps);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!((m[0].pid, m[0].bytes), (4121, 524_288 << 10));
     let lines = nvmap::process_lines(&c, 9);
     assert_eq!(lines[1].key, "jetson_process,pid=4121,process=python3");
     assert_eq!(field(&lines[1], "gpu_mem_mb"), Some(&Value::F64(520.0)));
