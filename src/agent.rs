@@ -166,6 +166,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let nvml_status = Arc::new(crate::collect::nvml::NvmlStatus::default());
     let tegrastats_status = Arc::new(crate::collect::tegrastats::TegrastatsStatus::default());
     let scrape_status = Arc::new(crate::collect::scrape::ScrapeStatus::new(&cfg.scrape));
+    let jetson_status = Arc::new(crate::collect::jetson::JetsonStatus::default());
     // Forwarders: their own store connections, their own token (stopped with the sources).
     let forward_stop = CancellationToken::new();
     let forwarders = crate::forward::start(
@@ -179,6 +180,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         nvml: nvml_status.clone(),
         tegrastats: tegrastats_status.clone(),
         scrape: scrape_status.clone(),
+        jetson: jetson_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
         plan: plan.clone(),
         inference: Arc::new(cfg.inference.clone()),
@@ -268,9 +270,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 cfg.jetson.clone(),
                 handle.clone(),
                 stats.clone(),
+                jetson_status.clone(),
                 sources.clone(),
             )),
         ));
+    } else {
+        jetson_status.set_state("off: disabled in the configuration");
     }
     if cfg.health.enabled {
         tasks.push((
@@ -293,6 +298,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             handle.clone(),
             stats.clone(),
             tegrastats_status,
+            jetson_status,
             sources.clone(),
         )),
     ));

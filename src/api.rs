@@ -52,6 +52,8 @@ pub struct ApiCtx {
     pub tegrastats: Arc<crate::collect::tegrastats::TegrastatsStatus>,
     /// The `[[scrape]]` targets' state.
     pub scrape: Arc<crate::collect::scrape::ScrapeStatus>,
+    /// The `[jetson]` collector's state (identity, power mode, throttling).
+    pub jetson: Arc<crate::collect::jetson::JetsonStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
 }
@@ -282,6 +284,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             nvml: ctx.nvml.snapshot(),
             tegrastats: ctx.tegrastats.snapshot(crate::now_ns()),
             scrape: ctx.scrape.snapshot(),
+            jetson: ctx.jetson.snapshot(),
         },
     }
 }

@@ -253,3 +253,245 @@ fn a_discrete_gpu_s_energy_counter_is_used_by_difference() {
     close(&s["inferences_per_joule"], 0.02);
     agent.terminate();
 }
+
+/// By hand: the energy (mJ) of time-ordered `(ts, mW)` samples within `[a, b)`, trapezoids
+/// between consecutive samples at most 5 median intervals apart, cut at the edges.
+fn by_hand(samples: &[(i64, f64)], a: i64, b: i64) -> f64 {
+    let mut gaps: Vec<i64> = samples.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    gaps.sort_unstable();
+    let max_gap = gaps[gaps.len() / 2] * 5;
+    let mut mj = 0.0;
+    for w in samples.windows(2) {
+        let ((t0, p0), (t1, p1)) = (w[0], w[1]);
+        if t1 <= t0 || t1 - t0 > max_gap {
+            continue;
+        }
+        let (lo, hi) = (t0.max(a), t1.min(b));
+        if hi <= lo {
+            continue;
+        }
+        let at = |t: i64| p0 + (p1 - p0) * (t - t0) as f64 / (t1 - t0) as f64;
+        mj += (at(lo) + at(hi)) / 2.0 * (hi - lo) as f64 / S as f64;
+    }
+    mj
+}
+
+/// Stored `(ts, current_mw)` of one rail over every tag set (the identity tags split a
+/// rail by power mode), and the power modes seen.
+fn rail_samples(agent: &Agent, rail: &str) -> (Vec<(i64, f64)>, Vec<String>) {
+    let pts = stored_points(
+        agent,
+        &format!("measurement=jetson_power&field=current_mw&tag.rail={rail}"),
+    );
+    let mut modes: Vec<String> = pts
+        .iter()
+        .filter_map(|p| {
+            p.0.split(',')
+                .find_map(|kv| kv.strip_prefix("power_mode="))
+                .map(str::to_string)
+        })
+        .collect();
+    modes.sort();
+    modes.dedup();
+    let samples = pts.iter().map(|p| (p.2, p.3.as_f64().unwrap())).collect();
+    (samples, modes)
+}
+
+#[test]
+fn a_tegrastats_replay_across_a_power_mode_change_gives_the_energy_computed_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = jetson_fixture(dir.path(), "orin-nano-jp6");
+    let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/jetson/tegrastats-orin-nano.log");
+    let agent = Agent::start(
+        dir.path(),
+        &format!(
+            "[host]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n\
+             [jetson]\nroot = \"{}\"\ninterval = \"100ms\"\n\
+             [tegrastats]\nreplay = \"{}\"\ninterval = \"100ms\"\n",
+            root.display(),
+            log.display()
+        ),
+    );
+    let step = 5 * S;
+    let first = wait_for(std::time::Duration::from_secs(15), || {
+        rail_samples(&agent, "VDD_IN").0.first().map(|p| p.0)
+    })
+    .unwrap_or_else(|| panic!("no VDD_IN samples:\n{}", agent.log_text()));
+    let t0 = (first / step + 1) * step;
+    // The power mode changes 1.5 s into the step: VDD_IN is two tag sets within it.
+    while edgewatch::now_ns() < t0 + 3 * S / 2 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::fs::write(
+        root.join("var/lib/nvpmodel/status"),
+        "pmode:0000 fmode:quiet\n",
+    )
+    .unwrap();
+    let done = wait_for(std::time::Duration::from_secs(15), || {
+        let (s, _) = rail_samples(&agent, "VDD_IN");
+        s.last()
+            .is_some_and(|p| p.0 > t0 + step + S / 2)
+            .then_some(())
+    });
+    assert!(done.is_some(), "replay stopped:\n{}", agent.log_text());
+    let (board, modes) = rail_samples(&agent, "VDD_IN");
+    assert_eq!(modes, vec!["15W".to_string(), "MAXN_SUPER".to_string()]);
+    let (gpu, _) = rail_samples(&agent, "VDD_CPU_GPU_CV");
+    // The real lines alternate 12479 and 4824 mW on VDD_IN.
+    assert!(board.iter().all(|p| p.1 == 12479.0 || p.1 == 4824.0));
+    let board_mj = by_hand(&board, t0, t0 + step);
+    let gpu_mj = by_hand(&gpu, t0, t0 + step);
+
+    // Two models in the step: a 3 x 30 ms of GPU time, b 1 x 10 ms.
+    let mut body = String::new();
+    for k in 1..=3 {
+        body.push_str(&format!(
+            "inference,model=a wall_ms=35,gpu_ms=30 {}\n",
+            t0 + k * S
+        ));
+    }
+    body.push_str(&format!(
+        "inference,model=b wall_ms=15,gpu_ms=10 {}\n",
+        t0 + 4 * S
+    ));
+    write(&agent, &body);
+    let (code, text) = get(&agent.url(&format!(
+        "/api/v1/inference?from={t0}&to={}&step=5s",
+        t0 + step - 1
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    let e = &v["energy"];
+    assert_eq!(e["source"], "tegrastats:VDD_IN", "{e}");
+    assert_eq!(e["gpu_source"], "tegrastats:VDD_CPU_GPU_CV");
+    close(&e["steps"][0]["board_mj"], board_mj);
+    close(&e["steps"][0]["gpu_mj"], gpu_mj);
+    close(&e["idle_mj"], 0.0);
+    let models = v["models"].as_array().unwrap();
+    let (a, b) = (&models[0]["steps"][0], &models[1]["steps"][0]);
+    close(&a["energy_mj_per_inference"], board_mj * 0.9 / 3.0);
+    close(&a["gpu_energy_mj_per_inference"], gpu_mj * 0.9 / 3.0);
+    close(&b["energy_mj_per_inference"], board_mj * 0.1);
+    close(&b["inferences_per_joule"], 1.0 / (board_mj * 0.1 / 1000.0));
+    agent.terminate();
+}
+
+#[test]
+fn the_sum_of_rails_is_a_lower_bound_and_a_rail_split_by_power_mode_is_one_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let t0 = (edgewatch::now_ns() - 600 * S) / (10 * S) * (10 * S);
+    // AGX Orin rails (no input rail), constant 2 W + 1.5 W + 4 W; the mode changes at 3 s,
+    // so each rail is two tag sets in the step.
+    let mut body = String::new();
+    for i in 0..=10 {
+        let mode = if i < 3 {
+            "MAXN,power_mode_id=0"
+        } else {
+            "MODE_30W,power_mode_id=2"
+        };
+        for (rail, mw) in [
+            ("VDD_GPU_SOC", 2000),
+            ("VDD_CPU_CV", 1500),
+            ("VIN_SYS_5V0", 4000),
+        ] {
+            body.push_str(&format!(
+                "jetson_power,rail={rail},power_mode={mode} current_mw={mw} {}\n",
+                t0 + i * S
+            ));
+        }
+    }
+    body.push_str(&format!(
+        "inference,model=m wall_ms=20,gpu_ms=10 {}\n",
+        t0 + S
+    ));
+    write(&agent, &body);
+    let (code, text) = get(&agent.url(&format!(
+        "/api/v1/inference?from={t0}&to={}&step=10s",
+        t0 + 10 * S - 1
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    let e = &v["energy"];
+    assert_eq!(e["source"], "tegrastats:sum_of_rails", "{e}");
+    assert_eq!(e["lower_bound"], true);
+    assert_eq!(e["gpu_source"], "tegrastats:VDD_GPU_SOC");
+    // 7.5 W * 10 s and 2 W * 10 s, whatever the mode tags.
+    close(&e["steps"][0]["board_mj"], 75_000.0);
+    close(&e["steps"][0]["gpu_mj"], 20_000.0);
+    close(
+        &v["models"][0]["steps"][0]["energy_mj_per_inference"],
+        75_000.0,
+    );
+    agent.terminate();
+}
+
+#[test]
+fn a_30_day_query_at_1h_reads_energy_per_inference_from_the_1h_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let hour = 3600 * S;
+    let t0 = (edgewatch::now_ns() - 20 * 24 * hour) / hour * hour;
+    // Three hours 20 days ago: VDD_IN at 5, 10 and 8 W, a sample every 10 s; 6, 12 and 3
+    // inferences.
+    let watts = [5.0, 10.0, 8.0];
+    let counts = [6, 12, 3];
+    let mut body = String::new();
+    for (h, (w, n)) in watts.iter().zip(counts).enumerate() {
+        let base = t0 + h as i64 * hour;
+        for i in 0..360 {
+            body.push_str(&format!(
+                "jetson_power,rail=VDD_IN,power_mode=15W current_mw={} {}\n",
+                w * 1000.0,
+                base + i * 10 * S
+            ));
+        }
+        for k in 0..n {
+            body.push_str(&format!(
+                "inference,model=m wall_ms=20,gpu_ms=10 {}\n",
+                base + k * 60 * S + 5 * S
+            ));
+        }
+    }
+    write(&agent, &body);
+    let out = std::process::Command::new(bin())
+        .arg("maintain")
+        .arg("--data-dir")
+        .arg(&agent.dir)
+        .output()
+        .expect("run maintain");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Raw retention (48 h) has dropped the raw points: what follows is the tiers' alone.
+    assert!(stored_points(&agent, "measurement=jetson_power").is_empty());
+    let (code, text) = get(&agent.url("/api/v1/inference?from=-30d&to=now&step=1h")).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["tier"], "1h", "{v}");
+    let steps = v["models"][0]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 3, "{v}");
+    // Each hour's mean held from its first sample (0 s) to its last (3590 s), joined to the
+    // next hour's first by a trapezoid over 10 s; the last hour has no next sample.
+    let j = |h: usize| {
+        let held = watts[h] * 3590.0;
+        let join = watts
+            .get(h + 1)
+            .map_or(0.0, |n| (watts[h] + n) / 2.0 * 10.0);
+        (held + join) * 1000.0
+    };
+    for (h, s) in steps.iter().enumerate() {
+        assert_eq!(s["t"], t0 + h as i64 * hour);
+        close(&s["energy_mj_per_inference"], j(h) / counts[h] as f64);
+    }
+    close(
+        &v["models"][0]["summary"]["energy_mj_per_inference"],
+        (j(0) + j(1) + j(2)) / 21.0,
+    );
+    agent.terminate();
+}

@@ -15,6 +15,9 @@ mod forward;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
 /// and real Influx client libraries.
 mod ingest;
+/// The `[jetson]` collector on fixture trees (Orin Nano, AGX Orin, Xavier NX): identity tags,
+/// status, power-mode events, throttling, nvmap per-process memory, missing files.
+mod jetson;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
 /// The NVML collector and `edgewatch gpus`: without a driver, and exact on a driver when present. and the binary against the

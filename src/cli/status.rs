@@ -142,6 +142,41 @@ fn human_bytes(b: f64) -> String {
     }
 }
 
+/// `collectors.jetson` in one line: identity, power mode, jetson_clocks, throttling.
+fn jetson_line(j: &edgewatch::status::Jetson, now_ns: i64) -> String {
+    if j.state != "running" && j.state != "stopped" {
+        return j.state.clone();
+    }
+    let or_q = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".into());
+    let mode = match (&j.power_mode, j.power_mode_id) {
+        (Some(n), Some(i)) => format!("{n} (id {i})"),
+        (None, Some(i)) => format!("id {i}"),
+        (Some(n), None) => n.clone(),
+        (None, None) => "?".into(),
+    };
+    let throttled = match (j.throttled, j.last_throttled_ns) {
+        (Some(true), _) => "throttled now".to_string(),
+        (_, Some(t)) => format!(
+            "last throttled {} ago",
+            human_age((now_ns - t) as f64 / 1e9)
+        ),
+        _ => "not throttled".into(),
+    };
+    format!(
+        "{}, L4T {} (JetPack {}), power mode {mode}, jetson_clocks {}; {throttled}; processes {}{}",
+        or_q(&j.module),
+        or_q(&j.l4t),
+        or_q(&j.jetpack),
+        or_q(&j.jetson_clocks),
+        j.processes,
+        if j.missing.is_empty() {
+            String::new()
+        } else {
+            format!("; not found: {}", j.missing.join(", "))
+        }
+    )
+}
+
 /// The readable form of the status document.
 fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
     use std::fmt::Write as _;
@@ -235,6 +270,10 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
             String::new()
         }
     );
+    // An agent without the [jetson] part (older) leaves it empty: no line.
+    if !c.jetson.state.is_empty() {
+        let _ = writeln!(o, "jetson:     {}", jetson_line(&c.jetson, now_ns));
+    }
     let sinks = &v.forward.sinks;
     if sinks.is_empty() {
         let _ = writeln!(o, "forwarding: no sinks configured");

@@ -41,7 +41,7 @@ pub struct Config {
     /// `[nvml]`
     pub nvml: crate::collect::nvml::config::NvmlConfig,
     /// `[jetson]`
-    pub jetson: crate::collect::jetson::JetsonConfig,
+    pub jetson: crate::collect::jetson::config::JetsonConfig,
     /// `[rollup]`
     pub rollup: crate::rollup::config::RollupConfig,
     /// `[retention]`

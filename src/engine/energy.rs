@@ -29,7 +29,7 @@ use std::ops::ControlFlow;
 
 use super::{choose_source, collect, EngineError, Need, Source, NS};
 use crate::rollup::Plan;
-use crate::store::bucket::numeric;
+use crate::store::bucket::{numeric, Acc};
 use crate::store::chunks::{self, Scan};
 use crate::store::{dict, Reader};
 
@@ -320,8 +320,25 @@ impl Energy {
 /// pieces: [`pieces_from_samples`] for power, [`pieces_from_counter`] for an energy counter.
 type ToPieces = fn(&[(i64, f64)], i64) -> Vec<Piece>;
 
+/// The tag that names one power series of `measurement`: `rail` for `jetson_power`, whose
+/// points also carry the Jetson's identity tags (`power_mode`, `jetson_clocks`, ...), so
+/// one rail is several tag sets over time (one per power mode) and they are one series
+/// here. `None`: each tag set is a series (NVML's `gpu`).
+fn series_tag(measurement: &str) -> Option<&'static str> {
+    (measurement == "jetson_power").then_some("rail")
+}
+
+/// The series key of a tag set `id` with `tags` (see [`series_tag`]).
+fn series_of(measurement: &str, id: i64, tags: &BTreeMap<String, String>) -> String {
+    match series_tag(measurement) {
+        Some(k) => format!("{k}={}", tags.get(k).map(String::as_str).unwrap_or("")),
+        None => format!("#{id}"),
+    }
+}
+
 /// Time-ordered samples `(ts, value * scale)` of `field` of every tag set of `measurement`
-/// with tag `key` = `val` (any when `None`), per tag set, from raw points in `[from, to]`.
+/// with tag `key` = `val` (any when `None`), per series (tag sets of one [`series_tag`]
+/// value merged), from raw points in `[from, to]`.
 fn raw_samples(
     reader: &Reader,
     measurement: &str,
@@ -332,7 +349,7 @@ fn raw_samples(
     scale: f64,
 ) -> Result<Vec<Vec<(i64, f64)>>, EngineError> {
     let (conn, path) = (reader.conn(), reader.path());
-    let mut out = Vec::new();
+    let mut out: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
     for set in dict::tagsets(conn, path, Some(measurement))? {
         if let Some((k, v)) = tag {
             if set.tags.get(k).map(String::as_str) != Some(v) {
@@ -360,11 +377,18 @@ fn raw_samples(
             Ok(ControlFlow::Continue(()))
         })?;
         if !pts.is_empty() {
-            pts.sort_by_key(|p| p.0);
-            out.push(pts);
+            out.entry(series_of(measurement, set.id, &set.tags))
+                .or_default()
+                .extend(pts);
         }
     }
-    Ok(out)
+    Ok(out
+        .into_values()
+        .map(|mut pts| {
+            pts.sort_by_key(|p| p.0);
+            pts
+        })
+        .collect())
 }
 
 /// Where the query reads its power from and how.
@@ -408,14 +432,23 @@ impl Ctx<'_> {
             Need::All,
             self.now,
         )?;
-        Ok(c.sets
-            .iter()
-            .map(|(_, steps)| {
+        // Tag sets of one series merged step by step.
+        let mut merged: BTreeMap<String, BTreeMap<i64, Acc>> = BTreeMap::new();
+        for (i, (tags, steps)) in c.sets.iter().enumerate() {
+            let key = series_of(measurement, i as i64, tags);
+            let series = merged.entry(key).or_default();
+            for (t, s) in steps.iter() {
+                series.entry(t).or_default().merge(&s.acc);
+            }
+        }
+        Ok(merged
+            .values()
+            .map(|steps| {
                 let agg: Vec<(i64, i64, f64)> = steps
-                    .iter()
-                    .filter_map(|(_, s)| {
-                        let mean = s.acc.mean()?;
-                        Some((s.acc.first.0, s.acc.last.0, mean * scale))
+                    .values()
+                    .filter_map(|acc| {
+                        let mean = acc.mean()?;
+                        Some((acc.first.0, acc.last.0, mean * scale))
                     })
                     .collect();
                 pieces_from_steps(&agg, self.step_ns)

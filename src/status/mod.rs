@@ -255,6 +255,43 @@ pub struct Collectors {
     /// The `[[scrape]]` targets, in config order.
     #[serde(default)]
     pub scrape: Vec<ScrapeTarget>,
+    /// The `[jetson]` collector: the module's identity, power mode and throttling.
+    #[serde(default)]
+    pub jetson: Jetson,
+}
+
+/// The `[jetson]` collector (`collectors.jetson`): what the Jetson is and how it is set,
+/// as tagged on every `jetson_*` point.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Jetson {
+    /// `not started`, `running`, `off: <reason>`, `stopped`.
+    pub state: String,
+    /// `/proc/device-tree/model`.
+    pub module: Option<String>,
+    /// L4T release, e.g. `36.3.0`.
+    pub l4t: Option<String>,
+    /// JetPack release, where the L4T release maps to one.
+    pub jetpack: Option<String>,
+    /// nvpmodel mode name.
+    pub power_mode: Option<String>,
+    /// nvpmodel mode id.
+    pub power_mode_id: Option<u32>,
+    /// `on` (CPU and GPU minimum clocks pinned to their maximum), `off`; `null`: unknown.
+    pub jetson_clocks: Option<String>,
+    /// Samples taken.
+    pub samples: u64,
+    /// The last sample saw throttling (`null`: none yet).
+    pub throttled: Option<bool>,
+    /// When a sample last saw throttling, ns (`null`: never since start).
+    pub last_throttled_ns: Option<i64>,
+    /// Power-mode changes seen since start.
+    pub power_mode_changes: u64,
+    /// Per-process GPU memory from nvmap: `on`, or `off: <reason>`.
+    pub processes: String,
+    /// Processes in the last nvmap client list (`null`: not read).
+    pub process_count: Option<u64>,
+    /// What the tree lacks (missing or unreadable files), left out of the points.
+    pub missing: Vec<String>,
 }
 
 /// One `[[scrape]]` target (`collectors.scrape[]`).

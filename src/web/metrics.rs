@@ -1021,6 +1021,7 @@ mod tests {
                     last_sample_age_s: Some(0.25),
                 },
                 scrape: vec![],
+                jetson: status::Jetson::default(),
             },
         }
     }

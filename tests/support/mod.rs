@@ -383,4 +383,30 @@ pub fn dir_bytes(dir: &Path) -> u64 {
     }
     total
 }
+/// Copies the tree `from` into `to` (files and directories; `to` exists).
+pub fn copy_tree(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let dst = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&dst).unwrap();
+            copy_tree(&e.path(), &dst);
+        } else {
+            std::fs::copy(e.path(), dst).unwrap();
+        }
+    }
+}
+
+/// A temp copy of the Jetson fixture tree `tests/data/jetson/<name>` at `dir/root`.
+pub fn jetson_fixture(dir: &Path, name: &str) -> PathBuf {
+    let root = dir.join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/jetson")
+            .join(name),
+        &root,
+    );
+    root
+}
 pub mod peers;

@@ -106,6 +106,7 @@ pub async fn run(
     handle: IngestHandle,
     stats: Arc<Stats>,
     status: Arc<TegrastatsStatus>,
+    jetson: Arc<crate::collect::jetson::JetsonStatus>,
     shutdown: CancellationToken,
 ) {
     if !cfg.enabled {
@@ -114,7 +115,16 @@ pub async fn run(
     }
     if let Some(file) = cfg.replay.clone() {
         status.set("replaying", file.display().to_string());
-        run_replay(file, cfg.interval.0, handle, stats, &status, shutdown).await;
+        run_replay(
+            file,
+            cfg.interval.0,
+            handle,
+            stats,
+            &status,
+            &jetson,
+            shutdown,
+        )
+        .await;
         return;
     }
     if !tokio::fs::try_exists(&cfg.path).await.unwrap_or(false) {
@@ -128,5 +138,5 @@ pub async fn run(
         );
         return;
     }
-    run_process(cfg, handle, stats, &status, shutdown).await;
+    run_process(cfg, handle, stats, &status, &jetson, shutdown).await;
 }

@@ -111,6 +111,7 @@ pub(super) async fn run_replay(
     handle: IngestHandle,
     stats: Arc<Stats>,
     status: &TegrastatsStatus,
+    jetson: &crate::collect::jetson::JetsonStatus,
     shutdown: CancellationToken,
 ) {
     let opened = {
@@ -160,9 +161,10 @@ pub(super) async fn run_replay(
             Ok(s) => {
                 let ts = crate::now_ns();
                 status.sample(ts);
-                let batch = Batch {
+                let mut batch = Batch {
                     lines: sample_to_lines(&s, ts),
                 };
+                jetson.tag_batch(&mut batch);
                 crate::collect::submit(&handle, &stats, batch, "tegrastats");
             }
             Err(e) => {

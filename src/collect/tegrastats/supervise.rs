@@ -88,6 +88,7 @@ fn on_stdout_line(
     handle: &IngestHandle,
     stats: &Arc<Stats>,
     status: &TegrastatsStatus,
+    jetson: &crate::collect::jetson::JetsonStatus,
 ) {
     let bytes = match line {
         RawLine::Line(b) => b,
@@ -106,9 +107,10 @@ fn on_stdout_line(
         Ok(sample) => {
             let ts = crate::now_ns();
             status.sample(ts);
-            let batch = Batch {
+            let mut batch = Batch {
                 lines: sample_to_lines(&sample, ts),
             };
+            jetson.tag_batch(&mut batch);
             crate::collect::submit(handle, stats, batch, "tegrastats");
         }
         Err(ParseError::Empty) => {}
@@ -168,6 +170,7 @@ async fn run_once(
     handle: &IngestHandle,
     stats: &Arc<Stats>,
     status: &TegrastatsStatus,
+    jetson: &crate::collect::jetson::JetsonStatus,
     shutdown: &CancellationToken,
 ) -> RunEnd {
     let ms = cfg.interval.0.as_millis().clamp(1, u128::from(u32::MAX));
@@ -229,7 +232,7 @@ async fn run_once(
                 match line {
                     Some(Ok(l)) => {
                         last_output = tokio::time::Instant::now();
-                        on_stdout_line(l, handle, stats, status);
+                        on_stdout_line(l, handle, stats, status, jetson);
                     }
                     Some(Err(e)) => tracing::warn!(error = %e, "reading tegrastats output failed"),
                     None => {}
@@ -252,7 +255,7 @@ async fn run_once(
                     let end = tokio::time::Instant::now() + Duration::from_millis(200);
                     while !o.done {
                         match tokio::time::timeout_at(end, o.next_line()).await {
-                            Ok(Ok(Some(l))) => on_stdout_line(l, handle, stats, status),
+                            Ok(Ok(Some(l))) => on_stdout_line(l, handle, stats, status, jetson),
                             _ => break,
                         }
                     }
@@ -282,13 +285,14 @@ pub(super) async fn run_process(
     handle: IngestHandle,
     stats: Arc<Stats>,
     status: &TegrastatsStatus,
+    jetson: &crate::collect::jetson::JetsonStatus,
     shutdown: CancellationToken,
 ) {
     let mut failures = 0u32;
     let mut jitter = Jitter::from_clock("tegrastats");
     loop {
         let started = Instant::now();
-        let end = run_once(&cfg, &handle, &stats, status, &shutdown).await;
+        let end = run_once(&cfg, &handle, &stats, status, jetson, &shutdown).await;
         if started.elapsed() >= HEALTHY_RUN {
             failures = 0;
         }

@@ -28,13 +28,21 @@ const PANELS = [
   ['GPU', 'gpu_clock', 'GPU clocks', 'MHz', [{ m: 'gpu', f: 'clock_sm_mhz', n: 'SM' }, { m: 'gpu', f: 'clock_graphics_mhz', n: 'graphics' }, { m: 'jetson_gpu', f: 'freq_mhz', n: 'GR3D', g: '' }], {}],
   ['GPU', 'gpu_power', 'GPU power', 'W', [{ m: 'gpu', f: 'power_w' }], {}],
   ['GPU', 'gpu_mem', 'GPU memory used', 'MB', [{ m: 'gpu', f: 'mem_used_mb' }], {}],
-  ['Jetson', 'j_power', 'Power rails', 'mW', [{ m: 'jetson_power', f: 'current_mw', by: 'rail' }], {}],
-  ['Jetson', 'j_temp', 'SoC temperatures', '°C', [{ m: 'jetson_temp', f: 'temp_c', by: 'zone' }], {}],
-  ['Jetson', 'j_emc', 'Memory controller (EMC) load', '%', [{ m: 'jetson_emc', f: 'load_pct', n: 'EMC' }], { max: 100 }],
+  // jetson_* points carry the identity tags (power_mode, jetson_clocks, ...): group them away.
+  ['Jetson', 'j_power', 'Power rails', 'mW', [{ m: 'jetson_power', f: 'current_mw', by: 'rail', g: 'rail' }], {}],
+  ['Jetson', 'j_temp', 'SoC temperatures', '°C', [{ m: 'jetson_temp', f: 'temp_c', by: 'zone', g: 'zone' }], {}],
+  ['Jetson', 'j_emc', 'Memory controller (EMC) load', '%', [{ m: 'jetson_emc', f: 'load_pct', n: 'EMC', g: '' }], { max: 100 }],
+  ['Jetson', 'j_clocks', 'Clocks against their cap', 'MHz', [
+    { m: 'jetson_throttle', f: 'gpu_freq_mhz', n: 'GPU', g: '' },
+    { m: 'jetson_throttle', f: 'gpu_max_mhz', n: 'GPU cap', agg: 'min', g: '' },
+    { m: 'jetson_throttle', f: 'cpu_freq_mhz', n: 'CPU', g: '' },
+    { m: 'jetson_throttle', f: 'cpu_max_mhz', n: 'CPU cap', agg: 'min', g: '' },
+  ], {}],
+  ['Jetson', 'j_proc', 'GPU memory per process (nvmap)', 'MB', [{ m: 'jetson_process', f: 'gpu_mem_mb', by: 'process', g: 'process' }], {}],
   ['Jetson', 'j_engine', 'Engines load', '%', [{ m: 'jetson_engine', f: 'load_pct', by: 'engine', g: 'engine' }], { max: 100 }],
   ['Thermal', 'thermal', 'Thermal zones', '°C', [{ m: 'thermal', f: 'temp_c', by: 'zone' }], {}],
   ['Host', 'cpu', 'Host CPU', '%', [{ m: 'host', f: 'cpu_pct', n: 'CPU' }], { max: 100 }],
-  ['Host', 'mem', 'Host memory used', '%', [{ m: 'host', f: 'mem_used_pct', n: 'memory' }, { m: 'jetson_mem', f: 'ram_used_pct', n: 'RAM' }], { max: 100 }],
+  ['Host', 'mem', 'Host memory used', '%', [{ m: 'host', f: 'mem_used_pct', n: 'memory' }, { m: 'jetson_mem', f: 'ram_used_pct', n: 'RAM', g: '' }], { max: 100 }],
   ['Host', 'load', 'Load average', '', [{ m: 'host', f: 'load1', n: 'load1' }], {}],
 ];
 
@@ -373,10 +381,14 @@ function renderOverview(inf, res, where, status) {
     const lines = sl.map((x, i) => ({ name: seriesName(x.q, x.s.tags, x.many), color: PALETTE[i % PALETTE.length], pts: x.s.points.map((pt) => [ms(pt[0]), pt[1]]) }));
     (sections[sec] = sections[sec] || []).push(Chart({ id, title, unit, lines, flags: opt.flags, max: opt.max }));
   });
+  const jet = status.collectors.jetson;
   for (const sec of ['GPU', 'Jetson', 'Thermal', 'Host']) {
     const list = sections[sec];
-    if (!list && sec !== 'GPU') continue;
+    const jetsonOn = sec === 'Jetson' && jet && jet.state === 'running';
+    if (!list && sec !== 'GPU' && !jetsonOn) continue;
     secs.append(el('h2', {}, sec));
+    if (jetsonOn) secs.append(el('div', { class: 'muted', id: 'jetson-id' }, jetsonLine(jet)));
+    if (!list && sec === 'Jetson') continue;
     if (!list) {
       const { nvml, tegrastats } = status.collectors;
       const nv = nvml.state;
@@ -391,6 +403,14 @@ function renderOverview(inf, res, where, status) {
   S.bands = throttleBands(sections);
   for (const c of S.charts) c.draw();
   renderFindings(models, sections, S.starts || []);
+}
+
+// The Jetson's identity and state (collectors.jetson): what every jetson_* point is tagged with.
+function jetsonLine(j) {
+  const mode = j.power_mode != null ? j.power_mode + (j.power_mode_id != null ? ` (id ${j.power_mode_id})` : '') : (j.power_mode_id != null ? `id ${j.power_mode_id}` : '?');
+  const thr = j.throttled ? 'throttled now' : (j.last_throttled_ns != null ? `last throttled at ${clock(j.last_throttled_ns / 1e6, true)}` : 'not throttled since start');
+  return [j.module || 'Jetson', `L4T ${j.l4t || '?'}` + (j.jetpack ? ` (JetPack ${j.jetpack})` : ''), `power mode ${mode}`,
+    `jetson_clocks ${j.jetson_clocks || '?'}`, thr].join(' · ');
 }
 
 // A model's name in charts and findings: app-reported ones by name, Triton's marked.
