@@ -59,7 +59,7 @@ class GpuClock:
     sender thread."""
 
     def __init__(self, factory: Optional[EventFactory], enabled: bool = True) -> None:
-        self._factory = factory
+        self._factory = factory if enabled else None
         self._searching = enabled and factory is None
         self._enabled = enabled
         self._pool: Deque[GpuEvent] = deque()
