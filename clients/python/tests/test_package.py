@@ -4,22 +4,31 @@ onnxruntime."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+from conftest import require
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_has_no_dependencies_and_ships_py_typed(tmp_path: Path) -> None:
+    setuptools = require("setuptools", "setuptools")
+    if tuple(int(p) for p in setuptools.__version__.split(".")[:2]) < (70, 1):
+        require("wheel", "wheel")  # older setuptools builds wheels through it
+    # Built from a copy: setuptools leaves build/ and *.egg-info beside the sources.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "--wheel-dir", str(tmp_path), str(ROOT)],
+         "--wheel-dir", str(tmp_path / "dist"), str(src)],
         check=True,
         cwd=tmp_path,
     )
-    [wheel] = tmp_path.glob("edgewatch-*.whl")
+    [wheel] = (tmp_path / "dist").glob("edgewatch-*.whl")
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()

@@ -11,7 +11,7 @@ import http.client
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 from urllib.parse import urlencode, urlsplit
 
 
@@ -52,7 +52,7 @@ class UdpTransport:
         self._endpoint = endpoint
         self._timeout = timeout_s
         self._sock: Optional[socket.socket] = None
-        self._addr: Optional[Tuple[object, ...]] = None
+        self._addr: Tuple[Any, ...] = ()
         self.last_error = ""
 
     def _socket(self) -> Optional[socket.socket]:

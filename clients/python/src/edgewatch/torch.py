@@ -157,7 +157,7 @@ def instrument(
         if per_module is True:
             targets = list(module.named_children())
         else:
-            wanted = set(per_module)  # type: ignore[arg-type]
+            wanted = set(per_module)
             targets = [(n, m) for n, m in module.named_modules() if n in wanted]
             missing = wanted - {n for n, _ in targets}
             if missing:
