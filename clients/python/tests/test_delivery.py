@@ -4,7 +4,10 @@ close() flushes; a wrong token or an oversized batch never raises."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -172,3 +175,22 @@ def test_batch_larger_than_the_agent_queue_is_split_not_lost(tmp_path) -> None:
         assert len(agent.wait_points(300)) == 300
     finally:
         agent.kill()
+
+
+@pytest.mark.parametrize("transport", ["udp", "http"])
+def test_interpreter_exit_flushes_an_unclosed_recorder(agent: Agent, transport: str) -> None:
+    url = agent.udp_url if transport == "udp" else agent.http_url
+    code = (
+        "import edgewatch\n"
+        f"rec = edgewatch.Recorder({url!r}, flush_interval=3600, batch_points=100000)\n"
+        "for i in range(300):\n"
+        "    rec.record('at_exit', wall_ms=float(i))\n"
+        "# no close(): the interpreter's exit must send them\n"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code],
+        check=True,
+        timeout=60,
+        env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert len(agent.wait_points(300, model="at_exit")) == 300
