@@ -28,6 +28,7 @@ _time_ns = time.time_ns
 INFERENCE = "inference"
 
 _STAGE_KEYS: Dict[str, str] = {}
+_TAG_CACHE_MAX = 1024
 
 
 def _stage_key(name: str) -> str:
@@ -238,6 +239,7 @@ class Recorder:
         self._capacity = self._pipeline.capacity
         self._wake = self._pipeline.wake
         self._wake_at = self._pipeline.wake_at
+        self._tag_cache: Dict[Tuple[str, Optional[str], Optional[str]], TagPairs] = {}
         self._closed = False
         self._close_lock = threading.Lock()
         # At interpreter exit (or if the recorder is dropped unclosed) what is queued is
@@ -266,7 +268,16 @@ class Recorder:
             fields["input_length"] = int(input_length)
         if queue_ms is not None:
             fields["queue_ms"] = float(queue_ms)
-        return Inference(self, _tag_pairs(model, model_version, stage, tags), fields)
+        if tags:
+            pairs = _tag_pairs(model, model_version, stage, tags)
+        else:
+            key = (model, model_version, stage)
+            pairs = self._tag_cache.get(key)  # type: ignore[assignment]
+            if pairs is None:
+                pairs = _tag_pairs(model, model_version, stage, None)
+                if len(self._tag_cache) < _TAG_CACHE_MAX:
+                    self._tag_cache[key] = pairs
+        return Inference(self, pairs, fields)
 
     def record(
         self,
