@@ -8,13 +8,16 @@ None) is left out of the line; a point with no field left encodes to ``None``.
 from __future__ import annotations
 
 import math
-from typing import Iterable, Mapping, Optional, Tuple, Union
+from typing import Dict, Iterable, Mapping, Optional, Tuple, Union
 
 FieldValue = Union[float, int, bool, str]
 
 _PRECISION_DIVISOR = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 
 _KEY_ESCAPES = str.maketrans({",": "\\,", "=": "\\=", " ": "\\ ", "\n": " ", "\r": " "})
+_KEY_CACHE: Dict[str, str] = {}
+_KEY_CACHE_MAX = 4096
+_MEASUREMENTS: Dict[str, str] = {}
 _MEASUREMENT_ESCAPES = str.maketrans({",": "\\,", " ": "\\ ", "\n": " ", "\r": " "})
 
 
@@ -62,13 +65,34 @@ def encode_field_value(value: object) -> Optional[str]:
     return None
 
 
+def _key(key: str) -> str:
+    """``escape_key``, remembered: field keys repeat from point to point."""
+    escaped = _KEY_CACHE.get(key)
+    if escaped is None:
+        escaped = key.translate(_KEY_ESCAPES)
+        if len(_KEY_CACHE) < _KEY_CACHE_MAX:
+            _KEY_CACHE[key] = escaped
+    return escaped
+
+
 def encode_fields(fields: Mapping[str, object]) -> str:
     """``k=v,k2=v2`` for every field that has a value line protocol can carry."""
     parts = []
     for key, value in fields.items():
-        encoded = encode_field_value(value)
-        if encoded is not None and key:
-            parts.append(f"{escape_key(key)}={encoded}")
+        if not key:
+            continue
+        kind = type(value)
+        if kind is float:
+            if math.isfinite(value):  # type: ignore[arg-type]
+                parts.append(f"{_key(key)}={value!r}")
+        elif kind is bool:
+            parts.append(f"{_key(key)}={'true' if value else 'false'}")
+        elif kind is int:
+            parts.append(f"{_key(key)}={value}i")
+        else:
+            encoded = encode_field_value(value)
+            if encoded is not None:
+                parts.append(f"{_key(key)}={encoded}")
     return ",".join(parts)
 
 
@@ -85,7 +109,12 @@ def encode_line(
     field_text = encode_fields(fields)
     if not field_text:
         return None
-    head = escape_measurement(measurement) + tag_text
+    head = _MEASUREMENTS.get(measurement)
+    if head is None:
+        head = escape_measurement(measurement)
+        if len(_MEASUREMENTS) < _KEY_CACHE_MAX:
+            _MEASUREMENTS[measurement] = head
+    head += tag_text
     if ts_ns is None:
         return f"{head} {field_text}"
     return f"{head} {field_text} {ts_ns // divisor}"
