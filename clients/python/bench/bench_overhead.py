@@ -6,7 +6,8 @@
 2. Added latency on a ~1 ms onnxruntime model (CPU, one thread): p50/p99 of a bare
    ``session.run`` loop against the same loop timed with ``rec.infer`` and two stages,
    and against the same loop writing each point synchronously with ``influxdb-client``;
-   the variants run in turn, one run each, so that machine noise hits them alike.
+   the variants run in rounds, one run each in a random order, so that machine noise
+   hits them alike.
 
 Usage (from the repository root, after ``cargo build``):
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -198,6 +200,11 @@ def model_latency(rounds: int, http: int, udp: int) -> Dict[str, Dict[str, float
         return body
 
     udp_rec = edgewatch.Recorder(f"udp://127.0.0.1:{udp}", app="bench", queue_size=100_000)
+    # The hot path alone: a recorder whose sender never wakes during the runs (its queue
+    # only grows), to tell the calling thread's cost from the sender thread's.
+    idle_rec = edgewatch.Recorder(
+        f"udp://127.0.0.1:{udp}", app="bench", queue_size=100_000, flush_interval=3600, batch_points=1_000_000
+    )
     http_rec = edgewatch.Recorder(f"http://127.0.0.1:{http}", app="bench", queue_size=100_000)
     client = InfluxDBClient(url=f"http://127.0.0.1:{http}", token="unused", org="unused")
     write = client.write_api(write_options=SYNCHRONOUS)
@@ -223,21 +230,25 @@ def model_latency(rounds: int, http: int, udp: int) -> Dict[str, Dict[str, float
         "bare session.run, again (the noise band)": bare,
         "edgewatch, UDP": timed(udp_rec),
         "edgewatch, HTTP": timed(http_rec),
+        "edgewatch, sender idle (the calling thread's part)": timed(idle_rec),
         "influxdb-client, SYNCHRONOUS": influx,
     }
     wall: Dict[str, List[int]] = {k: [] for k in variants}
     cpu: Dict[str, List[int]] = {k: [] for k in variants}
     for body in variants.values():
         time_loop(100, body)  # warm up
-    # Round robin, one run of each variant in turn, the order rotating every round: the
-    # machine's noise (and the agent's commits after a synchronous write) hits all alike.
+    # Rounds of one run of each variant, in a new random order every round: the machine's
+    # noise, and the agent's commit after a synchronous write (which slows whatever runs
+    # next), hit all variants alike.
     # Wall time is what the caller waits; the calling thread's CPU time (ONNX Runtime with
     # one thread computes in it) is the same work without the time other processes took.
     names = list(variants)
     perf, thread_cpu = time.perf_counter_ns, time.thread_time_ns
+    order = random.Random(0)
     for r in range(rounds):
-        turn = r % len(names)
-        for name in names[turn:] + names[:turn]:
+        shuffled = names[:]
+        order.shuffle(shuffled)
+        for name in shuffled:
             body = variants[name]
             c0, t0 = thread_cpu(), perf()
             body(r)
@@ -275,6 +286,7 @@ def model_latency(rounds: int, http: int, udp: int) -> Dict[str, Dict[str, float
         out[name]["sender cpu us/point"] = (thread_cpu_ns(tid) - s0) / n / 1000.0
     udp_rec.close(timeout=30)
     http_rec.close(timeout=30)
+    idle_rec.close(timeout=30)
     client.close()
     out[names[0]]["layers"] = layers
     out["edgewatch, UDP"]["sent"] = udp_rec.stats()["sent"]
@@ -308,7 +320,7 @@ def main() -> None:
     print(f"\n(empty loop: median {rec['empty loop']['p50']:.2f} µs)")
     layers = int(model["bare session.run"]["layers"])
     print(f"\n### ~1 ms onnxruntime model ({layers} x (MatMul {BATCH}x{WIDTH}x{WIDTH} + Relu), 1 thread; "
-          f"{args.rounds} runs per variant, round robin)\n")
+          f"{args.rounds} runs per variant in random order)\n")
     print("| variant | wall p50 µs | wall p99 µs | added wall p50 | added wall p99 "
           "| CPU p50 µs | CPU p99 µs | added CPU p50 | added CPU p99 | sender CPU µs/point |")
     print("|---|---|---|---|---|---|---|---|---|---|")
