@@ -4,6 +4,7 @@ close() flushes; a wrong token or an oversized batch never raises."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -194,3 +195,29 @@ def test_interpreter_exit_flushes_an_unclosed_recorder(agent: Agent, transport: 
         env={"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "PATH": "/usr/bin:/bin"},
     )
     assert len(agent.wait_points(300, model="at_exit")) == 300
+
+
+@pytest.mark.parametrize("transport", ["udp", "http"])
+def test_a_forked_child_records_through_its_own_sender(agent: Agent, transport: str) -> None:
+    url = agent.udp_url if transport == "udp" else agent.http_url
+    rec = edgewatch.Recorder(url, flush_interval=3600, batch_points=100_000)
+    for i in range(5):
+        rec.record("parent", wall_ms=float(i))  # still queued at the fork
+    pid = os.fork()
+    if pid == 0:  # the child: its own sender sends its points, never the parent's
+        code = 1
+        try:
+            for i in range(10):
+                with rec.infer("child", batch_size=i):
+                    pass
+            rec.close(timeout=10)
+            s = rec.stats()
+            code = 0 if (s["sent"], s["dropped"]) == (10, 0) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    rec.close(timeout=10)
+    assert rec.stats()["sent"] == 5
+    assert len(agent.wait_points(10, model="child")) == 10
+    assert len(agent.wait_points(5, model="parent")) == 5

@@ -12,9 +12,11 @@ raises into the application: failures become counters and rate-limited log recor
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
+import weakref
 from collections import deque
 from typing import Deque, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -35,6 +37,18 @@ _TAG_CACHE_MAX = 4096
 # application's thread never waits for it longer than that: Python would otherwise let a
 # busy sender keep the GIL for a whole switch interval (5 ms) before handing it over.
 _YIELD_EVERY = 16
+
+# Every running pipeline, for the fork handler below.
+_live: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for pipeline in list(_live):
+        pipeline.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Pipeline:
@@ -96,10 +110,30 @@ class Pipeline:
         self._stop_deadline: Optional[float] = None
         self._progress = threading.Condition()
         self._warned: Dict[str, Tuple[float, int]] = {}
-        self._thread = threading.Thread(
-            target=self._run, name="edgewatch-sender", daemon=True
-        )
-        self._thread.start()
+        self._thread = self._start_thread()
+        _live.add(self)
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="edgewatch-sender", daemon=True)
+        thread.start()
+        return thread
+
+    def after_fork_in_child(self) -> None:
+        """In a child made by ``fork``: the sender thread did not come along, and a lock it
+        held would never be released. Resets the locks, forgets the parent's points (the
+        parent sends them) and its connection, and starts a sender for the child."""
+        for lock in (self.wake, self.drop_lock, self._progress):
+            reinit = getattr(lock, "_at_fork_reinit", None)
+            if reinit is not None:
+                reinit()
+        self.queue.clear()
+        self._pending.clear()
+        self._ready = []
+        self.sent = self.dropped = self.errors = self.gpu_timeouts = 0
+        self._attempt, self._first_failure, self._retry_at = 0, None, None
+        self._transport.forget()
+        if self._stop_deadline is None:
+            self._thread = self._start_thread()
 
     # ---- called from the application's threads --------------------------------------
 

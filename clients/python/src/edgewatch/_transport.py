@@ -88,6 +88,10 @@ class UdpTransport:
             self._sock.close()
             self._sock = None
 
+    def forget(self) -> None:
+        """After ``fork``, in the child: the socket is the parent's; open a new one."""
+        self.close()
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -159,6 +163,13 @@ class HttpTransport:
         except (OSError, http.client.HTTPException) as e:
             self.close()
             return Answer(None, error=f"POST {self._describe()}: {e}")
+
+    def forget(self) -> None:
+        """After ``fork``, in the child: the connection is the parent's. Drop it without
+        a word on it (closing our copy of the descriptor leaves the parent's open)."""
+        if self._conn is not None and self._conn.sock is not None:
+            self._conn.sock.close()
+        self._conn = None
 
     def _describe(self) -> str:
         ep = self._endpoint
