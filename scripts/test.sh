@@ -33,6 +33,18 @@ if ! python3 -c 'import influxdb, influxdb_client' >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check influxdb influxdb-client 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
 
+# The Python client's tests (clients/python): pytest, a real onnxruntime (CPU) with onnx to
+# build its model, and a real torch (PyPI's only Linux x86-64 build: about 3 GB of CUDA
+# wheels, installed once; the tests run it on the CPU).
+need_pip=()
+for pkg in pytest onnx onnxruntime torch; do
+    python3 -c "import $pkg" >/dev/null 2>&1 || need_pip+=("$pkg")
+done
+if [ ${#need_pip[@]} -gt 0 ]; then
+    echo "==> installing Python client test packages: ${need_pip[*]}"
+    python3 -m pip install --quiet --disable-pip-version-check "${need_pip[@]}" 2>&1 | grep -v "Running pip as the 'root' user" || true
+fi
+
 if [ ! -d tests/web/node_modules/playwright-core ]; then
     echo "==> installing playwright-core (drives Debian's chromium in the UI test)"
     npm install --no-save --no-audit --no-fund --silent --prefix tests/web playwright-core@1
@@ -44,6 +56,12 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "==> cargo test"
 cargo test --workspace --locked
+echo "==> python client tests"
+# The agent binary `cargo test` just built (a separate `cargo build` would rebuild it
+# without the test-fakes feature, and `cargo test` would then rebuild it again).
+agent_bin="$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/edgewatch"
+[ -x "$agent_bin" ] || cargo build --locked --bin edgewatch
+EDGEWATCH_BIN="$agent_bin" python3 -m pytest -q -p no:cacheprovider clients/python
 echo "==> aarch64 cross build, emulated smoke test and .deb check"
 ./scripts/smoke-aarch64.sh
 echo "==> all tests passed"
