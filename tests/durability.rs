@@ -553,7 +553,8 @@ fn a_read_only_store_is_refused_naming_it_and_used_again_once_writable() {
 /// error (`trigger_fs_error`). Needs root and a loop device (CI runs as root); unmounted
 /// (lazily) when dropped.
 struct Ext4 {
-    dir: tempfile::TempDir,
+    /// Holds the image and the mount point; removed (after the unmount) when dropped.
+    _dir: tempfile::TempDir,
     image: PathBuf,
     mnt: PathBuf,
 }
@@ -574,7 +575,11 @@ impl Ext4 {
             .status()
             .expect("mkfs.ext4 (Debian e2fsprogs)");
         assert!(st.success(), "mkfs.ext4: {st}");
-        let fs = Ext4 { dir, image, mnt };
+        let fs = Ext4 {
+            _dir: dir,
+            image,
+            mnt,
+        };
         fs.attach();
         fs
     }
