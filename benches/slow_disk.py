@@ -63,7 +63,7 @@ def start(base, shim, rollup):
             f'[storage]\ndata_dir = "{data}"\nsynchronous = "full"\n'
             "[host]\nenabled = false\n[tegrastats]\nenabled = false\n"
             "[nvml]\nenabled = false\n[health]\nenabled = false\n"
-            f"[rollup]\nenabled = {'true' if rollup else 'false'}\ninterval = \"1s\"\n"
+            f"[rollup]\nenabled = {'true' if rollup else 'false'}\ninterval = \"{os.environ.get('ROLLUP_INTERVAL', '1s')}\"\n"
             + os.environ.get("EXTRA_CONFIG", "").replace("\\n", "\n")
         )
     log = open(os.path.join(base, "agent.log"), "w")

@@ -107,14 +107,20 @@ impl Job {
     fn rollup_step(&mut self, now: i64) -> Result<Option<(u64, u64)>, RollupError> {
         let path = self.path.clone();
         let plan = &self.plan;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .ctx(&path)?;
-        let mut states = load_states(&tx, &path, plan)?;
+        // Reading and folding run under a read snapshot, without the write lock: ingest
+        // commits meanwhile (on a slow disk a 100,000-point fold under the lock held every
+        // write back for a second; `benches/slow_disk.py`). Only this job moves the tier
+        // cursors and removes chunks, and chunks below the ingest head never change, so the
+        // snapshot's batch is still the next one when the write transaction begins; that is
+        // checked, and a step that finds otherwise is dropped and redone.
+        let read = self.conn.transaction().ctx(&path)?;
+        let mut states = load_states(&read, &path, plan)?;
+        let read_cursors: Vec<i64> = states.iter().map(|s| s.cursor).collect();
         let min_cursor = states.iter().map(|s| s.cursor).min().unwrap_or(i64::MAX);
         // Chunks stamped by a clock that is not set yet wait (see crate::clock).
-        let hold = crate::clock::hold_from(&tx).ctx(&path)?.unwrap_or(i64::MAX);
+        let hold = crate::clock::hold_from(&read)
+            .ctx(&path)?
+            .unwrap_or(i64::MAX);
         // The batch: whole chunks by id until `batch_points` (at least one chunk).
         let mut chunks: Vec<(i64, i64, Vec<u8>)> = Vec::new();
         let mut points = 0u64;
@@ -124,7 +130,7 @@ impl Job {
             limit: Some(5000),
             ..Scan::default()
         };
-        chunks::scan(&tx, &path, &scan, |c| {
+        chunks::scan(&read, &path, &scan, |c| {
             if points >= plan.batch_points as u64 {
                 return Ok(ControlFlow::Break(()));
             }
@@ -132,6 +138,7 @@ impl Job {
             chunks.push((c.id, c.ts_min, c.data.to_vec()));
             Ok(ControlFlow::Continue(()))
         })?;
+        read.commit().ctx(&path)?;
         let Some(last_id) = chunks.last().map(|c| c.0) else {
             return Ok(None);
         };
@@ -164,6 +171,23 @@ impl Job {
                     fresh[ti].at((sid, b)).add(ts, f);
                 }
             }
+        }
+        // The write lock, held only for merging into the stored rows and writing them.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx(&path)?;
+        let now_cursors: Vec<i64> = load_states(&tx, &path, plan)?
+            .iter()
+            .map(|s| s.cursor)
+            .collect();
+        if now_cursors != read_cursors {
+            tracing::warn!(
+                ?read_cursors,
+                ?now_cursors,
+                "tier cursors moved during a rollup step; redoing it"
+            );
+            return Ok(Some((0, 0)));
         }
         for (ti, tier) in plan.tiers.iter().enumerate() {
             let key = tier.key();
