@@ -134,8 +134,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let dir = cfg.storage.data_dir.clone();
     let max_series = cfg.storage.max_series.get();
     let sync = cfg.storage.synchronous;
-    let store = tokio::task::spawn_blocking(move || Writer::open(&dir, max_series, sync))
-        .await
+    let latest = Arc::new(crate::store::LatestValues::new());
+    let keep = latest.clone();
+    let store = tokio::task::spawn_blocking(move || {
+        Writer::open(&dir, max_series, sync).map(|mut w| {
+            w.keep_latest(keep);
+            w
+        })
+    })
+    .await
         .map_err(|e| StoreError::Dir {
             path: cfg.storage.data_dir.clone(),
             source: std::io::Error::other(e.to_string()),
@@ -188,6 +195,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         max_series,
         synchronous: cfg.storage.synchronous,
         db_path: db_path.clone(),
+        latest,
+        http: Arc::new(cfg.http.clone()),
     };
     // What the health collector reads, taken before the routes own the context (the context
     // holds an ingest handle: it must go with the server, or the queue never closes).

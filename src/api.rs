@@ -21,8 +21,10 @@ use crate::stats::Stats;
 use crate::status::{self, Status};
 use crate::store::{Reader, StoreError};
 
+pub mod body;
 mod params;
 
+pub use params::{series_filter_from_params, MAX_ANSWER_VALUES, MAX_SERIES_PAGE, SERIES_PAGE};
 pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 
 /// What the read API needs.
@@ -54,6 +56,10 @@ pub struct ApiCtx {
     pub scrape: Arc<crate::collect::scrape::ScrapeStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
+    /// The newest value of every numeric series, kept by the writer (`/metrics`).
+    pub latest: Arc<crate::store::LatestValues>,
+    /// `[http]` (which measurements `/metrics` exports).
+    pub http: Arc<crate::config::HttpConfig>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -63,6 +69,28 @@ fn json_error(status: StatusCode, message: &str) -> Response {
 
 fn store_error(e: &StoreError) -> Response {
     json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+}
+
+/// A page of `/api/v1/series`.
+#[derive(serde::Serialize)]
+struct SeriesAnswer {
+    series: Vec<crate::store::query::SeriesInfo>,
+    /// The `cursor` of the next page; `null` on the last.
+    next: Option<String>,
+    /// Series matching the filter (first page only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    total: Option<i64>,
+}
+
+/// The answer of a raw `/api/v1/query`.
+#[derive(serde::Serialize)]
+struct RawAnswer {
+    measurement: String,
+    from: i64,
+    to: i64,
+    tier: &'static str,
+    truncated: bool,
+    series: Vec<crate::store::query::SeriesPoints>,
 }
 
 /// Runs `f` with the reader on the blocking pool.
@@ -87,12 +115,13 @@ where
     }
 }
 
-/// Answers an engine result: 400 for a bad query, 500 for a store failure.
-fn engine_reply(
-    res: Result<Result<serde_json::Value, crate::engine::EngineError>, Response>,
+/// Answers an engine result (its JSON streamed): 400 for a bad query, 500 for a store
+/// failure.
+fn engine_reply<T: serde::Serialize + Send + 'static>(
+    res: Result<Result<T, crate::engine::EngineError>, Response>,
 ) -> Response {
     match res {
-        Ok(Ok(v)) => warp::reply::json(&v).into_response(),
+        Ok(Ok(v)) => body::json(v),
         Ok(Err(crate::engine::EngineError::BadQuery(e))) => json_error(StatusCode::BAD_REQUEST, &e),
         Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         Err(resp) => resp,
@@ -138,9 +167,40 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .and(warp::query::<HashMap<String, String>>())
         .and(with.clone())
         .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
-            let m = q.get("measurement").cloned();
-            match with_reader(&ctx, move |r| r.series(m.as_deref())).await {
-                Ok(s) => warp::reply::json(&json!({ "series": s })).into_response(),
+            let filter = match series_filter_from_params(&q) {
+                Ok(f) => f,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            let res = with_reader(&ctx, move |r| {
+                // The total only on the first page: a count reads every matching row.
+                let total = match filter.after {
+                    None => Some(r.series_matching(&filter)?),
+                    Some(_) => None,
+                };
+                Ok((r.series_page(&filter)?, total))
+            })
+            .await;
+            match res {
+                Ok((page, total)) => warp::reply::json(&SeriesAnswer {
+                    next: page.next.as_ref().map(|(k, f)| params::cursor(k, f)),
+                    total,
+                    series: page.series,
+                })
+                .into_response(),
+                Err(resp) => resp,
+            }
+        });
+    let fields = warp::path!("api" / "v1" / "fields")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let m = q.get("measurement").filter(|m| !m.is_empty()).cloned();
+            match with_reader(&ctx, move |r| r.fields(m.as_deref(), MAX_SERIES_PAGE)).await {
+                Ok((fields, truncated)) => {
+                    warp::reply::json(&json!({ "fields": fields, "truncated": truncated }))
+                        .into_response()
+                }
                 Err(resp) => resp,
             }
         });
@@ -155,10 +215,14 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
                 Ok(Some(aq)) => {
                     let plan = ctx.plan.clone();
                     let res = with_reader(&ctx, move |r| {
+                        let n = r.count_numeric(&aq.measurement, &aq.field, &aq.tags)?;
+                        if let Err(e) = params::answer_size(n, aq.from, aq.to, aq.step_ns) {
+                            return Ok(Err(crate::engine::EngineError::BadQuery(e)));
+                        }
                         Ok(crate::engine::query(r, &plan, &aq, crate::now_ns()))
                     })
                     .await;
-                    return engine_reply(res.map(|r| r.map(|v| json!(v))));
+                    return engine_reply(res);
                 }
                 Ok(None) => {}
             }
@@ -168,15 +232,14 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             };
             let (m, from, to) = (rq.measurement.clone(), rq.from, rq.to);
             match with_reader(&ctx, move |r| r.query_raw(&rq)).await {
-                Ok(res) => warp::reply::json(&json!({
-                    "measurement": m,
-                    "from": from,
-                    "to": to,
-                    "tier": "raw",
-                    "truncated": res.truncated,
-                    "series": res.series,
-                }))
-                .into_response(),
+                Ok(res) => body::json(RawAnswer {
+                    measurement: m,
+                    from,
+                    to,
+                    tier: "raw",
+                    truncated: res.truncated,
+                    series: res.series,
+                }),
                 Err(resp) => resp,
             }
         });
@@ -192,6 +255,13 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             };
             let (plan, inf) = (ctx.plan.clone(), ctx.inference.clone());
             let res = with_reader(&ctx, move |r| {
+                // What the latency signals read: every `inference` tag set of the model.
+                let tags: Vec<(String, String)> =
+                    iq.model.iter().map(|m| ("model".to_string(), m.clone())).collect();
+                let n = r.count_numeric("inference", "wall_ms", &tags)?;
+                if let Err(e) = params::answer_size(n, iq.from, iq.to, iq.step_ns) {
+                    return Ok(Err(crate::engine::EngineError::BadQuery(e)));
+                }
                 Ok(crate::engine::inference(
                     r,
                     &plan,
@@ -211,6 +281,8 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .or(ping)
         .unify()
         .or(series)
+        .unify()
+        .or(fields)
         .unify()
         .or(query)
         .unify()

@@ -2,13 +2,87 @@
 //! `field`, `tag.k=v`, `from`, `to`, `limit`, `step`, `agg`, `group_by`, `model`) turned
 //! into the typed queries of the store and the engine. The words themselves are checked by
 //! [`crate::engine::request`], which the command line shares; this module only reads them out
-//! of the query string. It never runs a query.
+//! of the query string. It never runs a query. Also the listing's parameters (`measurement`,
+//! `match`, `limit`, `cursor`) and the answer-size bound every query is held to.
 
 use std::collections::HashMap;
 
 use crate::engine::request::{self, DEFAULT_LIMIT};
 use crate::engine::{AggQuery, InferenceQuery};
-use crate::store::query::RawQuery;
+use crate::store::query::{RawQuery, SeriesFilter};
+
+/// Series per page of `/api/v1/series` when `limit` is not given.
+pub const SERIES_PAGE: usize = 1_000;
+/// Most series per page of `/api/v1/series` (and entries of `/api/v1/fields`).
+pub const MAX_SERIES_PAGE: usize = 10_000;
+/// Most values one query answers: raw points (a larger `limit` is cut to this, with
+/// `truncated: true`), or series read x steps of an aggregate query (refused past it, 400).
+pub const MAX_ANSWER_VALUES: usize = 200_000;
+
+/// The opaque `cursor` of the page after `(key, field)`.
+pub fn cursor(key: &str, field: &str) -> String {
+    use base64::Engine;
+    let raw = serde_json::json!([key, field]).to_string();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+}
+
+fn parse_cursor(c: &str) -> Option<(String, String)> {
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(c)
+        .ok()?;
+    serde_json::from_slice(&raw).ok()
+}
+
+/// `/api/v1/series`: `measurement`, `match` (words, each of which must appear in
+/// `measurement,tag=value,... field`, any case), `limit` (default [`SERIES_PAGE`], at most
+/// [`MAX_SERIES_PAGE`]) and `cursor` (the previous page's `next`).
+pub fn series_filter_from_params(params: &HashMap<String, String>) -> Result<SeriesFilter, String> {
+    let limit = match get(params, "limit").filter(|l| !l.is_empty()) {
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=MAX_SERIES_PAGE).contains(&n) => n,
+            _ => {
+                return Err(format!(
+                    "invalid limit {l:?}: expected 1 to {MAX_SERIES_PAGE} series per page"
+                ))
+            }
+        },
+        None => SERIES_PAGE,
+    };
+    let after = match get(params, "cursor").filter(|c| !c.is_empty()) {
+        Some(c) => Some(parse_cursor(c).ok_or_else(|| {
+            format!("invalid cursor {c:?}: pass the `next` of the previous page as it came")
+        })?),
+        None => None,
+    };
+    Ok(SeriesFilter {
+        measurement: request::field(get(params, "measurement")),
+        words: get(params, "match")
+            .unwrap_or("")
+            .split_whitespace()
+            .take(16)
+            .map(String::from)
+            .collect(),
+        after,
+        limit,
+    })
+}
+
+/// Checks the size of an aggregate answer before it is computed: `series` read x the
+/// steps of `[from, to]` must stay within [`MAX_ANSWER_VALUES`]; the error says how to
+/// narrow the query.
+pub fn answer_size(series: usize, from: i64, to: i64, step_ns: i64) -> Result<(), String> {
+    let steps = (to.saturating_sub(from) / step_ns.max(1)).saturating_add(1).max(1) as u128;
+    let values = steps.saturating_mul(series as u128);
+    if values > MAX_ANSWER_VALUES as u128 {
+        return Err(format!(
+            "this query would answer up to {values} values ({series} series x {steps} steps), \
+             more than the limit of {MAX_ANSWER_VALUES}: narrow it with tag.K=V, a larger \
+             `step` or a shorter range"
+        ));
+    }
+    Ok(())
+}
 
 fn get<'a>(params: &'a HashMap<String, String>, key: &str) -> Option<&'a str> {
     params.get(key).map(String::as_str)
@@ -27,6 +101,8 @@ pub fn raw_query_from_params(
             .map_err(|_| format!("invalid limit {l:?}: expected a positive integer"))?,
         None => DEFAULT_LIMIT,
     };
+    // Past the bound the answer is cut (`truncated: true`), never allocated.
+    let limit = limit.min(MAX_ANSWER_VALUES);
     let mut tags: Vec<(String, String)> = params
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("tag.").map(|t| (t.to_string(), v.clone())))

@@ -7,6 +7,7 @@
 //! never deletes an entry.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -133,6 +134,58 @@ pub fn numeric_series(
                 .optional()
         })
         .ctx(path)
+}
+
+/// Calls `f(series id, measurement, field, tag set key)` for every numeric (not string)
+/// series with an id above `after`, by id, one row at a time; `f` stops the walk with
+/// `Break`.
+pub fn numeric_series_after(
+    conn: &Connection,
+    path: &Path,
+    after: i64,
+    mut f: impl FnMut(i64, &str, &str, &str) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT s.id, t.measurement, s.field, t.key FROM series s \
+             JOIN tagsets t ON t.id = s.tagset_id WHERE s.id > ?1 AND s.kind != 4 ORDER BY s.id",
+        )
+        .ctx(path)?;
+    let mut rows = st.query(params![after]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?));
+        let (m, field, key) = (text(1).ctx(path)?, text(2).ctx(path)?, text(3).ctx(path)?);
+        if f(r.get(0).ctx(path)?, m, field, key).is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f(series id, tag set key)` for the numeric series `field` of every tag set of
+/// `measurement`, one row at a time (through the measurement index); `f` stops the walk
+/// with `Break`.
+pub fn numeric_members(
+    conn: &Connection,
+    path: &Path,
+    measurement: &str,
+    field: &str,
+    mut f: impl FnMut(i64, &str) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT s.id, t.key FROM tagsets t JOIN series s \
+             ON s.tagset_id = t.id AND s.field = ?2 WHERE t.measurement = ?1 AND s.kind != 4",
+        )
+        .ctx(path)?;
+    let mut rows = st.query(params![measurement, field]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let key = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).ctx(path)?;
+        if f(r.get(0).ctx(path)?, key).is_break() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Number of series.

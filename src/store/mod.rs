@@ -22,6 +22,7 @@ pub mod clockfix;
 pub mod codec;
 pub mod counters;
 pub mod dict;
+pub mod latest;
 pub mod open;
 pub mod query;
 pub mod sinks;
@@ -35,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
+pub use latest::LatestValues;
 pub use open::{open, Ctx, Mode};
 pub use write::{WriteSummary, Writer, MAX_CHUNK_POINTS};
 
