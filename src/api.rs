@@ -24,7 +24,10 @@ use crate::store::{Reader, StoreError};
 pub mod body;
 mod params;
 
-pub use params::{series_filter_from_params, MAX_ANSWER_VALUES, MAX_SERIES_PAGE, SERIES_PAGE};
+pub use params::{
+    series_filter_from_params, MAX_AGG_VALUES, MAX_AGG_SERIES, MAX_RAW_POINTS, MAX_SERIES_PAGE,
+    SERIES_PAGE,
+};
 pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 
 /// What the read API needs.
@@ -69,17 +72,6 @@ fn json_error(status: StatusCode, message: &str) -> Response {
 
 fn store_error(e: &StoreError) -> Response {
     json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
-}
-
-/// A page of `/api/v1/series`.
-#[derive(serde::Serialize)]
-struct SeriesAnswer {
-    series: Vec<crate::store::query::SeriesInfo>,
-    /// The `cursor` of the next page; `null` on the last.
-    next: Option<String>,
-    /// Series matching the filter (first page only).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    total: Option<i64>,
 }
 
 /// The answer of a raw `/api/v1/query`.
@@ -177,16 +169,32 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
                     None => Some(r.series_matching(&filter)?),
                     Some(_) => None,
                 };
-                Ok((r.series_page(&filter)?, total))
+                let mut out = Vec::with_capacity(64 * 1024);
+                out.extend_from_slice(b"{\"series\":");
+                let next = r.series_page_json(&filter, &mut out)?;
+                let tail = json!({
+                    "next": next.as_ref().map(|(k, f)| params::cursor(k, f)),
+                    "total": total,
+                });
+                out.extend_from_slice(b",\"next\":");
+                out.extend_from_slice(tail["next"].to_string().as_bytes());
+                if total.is_some() {
+                    out.extend_from_slice(b",\"total\":");
+                    out.extend_from_slice(tail["total"].to_string().as_bytes());
+                }
+                out.push(b'}');
+                Ok(out)
             })
             .await;
             match res {
-                Ok((page, total)) => warp::reply::json(&SeriesAnswer {
-                    next: page.next.as_ref().map(|(k, f)| params::cursor(k, f)),
-                    total,
-                    series: page.series,
-                })
-                .into_response(),
+                Ok(body) => {
+                    let mut r = Response::new(body.into());
+                    r.headers_mut().insert(
+                        warp::http::header::CONTENT_TYPE,
+                        warp::http::HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
                 Err(resp) => resp,
             }
         });

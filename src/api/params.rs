@@ -15,9 +15,14 @@ use crate::store::query::{RawQuery, SeriesFilter};
 pub const SERIES_PAGE: usize = 1_000;
 /// Most series per page of `/api/v1/series` (and entries of `/api/v1/fields`).
 pub const MAX_SERIES_PAGE: usize = 10_000;
-/// Most values one query answers: raw points (a larger `limit` is cut to this, with
-/// `truncated: true`), or series read x steps of an aggregate query (refused past it, 400).
-pub const MAX_ANSWER_VALUES: usize = 200_000;
+/// Most points one raw query answers: a larger `limit` is cut to this (the answer says
+/// `truncated: true`); at most [`crate::store::query::MAX_RAW_SERIES`] series, likewise.
+pub const MAX_RAW_POINTS: usize = 200_000;
+/// Most series an aggregate query reads (tag sets matching measurement, field and tags):
+/// past it the query is refused (400), before anything is read.
+pub const MAX_AGG_SERIES: usize = 5_000;
+/// Most series read x steps of an aggregate query: past it the query is refused (400).
+pub const MAX_AGG_VALUES: usize = 50_000;
 
 /// The opaque `cursor` of the page after `(key, field)`.
 pub fn cursor(key: &str, field: &str) -> String {
@@ -68,17 +73,17 @@ pub fn series_filter_from_params(params: &HashMap<String, String>) -> Result<Ser
     })
 }
 
-/// Checks the size of an aggregate answer before it is computed: `series` read x the
-/// steps of `[from, to]` must stay within [`MAX_ANSWER_VALUES`]; the error says how to
-/// narrow the query.
+/// Checks the size of an aggregate answer before it is computed: at most
+/// [`MAX_AGG_SERIES`] series read, and `series` x the steps of `[from, to]` within
+/// [`MAX_AGG_VALUES`]; the error says how to narrow the query.
 pub fn answer_size(series: usize, from: i64, to: i64, step_ns: i64) -> Result<(), String> {
     let steps = (to.saturating_sub(from) / step_ns.max(1)).saturating_add(1).max(1) as u128;
     let values = steps.saturating_mul(series as u128);
-    if values > MAX_ANSWER_VALUES as u128 {
+    if series > MAX_AGG_SERIES || values > MAX_AGG_VALUES as u128 {
         return Err(format!(
-            "this query would answer up to {values} values ({series} series x {steps} steps), \
-             more than the limit of {MAX_ANSWER_VALUES}: narrow it with tag.K=V, a larger \
-             `step` or a shorter range"
+            "this query would read {series} series x {steps} steps = {values} values, more than \
+             the limit of {MAX_AGG_SERIES} series and {MAX_AGG_VALUES} values: narrow it with \
+             tag.K=V, a larger `step` or a shorter range"
         ));
     }
     Ok(())
@@ -102,7 +107,7 @@ pub fn raw_query_from_params(
         None => DEFAULT_LIMIT,
     };
     // Past the bound the answer is cut (`truncated: true`), never allocated.
-    let limit = limit.min(MAX_ANSWER_VALUES);
+    let limit = limit.min(MAX_RAW_POINTS);
     let mut tags: Vec<(String, String)> = params
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("tag.").map(|t| (t.to_string(), v.clone())))
@@ -212,10 +217,32 @@ mod tests {
             vec![("a".into(), "1".into()), ("b".into(), "2".into())]
         );
         assert_eq!((q.limit, q.to), (5, 10 * NS));
+        // Past the answer bound a limit is cut to it (the answer says `truncated`).
+        let huge = params(&[("measurement", "m"), ("limit", "100000000000")]);
+        assert_eq!(raw_query_from_params(&huge, 0).unwrap().limit, MAX_RAW_POINTS);
         let bad = params(&[("measurement", "m"), ("limit", "-1")]);
         assert!(raw_query_from_params(&bad, 0)
             .unwrap_err()
             .contains("invalid limit"));
+    }
+
+    #[test]
+    fn answer_size_counts_series_times_steps() {
+        assert!(answer_size(5_000, 0, 0, 1).is_ok());
+        assert!(answer_size(5_001, 0, 0, 1).is_err());
+        assert!(answer_size(1_000, 0, 49 * NS, NS).is_ok());
+        let e = answer_size(1_000, 0, 50 * NS, NS).unwrap_err();
+        assert!(e.contains("1000 series x 51 steps = 51000 values"), "{e}");
+        assert!(answer_size(usize::MAX, i64::MIN, i64::MAX, 1).is_err());
+    }
+
+    #[test]
+    fn series_pages_read_their_cursor_back() {
+        let p = params(&[("cursor", &cursor("m,a=b", "f")), ("match", " a  B "), ("limit", "5")]);
+        let f = series_filter_from_params(&p).unwrap();
+        assert_eq!(f.after, Some(("m,a=b".to_string(), "f".to_string())));
+        assert_eq!((f.words, f.limit), (vec!["a".to_string(), "B".to_string()], 5));
+        assert_eq!(series_filter_from_params(&params(&[])).unwrap().limit, SERIES_PAGE);
     }
 
     #[test]

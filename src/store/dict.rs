@@ -109,6 +109,47 @@ pub fn tagsets(
     .ctx(path)
 }
 
+/// Calls `f` with each tag set of `measurement` whose tags include every `(key, value)` of
+/// `tags`, by key, one row at a time (only the current one is held); `f` stops the walk
+/// with `Break`.
+pub fn for_each_tagset<E: From<StoreError>>(
+    conn: &Connection,
+    path: &Path,
+    measurement: &str,
+    tags: &[(String, String)],
+    mut f: impl FnMut(Tagset) -> Result<ControlFlow<()>, E>,
+) -> Result<(), E> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT id, key, measurement, tags FROM tagsets WHERE measurement = ?1 ORDER BY key",
+        )
+        .ctx(path)?;
+    let mut rows = st.query(params![measurement]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let t = tagset_row(r).ctx(path)?;
+        if tags.iter().all(|(k, v)| t.tags.get(k) == Some(v)) && f(t)?.is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The tag sets of `measurement` whose tags include every `(key, value)` of `tags`, by
+/// key: only the matching ones are held.
+pub fn tagsets_matching(
+    conn: &Connection,
+    path: &Path,
+    measurement: &str,
+    tags: &[(String, String)],
+) -> Result<Vec<Tagset>, StoreError> {
+    let mut out = Vec::new();
+    for_each_tagset(conn, path, measurement, tags, |t| {
+        out.push(t);
+        Ok::<_, StoreError>(ControlFlow::Continue(()))
+    })?;
+    Ok(out)
+}
+
 /// The series of tag set `tagset`, by field.
 pub fn fields(conn: &Connection, path: &Path, tagset: i64) -> Result<Vec<Series>, StoreError> {
     let mut st = conn

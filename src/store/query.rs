@@ -65,9 +65,13 @@ pub struct SeriesPoints {
 pub struct RawResult {
     /// Matching series with their points.
     pub series: Vec<SeriesPoints>,
-    /// True when `limit` cut the result short.
+    /// True when `limit` (or [`MAX_RAW_SERIES`]) cut the result short.
     pub truncated: bool,
 }
+
+/// Most series one raw query answers (each carries its tags); past it the answer is cut
+/// and says `truncated`.
+pub const MAX_RAW_SERIES: usize = 5_000;
 
 /// Which series a page of the listing holds.
 #[derive(Debug, Clone, Default)]
@@ -81,15 +85,6 @@ pub struct SeriesFilter {
     pub after: Option<(String, String)>,
     /// Most series in the page.
     pub limit: usize,
-}
-
-/// One page of the series listing.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SeriesPage {
-    /// Series, ordered by tag set key and field.
-    pub series: Vec<SeriesInfo>,
-    /// Where the next page starts (`(key, field)` of the last one) when there may be more.
-    pub next: Option<(String, String)>,
 }
 
 /// One measurement + field, with the number of its series.
@@ -126,10 +121,22 @@ fn like_words(sql: &mut String, args: &mut Vec<rusqlite::types::Value>, words: &
     }
 }
 
+/// `s` as a JSON string.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
 impl Reader {
     /// One page of the series listing (see [`SeriesFilter`]), ordered by tag set key and
-    /// field; only the page is held.
-    pub fn series_page(&self, f: &SeriesFilter) -> Result<SeriesPage, StoreError> {
+    /// field, written to `out` as a JSON array of `{measurement, tags, field, type}` as the
+    /// rows are read (the stored tags are JSON already: copied, not parsed). Returns where
+    /// the next page starts (`(key, field)` of the last series) when there may be more.
+    pub fn series_page_json(
+        &self,
+        f: &SeriesFilter,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<(String, String)>, StoreError> {
         use rusqlite::types::Value as V;
         let mut sql = String::from(
             "SELECT t.key, t.measurement, t.tags, s.field, s.kind FROM tagsets t \
@@ -156,31 +163,43 @@ impl Reader {
         let mut rows = st
             .query(rusqlite::params_from_iter(args))
             .ctx(&self.path)?;
-        let mut series = Vec::new();
-        let mut last = None;
-        let mut more = false;
+        let (mut n, mut last) = (0usize, None::<(String, String)>);
+        out.push(b'[');
         while let Some(r) = rows.next().ctx(&self.path)? {
-            if series.len() == f.limit {
-                more = true;
-                break;
+            if n == f.limit {
+                out.push(b']');
+                return Ok(last);
             }
-            let key: String = r.get(0).ctx(&self.path)?;
-            let tags: String = r.get(2).ctx(&self.path)?;
-            let field: String = r.get(3).ctx(&self.path)?;
+            let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?)).ctx(&self.path);
+            let (key, m, tags, field) = (text(0)?, text(1)?, text(2)?, text(3)?);
             let kind = crate::model::Kind::from_code(r.get(4).ctx(&self.path)?)
                 .unwrap_or(crate::model::Kind::Float);
-            series.push(SeriesInfo {
-                measurement: r.get(1).ctx(&self.path)?,
-                tags: serde_json::from_str(&tags).unwrap_or_default(),
-                field: field.clone(),
-                kind: kind.name(),
-            });
-            last = Some((key, field));
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"measurement\":");
+            json_str(out, m);
+            out.extend_from_slice(b",\"tags\":");
+            // Written by the writer with serde_json: an object, valid JSON.
+            out.extend_from_slice(if tags.starts_with('{') { tags.as_bytes() } else { b"{}" });
+            out.extend_from_slice(b",\"field\":");
+            json_str(out, field);
+            out.extend_from_slice(b",\"type\":");
+            json_str(out, kind.name());
+            out.push(b'}');
+            n += 1;
+            match &mut last {
+                Some((k, fl)) => {
+                    k.clear();
+                    k.push_str(key);
+                    fl.clear();
+                    fl.push_str(field);
+                }
+                None => last = Some((key.to_string(), field.to_string())),
+            }
         }
-        Ok(SeriesPage {
-            series,
-            next: if more { last } else { None },
-        })
+        out.push(b']');
+        Ok(None)
     }
 
     /// How many series match `f`'s measurement and words (its cursor and limit ignored).
@@ -285,21 +304,24 @@ impl Reader {
         Ok(out)
     }
 
-    /// Raw points of every series matching `q`.
+    /// Raw points of every series matching `q`: at most `q.limit` points and
+    /// [`MAX_RAW_SERIES`] series (`truncated` says when either cut it). Tag sets are read
+    /// one at a time; only the answer is held.
     pub fn query_raw(&self, q: &RawQuery) -> Result<RawResult, StoreError> {
         let mut series = Vec::new();
         let mut total = 0usize;
         let mut truncated = false;
-        for ts in dict::tagsets(&self.conn, &self.path, Some(&q.measurement))? {
-            if !q.tags.iter().all(|(k, v)| ts.tags.get(k) == Some(v)) {
-                continue;
+        dict::for_each_tagset(&self.conn, &self.path, &q.measurement, &q.tags, |ts| {
+            if series.len() >= MAX_RAW_SERIES {
+                truncated = true;
+                return Ok(ControlFlow::Break(()));
             }
             let fields: Vec<_> = dict::fields(&self.conn, &self.path, ts.id)?
                 .into_iter()
                 .filter(|s| q.field.as_deref().map_or(true, |want| want == s.field))
                 .collect();
             if fields.is_empty() {
-                continue;
+                return Ok(ControlFlow::Continue(()));
             }
             let index: HashMap<i64, usize> =
                 fields.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
@@ -345,10 +367,12 @@ impl Reader {
                     points: pts,
                 });
             }
-            if truncated {
-                break;
-            }
-        }
+            Ok(if truncated {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        })?;
         Ok(RawResult { series, truncated })
     }
 }
