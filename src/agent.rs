@@ -143,10 +143,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         })
     })
     .await
-        .map_err(|e| StoreError::Dir {
-            path: cfg.storage.data_dir.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })??;
+    .map_err(|e| StoreError::Dir {
+        path: cfg.storage.data_dir.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })??;
     let db_path = store.path().to_path_buf();
     tracing::info!(db = %db_path.display(), series = store.series_count(), "store open");
     let reader = Reader::open(&cfg.storage.data_dir)?;

@@ -24,11 +24,11 @@ use crate::store::{Reader, StoreError};
 pub mod body;
 mod params;
 
+pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 pub use params::{
-    series_filter_from_params, MAX_AGG_VALUES, MAX_AGG_SERIES, MAX_RAW_POINTS, MAX_SERIES_PAGE,
+    series_filter_from_params, MAX_AGG_SERIES, MAX_AGG_VALUES, MAX_RAW_POINTS, MAX_SERIES_PAGE,
     SERIES_PAGE,
 };
-pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 
 /// What the read API needs.
 #[derive(Clone)]
@@ -264,8 +264,11 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             let (plan, inf) = (ctx.plan.clone(), ctx.inference.clone());
             let res = with_reader(&ctx, move |r| {
                 // What the latency signals read: every `inference` tag set of the model.
-                let tags: Vec<(String, String)> =
-                    iq.model.iter().map(|m| ("model".to_string(), m.clone())).collect();
+                let tags: Vec<(String, String)> = iq
+                    .model
+                    .iter()
+                    .map(|m| ("model".to_string(), m.clone()))
+                    .collect();
                 let n = r.count_numeric("inference", "wall_ms", &tags)?;
                 if let Err(e) = params::answer_size(n, iq.from, iq.to, iq.step_ns) {
                     return Ok(Err(crate::engine::EngineError::BadQuery(e)));

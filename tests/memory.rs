@@ -36,12 +36,7 @@ fn write_series(agent: &Agent, m: &str, n: usize) {
                 )
             })
             .collect();
-        let (code, text) = post(
-            &agent.url("/write?precision=ms"),
-            body.as_bytes(),
-            &[],
-        )
-        .unwrap();
+        let (code, text) = post(&agent.url("/write?precision=ms"), body.as_bytes(), &[]).unwrap();
         assert_eq!(code, 204, "{text}");
         i = end;
     }
@@ -118,7 +113,10 @@ fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
     for _ in 0..3 {
         text = get_ok(&agent, "/metrics");
     }
-    let samples = text.lines().filter(|l| l.starts_with("bench_value{")).count();
+    let samples = text
+        .lines()
+        .filter(|l| l.starts_with("bench_value{"))
+        .count();
     assert_eq!(samples, 10_000, "{}", &text[..text.len().min(2000)]);
     assert!(
         text.contains("bench_value{host=\"dev\",req=\"r0000042\"} 42.5\n"),
@@ -127,7 +125,10 @@ fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
     );
     let (keys, pages) = list_all(&agent, "", 10_000);
     assert_eq!((keys.len(), pages), (10_000, 1));
-    get_ok(&agent, "/api/v1/query?measurement=bench&field=value&from=-10m");
+    get_ok(
+        &agent,
+        "/api/v1/query?measurement=bench&field=value&from=-10m",
+    );
     // Over every series: refused (more than 5,000 series read); over one: answered.
     let (code, body) = get(&agent.url(
         "/api/v1/query?measurement=bench&field=value&from=-10m&step=5m&agg=p99&group_by=host",
@@ -199,10 +200,9 @@ fn queries_past_the_answer_bound_are_refused() {
     let agent = Agent::start(dir.path(), QUIET);
     write_series(&agent, "bench", 3_000);
     // 3,000 series x 121 steps (10 s over 20 min) = 363,000 values > 50,000.
-    let (code, body) = get(&agent.url(
-        "/api/v1/query?measurement=bench&field=value&from=-20m&step=10s&agg=mean",
-    ))
-    .unwrap();
+    let (code, body) =
+        get(&agent.url("/api/v1/query?measurement=bench&field=value&from=-20m&step=10s&agg=mean"))
+            .unwrap();
     assert_eq!(code, 400, "{body}");
     assert!(
         body.contains("3000 series x 121 steps") && body.contains("limit of 5000 series"),
@@ -237,7 +237,10 @@ fn metrics_keep_newest_values_across_a_restart_and_filter_measurements() {
         &format!("{QUIET}[http]\nmetrics_include = [\"gpu*\", \"bench\"]\nmetrics_exclude = [\"gpu_x\"]\n"),
     );
     let text = get_ok(&agent, "/metrics");
-    let bench = text.lines().filter(|l| l.starts_with("bench_value{")).count();
+    let bench = text
+        .lines()
+        .filter(|l| l.starts_with("bench_value{"))
+        .count();
     assert_eq!(bench, 5, "{text}");
     assert!(!text.contains("gpu_x_value"), "{text}");
     assert!(text.contains("edgewatch_points_written_total"), "{text}");

@@ -218,7 +218,13 @@ fn ui_series_tab_pages_and_filters_many_series() {
     let now = now_ms();
     for part in 0..4 {
         let body: String = (part * 5_000..(part + 1) * 5_000)
-            .map(|j| format!("req,req=r{j:07},host=dev wall_ms={}.5 {}\n", j % 97, now - j as i64))
+            .map(|j| {
+                format!(
+                    "req,req=r{j:07},host=dev wall_ms={}.5 {}\n",
+                    j % 97,
+                    now - j as i64
+                )
+            })
             .collect();
         feed(&agent.url(""), &body, &[]);
     }
@@ -235,14 +241,21 @@ fn ui_series_tab_pages_and_filters_many_series() {
         String::from_utf8_lossy(&out.stderr)
     );
     let r: J = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
-    assert!(r["failure"].is_null(), "browser step failed: {}", r["failure"]);
+    assert!(
+        r["failure"].is_null(),
+        "browser step failed: {}",
+        r["failure"]
+    );
     assert_eq!(r["errors"], serde_json::json!([]), "console errors");
     assert_eq!(r["firstRows"], 200, "{r}");
     assert_eq!(r["firstCount"], "200 of 20000 series", "{r}");
     assert_eq!(r["moreRows"], 400, "{r}");
     let rows = r["filterRows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{r}");
-    assert!(rows[0].as_str().unwrap_or("").contains("req=r0012345"), "{r}");
+    assert!(
+        rows[0].as_str().unwrap_or("").contains("req=r0012345"),
+        "{r}"
+    );
     assert_eq!(r["filterCount"], "1 of 1 series matching", "{r}");
     // No answer carried more than a page (a page of 200 rows is ~20 KB; the whole list ~2 MB).
     let max = r["maxBody"].as_i64().unwrap_or(i64::MAX);

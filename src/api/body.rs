@@ -27,14 +27,12 @@ impl BodyWriter {
     /// A writer and the response body it feeds. Call from the runtime.
     pub fn channel() -> (BodyWriter, warp::hyper::Body) {
         let (tx, rx) = tokio::sync::mpsc::channel::<bytes::Bytes>(2);
-        let body = warp::hyper::Body::wrap_stream(futures_util::stream::unfold(
-            rx,
-            |mut rx| async move {
+        let body =
+            warp::hyper::Body::wrap_stream(futures_util::stream::unfold(rx, |mut rx| async move {
                 rx.recv()
                     .await
                     .map(|b| (Ok::<_, std::convert::Infallible>(b), rx))
-            },
-        ));
+            }));
         let w = BodyWriter {
             buf: Vec::with_capacity(PIECE_BYTES),
             tx,
@@ -58,9 +56,7 @@ impl BodyWriter {
         {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(std::io::Error::other("the client closed the connection")),
-            Err(_) => Err(std::io::Error::other(
-                "the client took no data for 10 s",
-            )),
+            Err(_) => Err(std::io::Error::other("the client took no data for 10 s")),
         }
     }
 }

@@ -77,7 +77,9 @@ pub fn series_filter_from_params(params: &HashMap<String, String>) -> Result<Ser
 /// [`MAX_AGG_SERIES`] series read, and `series` x the steps of `[from, to]` within
 /// [`MAX_AGG_VALUES`]; the error says how to narrow the query.
 pub fn answer_size(series: usize, from: i64, to: i64, step_ns: i64) -> Result<(), String> {
-    let steps = (to.saturating_sub(from) / step_ns.max(1)).saturating_add(1).max(1) as u128;
+    let steps = (to.saturating_sub(from) / step_ns.max(1))
+        .saturating_add(1)
+        .max(1) as u128;
     let values = steps.saturating_mul(series as u128);
     if series > MAX_AGG_SERIES || values > MAX_AGG_VALUES as u128 {
         return Err(format!(
@@ -219,7 +221,10 @@ mod tests {
         assert_eq!((q.limit, q.to), (5, 10 * NS));
         // Past the answer bound a limit is cut to it (the answer says `truncated`).
         let huge = params(&[("measurement", "m"), ("limit", "100000000000")]);
-        assert_eq!(raw_query_from_params(&huge, 0).unwrap().limit, MAX_RAW_POINTS);
+        assert_eq!(
+            raw_query_from_params(&huge, 0).unwrap().limit,
+            MAX_RAW_POINTS
+        );
         let bad = params(&[("measurement", "m"), ("limit", "-1")]);
         assert!(raw_query_from_params(&bad, 0)
             .unwrap_err()
@@ -238,11 +243,21 @@ mod tests {
 
     #[test]
     fn series_pages_read_their_cursor_back() {
-        let p = params(&[("cursor", &cursor("m,a=b", "f")), ("match", " a  B "), ("limit", "5")]);
+        let p = params(&[
+            ("cursor", &cursor("m,a=b", "f")),
+            ("match", " a  B "),
+            ("limit", "5"),
+        ]);
         let f = series_filter_from_params(&p).unwrap();
         assert_eq!(f.after, Some(("m,a=b".to_string(), "f".to_string())));
-        assert_eq!((f.words, f.limit), (vec!["a".to_string(), "B".to_string()], 5));
-        assert_eq!(series_filter_from_params(&params(&[])).unwrap().limit, SERIES_PAGE);
+        assert_eq!(
+            (f.words, f.limit),
+            (vec!["a".to_string(), "B".to_string()], 5)
+        );
+        assert_eq!(
+            series_filter_from_params(&params(&[])).unwrap().limit,
+            SERIES_PAGE
+        );
     }
 
     #[test]

@@ -123,7 +123,8 @@ impl MeasurementPattern {
 impl HttpConfig {
     /// Whether `/metrics` exports the store's series of `measurement`.
     pub fn metrics_exports(&self, measurement: &str) -> bool {
-        (self.metrics_include.is_empty() || self.metrics_include.iter().any(|p| p.matches(measurement)))
+        (self.metrics_include.is_empty()
+            || self.metrics_include.iter().any(|p| p.matches(measurement)))
             && !self.metrics_exclude.iter().any(|p| p.matches(measurement))
     }
 }

@@ -157,12 +157,12 @@ impl Reader {
         }
         like_words(&mut sql, &mut args, &f.words);
         // One more than asked: whether there is a next page.
-        args.push(V::Integer(f.limit.saturating_add(1).min(i64::MAX as usize) as i64));
+        args.push(V::Integer(
+            f.limit.saturating_add(1).min(i64::MAX as usize) as i64
+        ));
         sql.push_str(&format!(" ORDER BY t.key, s.field LIMIT ?{}", args.len()));
         let mut st = self.conn.prepare_cached(&sql).ctx(&self.path)?;
-        let mut rows = st
-            .query(rusqlite::params_from_iter(args))
-            .ctx(&self.path)?;
+        let mut rows = st.query(rusqlite::params_from_iter(args)).ctx(&self.path)?;
         let (mut n, mut last) = (0usize, None::<(String, String)>);
         out.push(b'[');
         while let Some(r) = rows.next().ctx(&self.path)? {
@@ -181,7 +181,11 @@ impl Reader {
             json_str(out, m);
             out.extend_from_slice(b",\"tags\":");
             // Written by the writer with serde_json: an object, valid JSON.
-            out.extend_from_slice(if tags.starts_with('{') { tags.as_bytes() } else { b"{}" });
+            out.extend_from_slice(if tags.starts_with('{') {
+                tags.as_bytes()
+            } else {
+                b"{}"
+            });
             out.extend_from_slice(b",\"field\":");
             json_str(out, field);
             out.extend_from_slice(b",\"type\":");

@@ -198,7 +198,8 @@ impl Writer {
                             }
                         };
                         codec::encode_value(values, sid, value);
-                        if let (Some(n), Some(x)) = (newest.as_mut(), super::bucket::numeric(value)) {
+                        if let (Some(n), Some(x)) = (newest.as_mut(), super::bucket::numeric(value))
+                        {
                             n.push((sid, line.ts, x));
                         }
                     }

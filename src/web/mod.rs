@@ -73,13 +73,16 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .and(warp::get());
     // Kept between scrapes: per measurement and field, the family name and label names.
     let index = Arc::new(Mutex::new(metrics::Index::default()));
-    let metrics = warp::path("metrics")
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(warp::any().map(move || (ctx.clone(), index.clone())))
-        .then(|(ctx, index): (ApiCtx, Arc<Mutex<metrics::Index>>)| async move {
-            scrape(ctx, index).await
-        });
+    let metrics =
+        warp::path("metrics")
+            .and(warp::path::end())
+            .and(warp::get())
+            .and(warp::any().map(move || (ctx.clone(), index.clone())))
+            .then(
+                |(ctx, index): (ApiCtx, Arc<Mutex<metrics::Index>>)| async move {
+                    scrape(ctx, index).await
+                },
+            );
     metrics.or(ui).unify()
 }
 
@@ -96,7 +99,14 @@ async fn scrape(ctx: ApiCtx, index: Arc<Mutex<metrics::Index>>) -> Response {
             .write_all(health.as_bytes())
             .map_err(metrics::ExpositionError::from)
             .and_then(|()| {
-                metrics::write_store(&ctx.reader, &ctx.latest, &ctx.http, &mut index, since, &mut out)
+                metrics::write_store(
+                    &ctx.reader,
+                    &ctx.latest,
+                    &ctx.http,
+                    &mut index,
+                    since,
+                    &mut out,
+                )
             })
             .and_then(|()| out.flush().map_err(Into::into));
         match res {
