@@ -10,8 +10,9 @@
 #   2. steady RSS: VmRSS from /proc/PID/status; the peak (VmHWM) is then reset through
 #      /proc/PID/clear_refs;
 #   3. the read sequence: 3 x GET /metrics (timed), the whole series listing
-#      (/api/v1/series, every page), a raw query and an aggregate query over the
-#      measurement, the UI's files, /api/v1/status, and 2 more /metrics;
+#      (/api/v1/series, every page of 10,000), a raw query and an aggregate query over the
+#      measurement (either may be cut or refused by the answer bounds), /api/v1/fields, a
+#      filtered page, the UI's files, /api/v1/status, and 2 more /metrics;
 #   4. peak RSS: VmHWM.
 # Printed: one markdown row per N (the README table) with steady RSS, peak RSS, peak/steady,
 # RSS per series (steady RSS growth over the idle agent / N: the dictionary, the writer's
@@ -107,6 +108,8 @@ EOF
     done
     curl -fsS -o /dev/null "$base/api/v1/query?measurement=bench&field=value&from=-10m" || true
     curl -fsS -o /dev/null "$base/api/v1/query?measurement=bench&field=value&from=-10m&step=1m&agg=p99&group_by=host" || true
+    curl -fsS -o /dev/null "$base/api/v1/fields" || true
+    curl -fsS -o /dev/null "$base/api/v1/series?limit=200&match=r00012" || true
     curl -fsS -o /dev/null "$base/"
     curl -fsS -o /dev/null "$base/assets/app.js"
     curl -fsS -o /dev/null "$base/api/v1/status"

@@ -3,7 +3,8 @@
 //!
 //! - [`open`] (one `open(dir, mode)` with the pragmas and the schema-version check;
 //!   migrations; the [`Ctx`] error helper),
-//! - [`write`] (the single [`Writer`]), [`dict`] (the series dictionary), [`chunks`] (raw
+//! - [`write`] (the single [`Writer`]), [`latest`] (the newest value of each numeric series,
+//!   kept by the writer), [`dict`] (the series dictionary), [`chunks`] (raw
 //!   chunk scans and the few other statements on them), [`query`] (series list, raw queries),
 //! - [`tiers`] (rollup rows and tier cursors), [`counters`], [`sinks`] (each forwarder's
 //!   cursor, dead letters, fallback progress and eviction accounting), [`clockfix`] (the

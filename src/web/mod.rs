@@ -73,6 +73,15 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .and(warp::get());
     // Kept between scrapes: per measurement and field, the family name and label names.
     let index = Arc::new(Mutex::new(metrics::Index::default()));
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let (reader, latest, index) = (ctx.reader.clone(), ctx.latest.clone(), index.clone());
+        let since = crate::now_ns().saturating_sub(metrics::LATEST_WINDOW_NS);
+        rt.spawn_blocking(move || {
+            if let Err(e) = metrics::warm(&reader, &latest, &index, since) {
+                tracing::warn!(error = %e, "/metrics: cannot read the newest values ahead");
+            }
+        });
+    }
     let metrics =
         warp::path("metrics")
             .and(warp::path::end())
