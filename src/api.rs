@@ -1,9 +1,12 @@
-//! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series`,
+//! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series` (paged, filtered),
+//! `/api/v1/fields` (measurement + field pairs),
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
 //! `/api/v1/inference` (derived latency signals) and `/api/v1/status` (the one place the
 //! status document, [`Status`], is assembled). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
-//! ingest like everything else.
+//! ingest like everything else. It never holds more than an answer's bound: large answers
+//! are streamed ([`body`]), and [`params`] holds the page and answer bounds, checked before
+//! a query reads.
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -147,6 +147,7 @@ fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
     }
     let peak = status_kb(pid, "VmHWM");
     let ratio = peak as f64 / steady as f64;
+    eprintln!("steady {steady} kB, peak {peak} kB: x{ratio:.2}");
     assert!(
         ratio <= 1.5,
         "peak {peak} kB is x{ratio:.2} the steady {steady} kB"
