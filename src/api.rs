@@ -5,7 +5,7 @@
 //! status document, [`Status`], is assembled). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
 //! ingest like everything else. It never holds more than an answer's bound: large answers
-//! are streamed ([`body`]), and [`params`] holds the page and answer bounds, checked before
+//! are streamed ([`body`]), and `params.rs` holds the page and answer bounds, checked before
 //! a query reads.
 
 use std::collections::HashMap;
