@@ -175,7 +175,9 @@ steady = statistics.median(load[len(load) // 2:])
 idle_cpu = 100.0 * idle_t / clk / idle_s
 load_cpu = 100.0 * load_t / clk / load_s
 status = json.load(open(statusf))
-series = json.load(open(seriesf))["series"]
+listing = json.load(open(seriesf))
+# The listing is paged: its first page says how many series match.
+series = range(listing.get("total", len(listing["series"])))
 g = json.load(open(gen))
 tv = {}
 for line in open(timef):

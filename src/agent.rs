@@ -134,12 +134,19 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let dir = cfg.storage.data_dir.clone();
     let max_series = cfg.storage.max_series.get();
     let sync = cfg.storage.synchronous;
-    let store = tokio::task::spawn_blocking(move || Writer::open(&dir, max_series, sync))
-        .await
-        .map_err(|e| StoreError::Dir {
-            path: cfg.storage.data_dir.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })??;
+    let latest = Arc::new(crate::store::LatestValues::new());
+    let keep = latest.clone();
+    let store = tokio::task::spawn_blocking(move || {
+        Writer::open(&dir, max_series, sync).map(|mut w| {
+            w.keep_latest(keep);
+            w
+        })
+    })
+    .await
+    .map_err(|e| StoreError::Dir {
+        path: cfg.storage.data_dir.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })??;
     let db_path = store.path().to_path_buf();
     tracing::info!(db = %db_path.display(), series = store.series_count(), "store open");
     let reader = Reader::open(&cfg.storage.data_dir)?;
@@ -190,6 +197,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         max_series,
         synchronous: cfg.storage.synchronous,
         db_path: db_path.clone(),
+        latest,
+        http: Arc::new(cfg.http.clone()),
     };
     // What the health collector reads, taken before the routes own the context (the context
     // holds an ingest handle: it must go with the server, or the queue never closes).

@@ -1,9 +1,12 @@
-//! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series`,
+//! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series` (paged, filtered),
+//! `/api/v1/fields` (measurement + field pairs),
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
 //! `/api/v1/inference` (derived latency signals) and `/api/v1/status` (the one place the
 //! status document, [`Status`], is assembled). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
-//! ingest like everything else.
+//! ingest like everything else. It never holds more than an answer's bound: large answers
+//! are streamed ([`body`]), and `params.rs` holds the page and answer bounds, checked before
+//! a query reads.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -21,9 +24,14 @@ use crate::stats::Stats;
 use crate::status::{self, Status};
 use crate::store::{Reader, StoreError};
 
+pub mod body;
 mod params;
 
 pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
+pub use params::{
+    series_filter_from_params, MAX_AGG_SERIES, MAX_AGG_VALUES, MAX_RAW_POINTS, MAX_SERIES_PAGE,
+    SERIES_PAGE,
+};
 
 /// What the read API needs.
 #[derive(Clone)]
@@ -56,6 +64,10 @@ pub struct ApiCtx {
     pub jetson: Arc<crate::collect::jetson::JetsonStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
+    /// The newest value of every numeric series, kept by the writer (`/metrics`).
+    pub latest: Arc<crate::store::LatestValues>,
+    /// `[http]` (which measurements `/metrics` exports).
+    pub http: Arc<crate::config::HttpConfig>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -65,6 +77,17 @@ fn json_error(status: StatusCode, message: &str) -> Response {
 
 fn store_error(e: &StoreError) -> Response {
     json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+}
+
+/// The answer of a raw `/api/v1/query`.
+#[derive(serde::Serialize)]
+struct RawAnswer {
+    measurement: String,
+    from: i64,
+    to: i64,
+    tier: &'static str,
+    truncated: bool,
+    series: Vec<crate::store::query::SeriesPoints>,
 }
 
 /// Runs `f` with the reader on the blocking pool.
@@ -89,12 +112,13 @@ where
     }
 }
 
-/// Answers an engine result: 400 for a bad query, 500 for a store failure.
-fn engine_reply(
-    res: Result<Result<serde_json::Value, crate::engine::EngineError>, Response>,
+/// Answers an engine result (its JSON streamed): 400 for a bad query, 500 for a store
+/// failure.
+fn engine_reply<T: serde::Serialize + Send + 'static>(
+    res: Result<Result<T, crate::engine::EngineError>, Response>,
 ) -> Response {
     match res {
-        Ok(Ok(v)) => warp::reply::json(&v).into_response(),
+        Ok(Ok(v)) => body::json(v),
         Ok(Err(crate::engine::EngineError::BadQuery(e))) => json_error(StatusCode::BAD_REQUEST, &e),
         Ok(Err(e)) => json_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         Err(resp) => resp,
@@ -140,9 +164,56 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .and(warp::query::<HashMap<String, String>>())
         .and(with.clone())
         .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
-            let m = q.get("measurement").cloned();
-            match with_reader(&ctx, move |r| r.series(m.as_deref())).await {
-                Ok(s) => warp::reply::json(&json!({ "series": s })).into_response(),
+            let filter = match series_filter_from_params(&q) {
+                Ok(f) => f,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            let res = with_reader(&ctx, move |r| {
+                // The total only on the first page: a count reads every matching row.
+                let total = match filter.after {
+                    None => Some(r.series_matching(&filter)?),
+                    Some(_) => None,
+                };
+                let mut out = Vec::with_capacity(64 * 1024);
+                out.extend_from_slice(b"{\"series\":");
+                let next = r.series_page_json(&filter, &mut out)?;
+                let tail = json!({
+                    "next": next.as_ref().map(|(k, f)| params::cursor(k, f)),
+                    "total": total,
+                });
+                out.extend_from_slice(b",\"next\":");
+                out.extend_from_slice(tail["next"].to_string().as_bytes());
+                if total.is_some() {
+                    out.extend_from_slice(b",\"total\":");
+                    out.extend_from_slice(tail["total"].to_string().as_bytes());
+                }
+                out.push(b'}');
+                Ok(out)
+            })
+            .await;
+            match res {
+                Ok(body) => {
+                    let mut r = Response::new(body.into());
+                    r.headers_mut().insert(
+                        warp::http::header::CONTENT_TYPE,
+                        warp::http::HeaderValue::from_static("application/json"),
+                    );
+                    r
+                }
+                Err(resp) => resp,
+            }
+        });
+    let fields = warp::path!("api" / "v1" / "fields")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let m = q.get("measurement").filter(|m| !m.is_empty()).cloned();
+            match with_reader(&ctx, move |r| r.fields(m.as_deref(), MAX_SERIES_PAGE)).await {
+                Ok((fields, truncated)) => {
+                    warp::reply::json(&json!({ "fields": fields, "truncated": truncated }))
+                        .into_response()
+                }
                 Err(resp) => resp,
             }
         });
@@ -157,10 +228,14 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
                 Ok(Some(aq)) => {
                     let plan = ctx.plan.clone();
                     let res = with_reader(&ctx, move |r| {
+                        let n = r.count_numeric(&aq.measurement, &aq.field, &aq.tags)?;
+                        if let Err(e) = params::answer_size(n, aq.from, aq.to, aq.step_ns) {
+                            return Ok(Err(crate::engine::EngineError::BadQuery(e)));
+                        }
                         Ok(crate::engine::query(r, &plan, &aq, crate::now_ns()))
                     })
                     .await;
-                    return engine_reply(res.map(|r| r.map(|v| json!(v))));
+                    return engine_reply(res);
                 }
                 Ok(None) => {}
             }
@@ -170,15 +245,14 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             };
             let (m, from, to) = (rq.measurement.clone(), rq.from, rq.to);
             match with_reader(&ctx, move |r| r.query_raw(&rq)).await {
-                Ok(res) => warp::reply::json(&json!({
-                    "measurement": m,
-                    "from": from,
-                    "to": to,
-                    "tier": "raw",
-                    "truncated": res.truncated,
-                    "series": res.series,
-                }))
-                .into_response(),
+                Ok(res) => body::json(RawAnswer {
+                    measurement: m,
+                    from,
+                    to,
+                    tier: "raw",
+                    truncated: res.truncated,
+                    series: res.series,
+                }),
                 Err(resp) => resp,
             }
         });
@@ -194,6 +268,16 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             };
             let (plan, inf) = (ctx.plan.clone(), ctx.inference.clone());
             let res = with_reader(&ctx, move |r| {
+                // What the latency signals read: every `inference` tag set of the model.
+                let tags: Vec<(String, String)> = iq
+                    .model
+                    .iter()
+                    .map(|m| ("model".to_string(), m.clone()))
+                    .collect();
+                let n = r.count_numeric("inference", "wall_ms", &tags)?;
+                if let Err(e) = params::answer_size(n, iq.from, iq.to, iq.step_ns) {
+                    return Ok(Err(crate::engine::EngineError::BadQuery(e)));
+                }
                 Ok(crate::engine::inference(
                     r,
                     &plan,
@@ -213,6 +297,8 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .or(ping)
         .unify()
         .or(series)
+        .unify()
+        .or(fields)
         .unify()
         .or(query)
         .unify()

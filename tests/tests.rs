@@ -20,6 +20,9 @@ mod ingest;
 mod jetson;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
+/// Memory at high cardinality: peak over steady RSS across scrapes, listings and queries;
+/// the paged series listing; the query answer bound; /metrics across a restart.
+mod memory;
 /// The NVML collector and `edgewatch gpus`: without a driver, and exact on a driver when present. and the binary against the
 /// stand-in library.
 mod nvml_cli;

@@ -208,6 +208,65 @@ fn metrics_of_a_fed_agent_pass_promtool_check() {
     promtool_check(&text);
 }
 
+/// The Series tab with 20,000 series: one page of rows at a time, filtered and paged by the
+/// agent, so the page answers at once (it used to fetch and filter every series itself).
+#[test]
+fn ui_series_tab_pages_and_filters_many_series() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web/series.mjs");
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), FED);
+    let now = now_ms();
+    for part in 0..4 {
+        let body: String = (part * 5_000..(part + 1) * 5_000)
+            .map(|j| {
+                format!(
+                    "req,req=r{j:07},host=dev wall_ms={}.5 {}\n",
+                    j % 97,
+                    now - j as i64
+                )
+            })
+            .collect();
+        feed(&agent.url(""), &body, &[]);
+    }
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(agent.url(""))
+        .arg("r0012345")
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "series.mjs failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: J = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+    assert!(
+        r["failure"].is_null(),
+        "browser step failed: {}",
+        r["failure"]
+    );
+    assert_eq!(r["errors"], serde_json::json!([]), "console errors");
+    assert_eq!(r["firstRows"], 200, "{r}");
+    assert_eq!(r["firstCount"], "200 of 20000 series", "{r}");
+    assert_eq!(r["moreRows"], 400, "{r}");
+    let rows = r["filterRows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{r}");
+    assert!(
+        rows[0].as_str().unwrap_or("").contains("req=r0012345"),
+        "{r}"
+    );
+    assert_eq!(r["filterCount"], "1 of 1 series matching", "{r}");
+    // No answer carried more than a page (a page of 200 rows is ~20 KB; the whole list ~2 MB).
+    let max = r["maxBody"].as_i64().unwrap_or(i64::MAX);
+    assert!(max < 100_000, "an answer of {max} bytes: {r}");
+    // Generous bounds on a busy 2-core machine: each step answered within seconds.
+    for step in ["first", "more", "filter"] {
+        let ms = r["ms"][step].as_i64().unwrap_or(i64::MAX);
+        assert!(ms < 10_000, "{step}: {ms} ms: {r}");
+    }
+}
+
 /// `promtool check metrics` on `text`: no error, no lint warning.
 fn promtool_check(text: &str) {
     let mut promtool = Command::new("promtool")

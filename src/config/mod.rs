@@ -79,6 +79,54 @@ pub struct HttpConfig {
     pub token: Secret,
     /// Whether `/metrics` answers without the token.
     pub metrics_open: bool,
+    /// Measurements `/metrics` exports from the store (empty: every one).
+    pub metrics_include: Vec<MeasurementPattern>,
+    /// Measurements `/metrics` leaves out (after `metrics_include`).
+    pub metrics_exclude: Vec<MeasurementPattern>,
+}
+
+/// A measurement name, or a prefix ending in `*` (`gpu*`), as `[http] metrics_include` and
+/// `metrics_exclude` list them; refused when read if empty or with `*` anywhere else.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(try_from = "String", into = "String")]
+pub struct MeasurementPattern(String);
+
+impl TryFrom<String> for MeasurementPattern {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let body = s.strip_suffix('*').unwrap_or(&s);
+        if s.is_empty() || body.contains('*') {
+            return Err(format!(
+                "invalid measurement pattern {s:?}: write a measurement name, or a prefix ending in `*` (e.g. \"gpu*\")"
+            ));
+        }
+        Ok(MeasurementPattern(s))
+    }
+}
+
+impl From<MeasurementPattern> for String {
+    fn from(p: MeasurementPattern) -> String {
+        p.0
+    }
+}
+
+impl MeasurementPattern {
+    /// Whether `measurement` is this name, or starts with this prefix.
+    pub fn matches(&self, measurement: &str) -> bool {
+        match self.0.strip_suffix('*') {
+            Some(prefix) => measurement.starts_with(prefix),
+            None => measurement == self.0,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Whether `/metrics` exports the store's series of `measurement`.
+    pub fn metrics_exports(&self, measurement: &str) -> bool {
+        (self.metrics_include.is_empty()
+            || self.metrics_include.iter().any(|p| p.matches(measurement)))
+            && !self.metrics_exclude.iter().any(|p| p.matches(measurement))
+    }
 }
 
 /// `[udp]`
@@ -347,6 +395,8 @@ impl Default for HttpConfig {
             max_body_bytes: 25 * 1024 * 1024,
             token: Secret::default(),
             metrics_open: false,
+            metrics_include: Vec::new(),
+            metrics_exclude: Vec::new(),
         }
     }
 }

@@ -106,7 +106,7 @@ pub fn collect(
         None => 0,
     };
     let mut sets = Vec::new();
-    for set in dict::tagsets(conn, path, Some(measurement))? {
+    for set in dict::tagsets_matching(conn, path, measurement, tags)? {
         if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
             continue;
         }

@@ -7,6 +7,7 @@
 //! never deletes an entry.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use rusqlite::{params, Connection, OptionalExtension};
@@ -108,6 +109,47 @@ pub fn tagsets(
     .ctx(path)
 }
 
+/// Calls `f` with each tag set of `measurement` whose tags include every `(key, value)` of
+/// `tags`, by key, one row at a time (only the current one is held); `f` stops the walk
+/// with `Break`.
+pub fn for_each_tagset<E: From<StoreError>>(
+    conn: &Connection,
+    path: &Path,
+    measurement: &str,
+    tags: &[(String, String)],
+    mut f: impl FnMut(Tagset) -> Result<ControlFlow<()>, E>,
+) -> Result<(), E> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT id, key, measurement, tags FROM tagsets WHERE measurement = ?1 ORDER BY key",
+        )
+        .ctx(path)?;
+    let mut rows = st.query(params![measurement]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let t = tagset_row(r).ctx(path)?;
+        if tags.iter().all(|(k, v)| t.tags.get(k) == Some(v)) && f(t)?.is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// The tag sets of `measurement` whose tags include every `(key, value)` of `tags`, by
+/// key: only the matching ones are held.
+pub fn tagsets_matching(
+    conn: &Connection,
+    path: &Path,
+    measurement: &str,
+    tags: &[(String, String)],
+) -> Result<Vec<Tagset>, StoreError> {
+    let mut out = Vec::new();
+    for_each_tagset(conn, path, measurement, tags, |t| {
+        out.push(t);
+        Ok::<_, StoreError>(ControlFlow::Continue(()))
+    })?;
+    Ok(out)
+}
+
 /// The series of tag set `tagset`, by field.
 pub fn fields(conn: &Connection, path: &Path, tagset: i64) -> Result<Vec<Series>, StoreError> {
     let mut st = conn
@@ -133,6 +175,58 @@ pub fn numeric_series(
                 .optional()
         })
         .ctx(path)
+}
+
+/// Calls `f(series id, measurement, field, tag set key)` for every numeric (not string)
+/// series with an id above `after`, by id, one row at a time; `f` stops the walk with
+/// `Break`.
+pub fn numeric_series_after(
+    conn: &Connection,
+    path: &Path,
+    after: i64,
+    mut f: impl FnMut(i64, &str, &str, &str) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT s.id, t.measurement, s.field, t.key FROM series s \
+             JOIN tagsets t ON t.id = s.tagset_id WHERE s.id > ?1 AND s.kind != 4 ORDER BY s.id",
+        )
+        .ctx(path)?;
+    let mut rows = st.query(params![after]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?));
+        let (m, field, key) = (text(1).ctx(path)?, text(2).ctx(path)?, text(3).ctx(path)?);
+        if f(r.get(0).ctx(path)?, m, field, key).is_break() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f(series id, tag set key)` for the numeric series `field` of every tag set of
+/// `measurement`, one row at a time (through the measurement index); `f` stops the walk
+/// with `Break`.
+pub fn numeric_members(
+    conn: &Connection,
+    path: &Path,
+    measurement: &str,
+    field: &str,
+    mut f: impl FnMut(i64, &str) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
+    let mut st = conn
+        .prepare_cached(
+            "SELECT s.id, t.key FROM tagsets t JOIN series s \
+             ON s.tagset_id = t.id AND s.field = ?2 WHERE t.measurement = ?1 AND s.kind != 4",
+        )
+        .ctx(path)?;
+    let mut rows = st.query(params![measurement, field]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let key = r.get_ref(1).and_then(|v| Ok(v.as_str()?)).ctx(path)?;
+        if f(r.get(0).ctx(path)?, key).is_break() {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Number of series.

@@ -3,7 +3,8 @@
 //!
 //! - [`open`] (one `open(dir, mode)` with the pragmas and the schema-version check;
 //!   migrations; the [`Ctx`] error helper),
-//! - [`write`] (the single [`Writer`]), [`dict`] (the series dictionary), [`chunks`] (raw
+//! - [`write`] (the single [`Writer`]), [`latest`] (the newest value of each numeric series,
+//!   kept by the writer), [`dict`] (the series dictionary), [`chunks`] (raw
 //!   chunk scans and the few other statements on them), [`query`] (series list, raw queries),
 //! - [`tiers`] (rollup rows and tier cursors), [`counters`], [`sinks`] (each forwarder's
 //!   cursor, dead letters, fallback progress and eviction accounting), [`clockfix`] (the
@@ -22,6 +23,7 @@ pub mod clockfix;
 pub mod codec;
 pub mod counters;
 pub mod dict;
+pub mod latest;
 pub mod open;
 pub mod query;
 pub mod sinks;
@@ -35,6 +37,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
 
+pub use latest::LatestValues;
 pub use open::{open, Ctx, Mode};
 pub use write::{WriteSummary, Writer, MAX_CHUNK_POINTS};
 

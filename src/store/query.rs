@@ -1,5 +1,7 @@
-//! Reading raw points back: the series list and raw-point queries by measurement, field,
-//! tags and time range. Read-only; aggregation over rollups lives elsewhere.
+//! Reading raw points back: the series list (in pages, with a filter), the distinct
+//! measurement + field pairs, series counts and raw-point queries by measurement, field, tags
+//! and time range. Read-only; aggregation over rollups lives elsewhere. A page or a count
+//! reads the dictionary row by row and keeps only what it returns, never the whole of it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -8,7 +10,7 @@ use std::ops::ControlFlow;
 use serde::Serialize;
 
 use super::chunks::{self, Scan};
-use super::{dict, Reader, StoreError};
+use super::{dict, Ctx, Reader, StoreError};
 use crate::model::Value;
 
 /// One series of the dictionary.
@@ -63,11 +65,233 @@ pub struct SeriesPoints {
 pub struct RawResult {
     /// Matching series with their points.
     pub series: Vec<SeriesPoints>,
-    /// True when `limit` cut the result short.
+    /// True when `limit` (or [`MAX_RAW_SERIES`]) cut the result short.
     pub truncated: bool,
 }
 
+/// Most series one raw query answers (each carries its tags); past it the answer is cut
+/// and says `truncated`.
+pub const MAX_RAW_SERIES: usize = 5_000;
+
+/// Which series a page of the listing holds.
+#[derive(Debug, Clone, Default)]
+pub struct SeriesFilter {
+    /// Only this measurement.
+    pub measurement: Option<String>,
+    /// Words that must each appear (ASCII case-insensitive) in `key field` (the tag set's
+    /// canonical key, a space, the field).
+    pub words: Vec<String>,
+    /// Only series after this `(tag set key, field)` (the previous page's last).
+    pub after: Option<(String, String)>,
+    /// Most series in the page.
+    pub limit: usize,
+}
+
+/// One measurement + field, with the number of its series.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FieldInfo {
+    /// Measurement.
+    pub measurement: String,
+    /// Field key.
+    pub field: String,
+    /// Field type name.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Series (tag sets) with this field.
+    pub series: i64,
+}
+
+/// `WHERE` terms for `words` on `key || ' ' || field` (LIKE, `\` escapes), appended to
+/// `sql` with their arguments.
+fn like_words(sql: &mut String, args: &mut Vec<rusqlite::types::Value>, words: &[String]) {
+    for w in words {
+        let mut pat = String::from("%");
+        for c in w.chars() {
+            if matches!(c, '%' | '_' | '\\') {
+                pat.push('\\');
+            }
+            pat.push(c);
+        }
+        pat.push('%');
+        args.push(pat.into());
+        sql.push_str(&format!(
+            " AND (t.key || ' ' || s.field) LIKE ?{} ESCAPE '\\'",
+            args.len()
+        ));
+    }
+}
+
+/// `s` as a JSON string.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a str into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
 impl Reader {
+    /// One page of the series listing (see [`SeriesFilter`]), ordered by tag set key and
+    /// field, written to `out` as a JSON array of `{measurement, tags, field, type}` as the
+    /// rows are read (the stored tags are JSON already: copied, not parsed). Returns where
+    /// the next page starts (`(key, field)` of the last series) when there may be more.
+    pub fn series_page_json(
+        &self,
+        f: &SeriesFilter,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<(String, String)>, StoreError> {
+        use rusqlite::types::Value as V;
+        let mut sql = String::from(
+            "SELECT t.key, t.measurement, t.tags, s.field, s.kind FROM tagsets t \
+             JOIN series s ON s.tagset_id = t.id WHERE 1",
+        );
+        let mut args: Vec<V> = Vec::new();
+        if let Some(m) = &f.measurement {
+            args.push(V::Text(m.clone()));
+            sql.push_str(&format!(" AND t.measurement = ?{}", args.len()));
+        }
+        if let Some((k, field)) = &f.after {
+            args.push(V::Text(k.clone()));
+            args.push(V::Text(field.clone()));
+            let (a, b) = (args.len() - 1, args.len());
+            sql.push_str(&format!(
+                " AND (t.key > ?{a} OR (t.key = ?{a} AND s.field > ?{b}))"
+            ));
+        }
+        like_words(&mut sql, &mut args, &f.words);
+        // One more than asked: whether there is a next page.
+        args.push(V::Integer(
+            f.limit.saturating_add(1).min(i64::MAX as usize) as i64
+        ));
+        sql.push_str(&format!(" ORDER BY t.key, s.field LIMIT ?{}", args.len()));
+        let mut st = self.conn.prepare_cached(&sql).ctx(&self.path)?;
+        let mut rows = st.query(rusqlite::params_from_iter(args)).ctx(&self.path)?;
+        let (mut n, mut last) = (0usize, None::<(String, String)>);
+        out.push(b'[');
+        while let Some(r) = rows.next().ctx(&self.path)? {
+            if n == f.limit {
+                out.push(b']');
+                return Ok(last);
+            }
+            let text = |i| r.get_ref(i).and_then(|v| Ok(v.as_str()?)).ctx(&self.path);
+            let (key, m, tags, field) = (text(0)?, text(1)?, text(2)?, text(3)?);
+            let kind = crate::model::Kind::from_code(r.get(4).ctx(&self.path)?)
+                .unwrap_or(crate::model::Kind::Float);
+            if n > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"measurement\":");
+            json_str(out, m);
+            out.extend_from_slice(b",\"tags\":");
+            // Written by the writer with serde_json: an object, valid JSON.
+            out.extend_from_slice(if tags.starts_with('{') {
+                tags.as_bytes()
+            } else {
+                b"{}"
+            });
+            out.extend_from_slice(b",\"field\":");
+            json_str(out, field);
+            out.extend_from_slice(b",\"type\":");
+            json_str(out, kind.name());
+            out.push(b'}');
+            n += 1;
+            match &mut last {
+                Some((k, fl)) => {
+                    k.clear();
+                    k.push_str(key);
+                    fl.clear();
+                    fl.push_str(field);
+                }
+                None => last = Some((key.to_string(), field.to_string())),
+            }
+        }
+        out.push(b']');
+        Ok(None)
+    }
+
+    /// How many series match `f`'s measurement and words (its cursor and limit ignored).
+    pub fn series_matching(&self, f: &SeriesFilter) -> Result<i64, StoreError> {
+        use rusqlite::types::Value as V;
+        let mut sql = String::from(
+            "SELECT COUNT(*) FROM tagsets t JOIN series s ON s.tagset_id = t.id WHERE 1",
+        );
+        let mut args: Vec<V> = Vec::new();
+        if let Some(m) = &f.measurement {
+            args.push(V::Text(m.clone()));
+            sql.push_str(&format!(" AND t.measurement = ?{}", args.len()));
+        }
+        like_words(&mut sql, &mut args, &f.words);
+        self.conn
+            .prepare_cached(&sql)
+            .and_then(|mut st| st.query_row(rusqlite::params_from_iter(args), |r| r.get(0)))
+            .ctx(&self.path)
+    }
+
+    /// The distinct measurement + field pairs (of one measurement if given), by
+    /// measurement and field, at most `limit`; true when there were more.
+    pub fn fields(
+        &self,
+        measurement: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<FieldInfo>, bool), StoreError> {
+        let sql = format!(
+            "SELECT t.measurement, s.field, s.kind, COUNT(*) FROM series s \
+             JOIN tagsets t ON t.id = s.tagset_id {} \
+             GROUP BY t.measurement, s.field, s.kind ORDER BY t.measurement, s.field LIMIT ?1",
+            if measurement.is_some() {
+                "WHERE t.measurement = ?2"
+            } else {
+                ""
+            }
+        );
+        let mut st = self.conn.prepare_cached(&sql).ctx(&self.path)?;
+        let n = limit.saturating_add(1).min(i64::MAX as usize) as i64;
+        let mut rows = match measurement {
+            Some(m) => st.query(rusqlite::params![n, m]),
+            None => st.query(rusqlite::params![n]),
+        }
+        .ctx(&self.path)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().ctx(&self.path)? {
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            out.push(FieldInfo {
+                measurement: r.get(0).ctx(&self.path)?,
+                field: r.get(1).ctx(&self.path)?,
+                kind: crate::model::Kind::from_code(r.get(2).ctx(&self.path)?)
+                    .unwrap_or(crate::model::Kind::Float)
+                    .name(),
+                series: r.get(3).ctx(&self.path)?,
+            });
+        }
+        Ok((out, false))
+    }
+
+    /// How many tag sets of `measurement` matching `tags` have the numeric series `field`:
+    /// what an aggregate query reads. Row by row; the tags of a row are parsed only when
+    /// `tags` is not empty.
+    pub fn count_numeric(
+        &self,
+        measurement: &str,
+        field: &str,
+        tags: &[(String, String)],
+    ) -> Result<usize, StoreError> {
+        let mut n = 0usize;
+        dict::numeric_members(&self.conn, &self.path, measurement, field, |_, key| {
+            if tags.is_empty() {
+                n += 1;
+            } else {
+                let have = crate::model::split_series_key(key).1;
+                if tags
+                    .iter()
+                    .all(|(k, v)| have.iter().any(|(hk, hv)| hk == k && hv == v))
+                {
+                    n += 1;
+                }
+            }
+            ControlFlow::Continue(())
+        })?;
+        Ok(n)
+    }
+
     /// Every series, optionally of one measurement, ordered by key and field.
     pub fn series(&self, measurement: Option<&str>) -> Result<Vec<SeriesInfo>, StoreError> {
         let mut out = Vec::new();
@@ -84,21 +308,24 @@ impl Reader {
         Ok(out)
     }
 
-    /// Raw points of every series matching `q`.
+    /// Raw points of every series matching `q`: at most `q.limit` points and
+    /// [`MAX_RAW_SERIES`] series (`truncated` says when either cut it). Tag sets are read
+    /// one at a time; only the answer is held.
     pub fn query_raw(&self, q: &RawQuery) -> Result<RawResult, StoreError> {
         let mut series = Vec::new();
         let mut total = 0usize;
         let mut truncated = false;
-        for ts in dict::tagsets(&self.conn, &self.path, Some(&q.measurement))? {
-            if !q.tags.iter().all(|(k, v)| ts.tags.get(k) == Some(v)) {
-                continue;
+        dict::for_each_tagset(&self.conn, &self.path, &q.measurement, &q.tags, |ts| {
+            if series.len() >= MAX_RAW_SERIES {
+                truncated = true;
+                return Ok(ControlFlow::Break(()));
             }
             let fields: Vec<_> = dict::fields(&self.conn, &self.path, ts.id)?
                 .into_iter()
                 .filter(|s| q.field.as_deref().map_or(true, |want| want == s.field))
                 .collect();
             if fields.is_empty() {
-                continue;
+                return Ok(ControlFlow::Continue(()));
             }
             let index: HashMap<i64, usize> =
                 fields.iter().enumerate().map(|(i, f)| (f.id, i)).collect();
@@ -144,10 +371,12 @@ impl Reader {
                     points: pts,
                 });
             }
-            if truncated {
-                break;
-            }
-        }
+            Ok(if truncated {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            })
+        })?;
         Ok(RawResult { series, truncated })
     }
 }

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection};
 
 use super::open::{open, Ctx, Mode};
-use super::{codec, dict, StoreError};
+use super::{codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
 use crate::model::{split_series_key, Batch, Kind, Rejection};
 
@@ -30,7 +30,12 @@ pub struct Writer {
     dict: Dictionary,
     max_series: usize,
     buf: Vec<u8>,
+    /// Where committed numbers go (`/metrics`), and this transaction's, until the commit.
+    latest: Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
 }
+
+/// `(series id, ts, value)` of a committed number.
+type Newest = (i64, i64, f64);
 
 /// What one committed batch did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -53,9 +58,15 @@ impl Writer {
             dict: Dictionary::default(),
             max_series,
             buf: Vec::with_capacity(256),
+            latest: None,
         };
         w.load_dictionary()?;
         Ok(w)
+    }
+
+    /// Records the newest value of every numeric series in `latest` after each commit.
+    pub fn keep_latest(&mut self, latest: std::sync::Arc<LatestValues>) {
+        self.latest = Some((latest, Vec::new()));
     }
 
     /// The database file.
@@ -113,6 +124,10 @@ impl Writer {
             let mut ins = dict::Inserts::prepare(&tx, &path)?;
             let dict = &mut self.dict;
             let values = &mut self.buf;
+            let mut newest = self.latest.as_mut().map(|l| &mut l.1);
+            if let Some(n) = newest.as_mut() {
+                n.clear();
+            }
             // Points of this transaction grouped by tag set, in arrival order per tag set.
             let mut open: Vec<ChunkBuilder> = Vec::new();
             let mut open_index: HashMap<i64, usize> = HashMap::new();
@@ -185,6 +200,10 @@ impl Writer {
                             }
                         };
                         codec::encode_value(values, sid, value);
+                        if let (Some(n), Some(x)) = (newest.as_mut(), super::bucket::numeric(value))
+                        {
+                            n.push((sid, line.ts, x));
+                        }
                     }
                     let slot = *open_index.entry(tagset_id).or_insert_with(|| {
                         open.push(ChunkBuilder::new(tagset_id));
@@ -205,6 +224,9 @@ impl Writer {
             }
         }
         tx.commit().ctx(&path)?;
+        if let Some((latest, newest)) = &self.latest {
+            latest.record(newest);
+        }
         Ok(out)
     }
 }

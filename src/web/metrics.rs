@@ -2,8 +2,13 @@
 //! numeric series in the store, tags as labels, and the agent's own health (`edgewatch_*`)
 //! from the typed status document that `/api/v1/status` answers: each family's name, type
 //! and help are written out next to the field it exports, never derived from a field name.
-//! Built on each scrape from a read of the store: nothing is kept in memory between scrapes
-//! and the writer thread is never touched.
+//!
+//! The newest values come from [`LatestValues`], which the writer keeps as it commits (no
+//! chunk is decoded per scrape); the names and tags come from the series dictionary, read
+//! row by row through SQLite and written out as they are read, so a scrape holds one chunk
+//! of output and the small [`Index`] (per measurement and field: the family name and its
+//! label names), never the whole exposition or the whole dictionary. The writer thread is
+//! never touched, and nothing is written to the store.
 //!
 //! Names of stored series: `measurement,tags field=` becomes the gauge
 //! `measurement_field{tags}` (snake_case; characters outside `[a-z0-9_]` become `_`), e.g.
@@ -11,32 +16,50 @@
 //! ([`base_unit`]: `wall_ms` -> `inference_wall_seconds`, `mem_used_mb` ->
 //! `gpu_mem_used_bytes`); names starting `edgewatch_` are the agent's own and are not taken
 //! from the store. Strings are left out; booleans are 0/1. A series whose newest point is
-//! older than [`LATEST_WINDOW_NS`] is left out, as Prometheus would mark it stale.
+//! older than [`LATEST_WINDOW_NS`] is left out, as Prometheus would mark it stale. A family's
+//! label names are the union of its members' tag keys (a missing one is an empty label,
+//! which Prometheus treats as absent). `[http] metrics_include` / `metrics_exclude` choose
+//! the measurements exported.
 //!
-//! Encoding uses the `prometheus` crate's `TextEncoder` (escaping, name and label checks,
-//! duplicate detection): the classic text format is what `promtool check metrics` checks and
-//! what every scraper accepts, where `prometheus-client` writes OpenMetrics (`# EOF`,
-//! `_total` suffixes added for you), a second format to negotiate for no gain here.
+//! The agent's own families are encoded with the `prometheus` crate's `TextEncoder`
+//! (escaping, name and label checks, duplicate detection): the classic text format is what
+//! `promtool check metrics` checks and what every scraper accepts, where `prometheus-client`
+//! writes OpenMetrics (`# EOF`, `_total` suffixes added for you), a second format to
+//! negotiate for no gain here. The store's families, up to `max_series` samples, are written
+//! by [`FamilyWriter`] in the same format: the crate's registry holds every sample (a
+//! `GaugeVec` child each) before encoding, which cost 1.9 s and hundreds of MB at 100,000
+//! series.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
 use std::ops::ControlFlow;
+use std::sync::Mutex;
 
 use prometheus::{CounterVec, GaugeVec, Opts, Registry};
 
-use crate::model::Kind;
+use crate::config::HttpConfig;
+use crate::model::split_series_key;
 use crate::status::{self, Status};
-use crate::store::bucket::numeric;
-use crate::store::chunks::{self, Scan};
-use crate::store::{dict, Reader, StoreError};
+use crate::store::{dict, LatestValues, Reader, StoreError};
 
 /// How far back the newest point of a series may be to be exported: 5 minutes.
 pub const LATEST_WINDOW_NS: i64 = 300 * 1_000_000_000;
-/// Chunks read per tag set at most when looking for the newest value of each field.
-const MAX_CHUNKS_PER_TAGSET: usize = 4;
 /// The content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// The newest value of one numeric series.
+/// Why writing the store's part of an exposition stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpositionError {
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The scraper went away or stopped reading.
+    #[error("scraper gone: {0}")]
+    Client(#[from] std::io::Error),
+}
+
+/// The newest value of one numeric series (the pure [`render`]'s input).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Latest {
     /// Measurement.
@@ -51,75 +74,268 @@ pub struct Latest {
     pub value: f64,
 }
 
-/// The newest value of every numeric series with a point at or after `since`: per tag set,
-/// the newest chunks (by `ts_max`, through the `(tagset_id, ts_max)` index) until every field
-/// has a value or [`MAX_CHUNKS_PER_TAGSET`] were read.
-pub fn latest(reader: &Reader, since: i64) -> Result<Vec<Latest>, StoreError> {
-    let (conn, path) = (reader.conn(), reader.path());
-    // tagset id -> (measurement, tags, [(series id, field)])
-    type Fields = Vec<(i64, String)>;
-    let mut sets: BTreeMap<i64, (String, BTreeMap<String, String>, Fields)> = BTreeMap::new();
-    let all = dict::load(conn, path)?;
-    let mut by_id: HashMap<i64, dict::Tagset> =
-        all.tagsets.into_iter().map(|t| (t.id, t)).collect();
-    for s in all.series {
-        if s.kind == Kind::Str {
+/// One measurement + field of the store, as `/metrics` exports it.
+#[derive(Debug, Clone, Default)]
+struct Pair {
+    /// Family name (base units applied).
+    name: String,
+    /// Factor to base units.
+    factor: f64,
+    /// Label names of its tag keys, seen so far.
+    labels: BTreeSet<String>,
+}
+
+/// What `/metrics` keeps between scrapes: per measurement and field, its family name and
+/// the label names of its tag keys. The dictionary only grows, so each scrape reads only
+/// the series added since the last one. Size: one entry per measurement and field (a few
+/// dozen on a device), never per tag set.
+#[derive(Debug, Default)]
+pub struct Index {
+    after: i64,
+    pairs: BTreeMap<String, BTreeMap<String, Pair>>,
+}
+
+impl Index {
+    /// Reads the numeric series added since the last call.
+    fn refresh(&mut self, reader: &Reader) -> Result<(), StoreError> {
+        let pairs = &mut self.pairs;
+        let mut after = self.after;
+        dict::numeric_series_after(reader.conn(), reader.path(), after, |sid, m, f, key| {
+            after = sid;
+            let fields = match pairs.get_mut(m) {
+                Some(x) => x,
+                None => pairs.entry(m.to_string()).or_default(),
+            };
+            let pair = match fields.get_mut(f) {
+                Some(p) => p,
+                None => {
+                    let (name, factor) = base_unit(&metric_name(&format!("{m}_{f}")));
+                    fields.entry(f.to_string()).or_insert(Pair {
+                        name,
+                        factor,
+                        labels: BTreeSet::new(),
+                    })
+                }
+            };
+            for (k, _) in key_tags(key) {
+                pair.labels.insert(label_name(&k));
+            }
+            ControlFlow::Continue(())
+        })?;
+        self.after = after;
+        Ok(())
+    }
+}
+
+/// One family being written: `# HELP`/`# TYPE` go out with its first sample, so a family
+/// without a fresh sample is left out whole.
+pub struct FamilyWriter<'a> {
+    name: &'a str,
+    help: String,
+    labels: Vec<&'a str>,
+    factor: f64,
+    started: bool,
+    /// Tag key -> label name, for this family.
+    names: HashMap<String, String>,
+    /// Per label, the index of its tag in the sample being written.
+    values: Vec<Option<usize>>,
+}
+
+impl<'a> FamilyWriter<'a> {
+    /// A gauge family `name` with `labels` (sorted, unique) whose values are multiplied by
+    /// `factor`.
+    pub fn new(name: &'a str, help: String, labels: Vec<&'a str>, factor: f64) -> Self {
+        let n = labels.len();
+        FamilyWriter {
+            name,
+            help,
+            labels,
+            factor,
+            started: false,
+            names: HashMap::new(),
+            values: vec![None; n],
+        }
+    }
+
+    /// Writes one sample with the tags of its series (raw tag keys).
+    pub fn sample<W: Write + ?Sized, K: AsRef<str>, V: AsRef<str>>(
+        &mut self,
+        out: &mut W,
+        tags: &[(K, V)],
+        value: f64,
+    ) -> std::io::Result<()> {
+        let v = value * self.factor;
+        if !v.is_finite() {
+            return Ok(());
+        }
+        if !self.started {
+            self.started = true;
+            out.write_all(b"# HELP ")?;
+            out.write_all(self.name.as_bytes())?;
+            out.write_all(b" ")?;
+            escape(out, &self.help, false)?;
+            out.write_all(b"\n# TYPE ")?;
+            out.write_all(self.name.as_bytes())?;
+            out.write_all(b" gauge\n")?;
+        }
+        for slot in &mut self.values {
+            *slot = None;
+        }
+        for (j, (k, _)) in tags.iter().enumerate() {
+            let k = k.as_ref();
+            let l = match self.names.get(k) {
+                Some(l) => l,
+                None => self
+                    .names
+                    .entry(k.to_string())
+                    .or_insert_with(|| label_name(k)),
+            };
+            if let Ok(i) = self.labels.binary_search(&l.as_str()) {
+                self.values[i] = Some(j);
+            }
+        }
+        out.write_all(self.name.as_bytes())?;
+        if !self.labels.is_empty() {
+            out.write_all(b"{")?;
+            for (i, (l, val)) in self.labels.iter().zip(&self.values).enumerate() {
+                if i > 0 {
+                    out.write_all(b",")?;
+                }
+                out.write_all(l.as_bytes())?;
+                out.write_all(b"=\"")?;
+                escape(out, val.map_or("", |j| tags[j].1.as_ref()), true)?;
+                out.write_all(b"\"")?;
+            }
+            out.write_all(b"}")?;
+        }
+        // The number as the `prometheus` crate writes it (Rust's shortest round-trip form).
+        writeln!(out, " {v}")
+    }
+}
+
+/// Text-format escaping: `\` and newline, and `"` in label values.
+fn escape<W: Write + ?Sized>(out: &mut W, s: &str, quote: bool) -> std::io::Result<()> {
+    let mut rest = s;
+    while let Some(i) = rest.find(|c| c == '\\' || c == '\n' || (quote && c == '"')) {
+        out.write_all(&rest.as_bytes()[..i])?;
+        out.write_all(match rest.as_bytes()[i] {
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            _ => b"\\\"",
+        })?;
+        rest = &rest[i + 1..];
+    }
+    out.write_all(rest.as_bytes())
+}
+
+/// The tags of a canonical series key (`m,k=v,...`), borrowed from it when it holds no
+/// escape (the common case), else unescaped by [`split_series_key`].
+fn key_tags(key: &str) -> Vec<(Cow<'_, str>, Cow<'_, str>)> {
+    if key.contains('\\') {
+        return split_series_key(key)
+            .1
+            .into_iter()
+            .map(|(k, v)| (Cow::Owned(k), Cow::Owned(v)))
+            .collect();
+    }
+    key.split(',')
+        .skip(1)
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (Cow::Borrowed(k), Cow::Borrowed(v))
+        })
+        .collect()
+}
+
+fn family_help(field: &str, measurement: &str, factor: f64) -> String {
+    format!(
+        "Newest {field} of measurement {measurement} (edgewatch store){}.",
+        if factor == 1.0 { "" } else { ", in base units" }
+    )
+}
+
+/// Reads what the first scrape needs ahead of it (the newest values of the last window,
+/// the index), so that scrape costs what later ones do. Called once at start-up.
+pub fn warm(
+    reader: &Mutex<Reader>,
+    latest: &LatestValues,
+    index: &Mutex<Index>,
+    since: i64,
+) -> Result<(), StoreError> {
+    let mut index = index.lock().unwrap_or_else(|p| p.into_inner());
+    let r = reader.lock().unwrap_or_else(|p| p.into_inner());
+    latest.seed(&r, since)?;
+    index.refresh(&r)
+}
+
+/// Writes the store's families: every numeric series of an exported measurement whose
+/// newest value (from `latest`) is at or after `since`. The reader is locked per
+/// measurement and field, so other requests interleave with a long scrape.
+pub fn write_store<W: Write + ?Sized>(
+    reader: &Mutex<Reader>,
+    latest: &LatestValues,
+    http: &HttpConfig,
+    index: &mut Index,
+    since: i64,
+    out: &mut W,
+) -> Result<(), ExpositionError> {
+    let lock = || reader.lock().unwrap_or_else(|p| p.into_inner());
+    {
+        let r = lock();
+        latest.seed(&r, since)?;
+        index.refresh(&r)?;
+    }
+    // Family name -> its (measurement, field, pair)s, in name order.
+    let mut families: BTreeMap<&str, Vec<(&str, &str, &Pair)>> = BTreeMap::new();
+    for (m, fields) in &index.pairs {
+        if !http.metrics_exports(m) {
             continue;
         }
-        let Some(set) = by_id.get_mut(&s.tagset_id) else {
-            continue;
-        };
-        sets.entry(s.tagset_id)
-            .or_insert_with(|| {
-                (
-                    std::mem::take(&mut set.measurement),
-                    std::mem::take(&mut set.tags),
-                    Vec::new(),
-                )
-            })
-            .2
-            .push((s.id, s.field));
+        for (f, p) in fields {
+            if p.name.starts_with("edgewatch_") {
+                continue;
+            }
+            families.entry(&p.name).or_default().push((m, f, p));
+        }
     }
-    let mut out = Vec::new();
-    for (tid, (measurement, tags, fields)) in sets {
-        let wanted: HashMap<i64, usize> =
-            fields.iter().enumerate().map(|(i, f)| (f.0, i)).collect();
-        let mut newest: Vec<Option<(i64, f64)>> = vec![None; fields.len()];
-        let scan = Scan {
-            tagset: Some(tid),
-            ts_from: Some(since),
-            newest_first: true,
-            limit: Some(MAX_CHUNKS_PER_TAGSET),
-            ..Scan::default()
-        };
-        chunks::scan(conn, path, &scan, |c| {
-            c.decode(path, |t, sid, v| {
-                let (Some(&i), Some(x)) = (wanted.get(&sid), numeric(&v)) else {
-                    return;
+    for (name, members) in families {
+        let (m0, f0, p0) = members[0];
+        let labels: BTreeSet<&str> = members
+            .iter()
+            .filter(|x| x.2.factor == p0.factor)
+            .flat_map(|x| x.2.labels.iter().map(String::as_str))
+            .collect();
+        let mut fam = FamilyWriter::new(
+            name,
+            family_help(f0, m0, p0.factor),
+            labels.into_iter().collect(),
+            p0.factor,
+        );
+        for (m, f, p) in members {
+            if p.factor != p0.factor {
+                tracing::debug!(metric = %name, measurement = %m, field = %f, "left out of /metrics: name clash");
+                continue;
+            }
+            let r = lock();
+            let mut failed = None;
+            dict::numeric_members(r.conn(), r.path(), m, f, |sid, key| {
+                let Some((_, v)) = latest.get(sid, since) else {
+                    return ControlFlow::Continue(());
                 };
-                if t >= since && newest[i].map_or(true, |(nt, _)| t >= nt) {
-                    newest[i] = Some((t, x));
+                match fam.sample(out, &key_tags(key), v) {
+                    Ok(()) => ControlFlow::Continue(()),
+                    Err(e) => {
+                        failed = Some(e);
+                        ControlFlow::Break(())
+                    }
                 }
             })?;
-            Ok(if newest.iter().all(Option::is_some) {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            })
-        })?;
-        for ((_, field), n) in fields.into_iter().zip(newest) {
-            if let Some((ts, value)) = n {
-                out.push(Latest {
-                    measurement: measurement.clone(),
-                    tags: tags.clone(),
-                    field,
-                    ts,
-                    value,
-                });
+            if let Some(e) = failed {
+                return Err(e.into());
             }
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A valid snake_case name from any text: `[a-z0-9_]` (`camelCase` becomes `camel_case`),
@@ -739,61 +955,56 @@ fn scrape_targets(s: &mut Scrape, targets: &[status::ScrapeTarget]) {
     }
 }
 
-/// The whole exposition: the agent's health, then one gauge family per measurement and
-/// field (label names: the union of the family's tag keys; a missing tag is an empty label,
-/// which Prometheus treats as absent).
-pub fn render(
-    status: &Status,
-    latest: &[Latest],
-    commits: Option<&prometheus::Histogram>,
-) -> String {
+/// The agent's own families (and the writer's commit histogram), encoded whole: a few
+/// dozen lines.
+pub fn render_health(status: &Status, commits: Option<&prometheus::Histogram>) -> String {
     let mut s = Scrape::new();
     health(&mut s, status);
     if let Some(h) = commits {
         // A clone shares the writer's buckets; a name clash only leaves it out.
         let _ = s.reg.register(Box::new(h.clone()));
     }
-    let mut families: BTreeMap<(String, u64), Vec<&Latest>> = BTreeMap::new();
+    s.encode()
+}
+
+/// The whole exposition from values in hand (pure): the agent's health, then one gauge
+/// family per measurement and field, as a scrape writes them from the store.
+pub fn render(
+    status: &Status,
+    latest: &[Latest],
+    commits: Option<&prometheus::Histogram>,
+) -> String {
+    let mut out = render_health(status, commits).into_bytes();
+    let mut families: BTreeMap<String, Vec<(&Latest, f64)>> = BTreeMap::new();
     for l in latest {
         let (name, factor) = base_unit(&metric_name(&format!("{}_{}", l.measurement, l.field)));
-        families
-            .entry((name, factor.to_bits()))
-            .or_default()
-            .push(l);
+        families.entry(name).or_default().push((l, factor));
     }
-    for ((name, factor), members) in families {
-        let factor = f64::from_bits(factor);
+    for (name, members) in &families {
         if name.starts_with("edgewatch_") {
             continue;
         }
-        let keys: BTreeSet<String> = members
+        let factor = members[0].1;
+        let labels: BTreeSet<String> = members
             .iter()
-            .flat_map(|l| l.tags.keys().map(|k| label_name(k)))
+            .flat_map(|(l, _)| l.tags.keys().map(|k| label_name(k)))
             .collect();
-        let keys: Vec<String> = keys.into_iter().collect();
-        let help = format!(
-            "Newest {} of measurement {} (edgewatch store){}.",
-            members[0].field,
-            members[0].measurement,
-            if factor == 1.0 { "" } else { ", in base units" }
+        let first = members[0].0;
+        let mut fam = FamilyWriter::new(
+            name,
+            family_help(&first.field, &first.measurement, factor),
+            labels.iter().map(String::as_str).collect(),
+            factor,
         );
-        for l in members {
-            let mut values: Vec<(&str, String)> =
-                keys.iter().map(|k| (k.as_str(), String::new())).collect();
-            for (k, v) in &l.tags {
-                let k = label_name(k);
-                if let Some(slot) = values.iter_mut().find(|s| s.0 == k) {
-                    slot.1 = v.clone();
-                }
+        for (l, f) in members {
+            if *f != factor {
+                continue;
             }
-            let labels: Vec<(&str, &str)> = values.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            if !s.gauge(&name, &help, &labels, l.value * factor) {
-                tracing::debug!(metric = %name, "left out of /metrics: name or labels clash");
-                break;
-            }
+            let tags: Vec<(&String, &String)> = l.tags.iter().collect();
+            let _ = fam.sample(&mut out, &tags, l.value);
         }
     }
-    s.encode()
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -811,6 +1022,24 @@ mod tests {
             ts: 1,
             value: v,
         }
+    }
+
+    #[test]
+    fn key_tags_borrow_plain_keys_and_unescape_others() {
+        let plain = key_tags("m,a=1,b=x y");
+        assert!(matches!(plain[0].0, Cow::Borrowed(_)));
+        let got: Vec<(String, String)> = plain
+            .into_iter()
+            .chain(key_tags("m\\,x,a\\=b=c\\ d,e=\\,"))
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let want = [("a", "1"), ("b", "x y"), ("a=b", "c d"), ("e", ",")];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(got, want);
+        assert!(key_tags("m").is_empty());
     }
 
     #[test]

@@ -6,6 +6,8 @@
 pub mod auth;
 pub mod metrics;
 
+use std::sync::{Arc, Mutex};
+
 use warp::http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use warp::http::HeaderValue;
 use warp::reply::Response;
@@ -69,36 +71,62 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             asset(p.as_str()).ok_or_else(warp::reject::not_found)
         })
         .and(warp::get());
-    let metrics = warp::path("metrics")
-        .and(warp::path::end())
-        .and(warp::get())
-        .and(warp::any().map(move || ctx.clone()))
-        .then(|ctx: ApiCtx| async move { scrape(ctx).await });
+    // Kept between scrapes: per measurement and field, the family name and label names.
+    let index = Arc::new(Mutex::new(metrics::Index::default()));
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        let (reader, latest, index) = (ctx.reader.clone(), ctx.latest.clone(), index.clone());
+        let since = crate::now_ns().saturating_sub(metrics::LATEST_WINDOW_NS);
+        rt.spawn_blocking(move || {
+            if let Err(e) = metrics::warm(&reader, &latest, &index, since) {
+                tracing::warn!(error = %e, "/metrics: cannot read the newest values ahead");
+            }
+        });
+    }
+    let metrics =
+        warp::path("metrics")
+            .and(warp::path::end())
+            .and(warp::get())
+            .and(warp::any().map(move || (ctx.clone(), index.clone())))
+            .then(
+                |(ctx, index): (ApiCtx, Arc<Mutex<metrics::Index>>)| async move {
+                    scrape(ctx, index).await
+                },
+            );
     metrics.or(ui).unify()
 }
 
-async fn scrape(ctx: ApiCtx) -> Response {
+async fn scrape(ctx: ApiCtx, index: Arc<Mutex<metrics::Index>>) -> Response {
     let status = crate::api::status_document(&ctx).await;
-    let reader = ctx.reader.clone();
+    let health = metrics::render_health(&status, Some(&ctx.stats.commit_seconds.0));
     let since = crate::now_ns().saturating_sub(metrics::LATEST_WINDOW_NS);
-    let latest = tokio::task::spawn_blocking(move || {
-        let guard = reader.lock().unwrap_or_else(|p| p.into_inner());
-        metrics::latest(&guard, since)
-    })
-    .await;
-    let latest = match latest {
-        Ok(Ok(l)) => l,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "/metrics: cannot read the newest values");
-            Vec::new()
+    let (mut out, body) = crate::api::body::BodyWriter::channel();
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        // One scrape at a time writes the store's part (the index is shared).
+        let mut index = index.lock().unwrap_or_else(|p| p.into_inner());
+        let res = out
+            .write_all(health.as_bytes())
+            .map_err(metrics::ExpositionError::from)
+            .and_then(|()| {
+                metrics::write_store(
+                    &ctx.reader,
+                    &ctx.latest,
+                    &ctx.http,
+                    &mut index,
+                    since,
+                    &mut out,
+                )
+            })
+            .and_then(|()| out.flush().map_err(Into::into));
+        match res {
+            Ok(()) => {}
+            Err(metrics::ExpositionError::Client(e)) => {
+                tracing::debug!(error = %e, "/metrics: scrape abandoned");
+            }
+            Err(e) => tracing::warn!(error = %e, "/metrics: cannot read the newest values"),
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "/metrics: read task failed");
-            Vec::new()
-        }
-    };
-    let text = metrics::render(&status, &latest, Some(&ctx.stats.commit_seconds.0));
-    let mut r = Response::new(text.into());
+    });
+    let mut r = Response::new(body);
     r.headers_mut().insert(
         CONTENT_TYPE,
         HeaderValue::from_static(metrics::CONTENT_TYPE),

@@ -73,8 +73,13 @@ try {
   // Series browser: search, click, plot with a chosen aggregation.
   await page.click('#tabs a[data-tab="series"]');
   await page.waitForSelector('#series-list tbody tr', { timeout: T });
+  // The agent filters (after a short pause in typing): wait for that answer and its rows.
+  const filtered = page.waitForResponse((q) => q.url().includes('/api/v1/series') && q.url().includes('match=gpu'), { timeout: T });
   await page.fill('#search', 'gpu temp_c');
+  await filtered;
+  await page.waitForFunction(() => document.querySelector('#series-count').textContent.includes('matching'), null, { timeout: T });
   report.seriesRows = await page.$$eval('#series-list tbody tr', (r) => r.length);
+  report.seriesCount = await page.textContent('#series-count');
   const agg = page.waitForRequest((q) => q.url().includes('agg=max') && q.url().includes('field=temp_c'), { timeout: T });
   await page.selectOption('#agg', 'max');
   await page.click('#series-list tbody tr');

@@ -46,7 +46,7 @@ const PANELS = [
   ['Host', 'load', 'Load average', '', [{ m: 'host', f: 'load1', n: 'load1' }], {}],
 ];
 
-const S = { range: '1h', tab: 'overview', series: [], seriesAt: 0, status: null, charts: [], hover: null, gen: 0, timer: null, picked: null };
+const S = { range: '1h', tab: 'overview', fields: null, fieldsAt: 0, list: { rows: [], next: null, total: 0, q: '', gen: 0 }, status: null, charts: [], hover: null, gen: 0, timer: null, picked: null };
 
 const $ = (s) => document.querySelector(s);
 function el(tag, attrs, ...kids) {
@@ -253,18 +253,19 @@ async function pool(jobs, n) {
   return out;
 }
 
-async function refreshSeries() {
-  if (Date.now() - S.seriesAt < 60000 && S.series.length) return;
-  S.series = (await getJSON('/api/v1/series')).series || [];
-  S.seriesAt = Date.now();
+// Which measurement/field pairs exist (not every series: there may be 100,000 of them).
+async function refreshFields() {
+  if (Date.now() - S.fieldsAt < 60000 && S.fields) return;
+  S.fields = new Set(((await getJSON('/api/v1/fields')).fields || []).map((f) => f.measurement + '/' + f.field));
+  S.fieldsAt = Date.now();
 }
 
 async function loadOverview() {
   const gen = ++S.gen;
   const R = RANGES[S.range];
   const q = `from=-${S.range}&step=${R.step}`;
-  const [inf, status] = await Promise.all([getJSON(`/api/v1/inference?${q}`), getJSON('/api/v1/status'), refreshSeries()]);
-  const have = new Set(S.series.map((s) => s.measurement + '/' + s.field));
+  const [inf, status] = await Promise.all([getJSON(`/api/v1/inference?${q}`), getJSON('/api/v1/status'), refreshFields()]);
+  const have = S.fields;
   const jobs = [], where = [];
   PANELS.forEach((p, pi) => p[4].forEach((qq) => {
     if (!have.has(qq.m + '/' + qq.f)) return;
@@ -498,25 +499,38 @@ function renderFindings(models, sections, starts) {
 function seriesKey(s) {
   return s.measurement + Object.entries(s.tags).map(([k, v]) => `,${k}=${v}`).join('') + ' ' + s.field;
 }
+// The agent filters and pages the listing: the page holds one page of rows at a time.
+const PAGE = 200;
 async function loadSeries() {
-  await refreshSeries();
-  renderSeriesList();
+  await fetchSeries(false);
   if (S.picked) await plotSeries(S.picked);
 }
+// The first page for the filter in the box, or (more) the next page, appended.
+async function fetchSeries(more) {
+  const L = S.list;
+  const q = $('#search').value.trim();
+  const gen = ++L.gen;
+  const cursor = more && L.next ? `&cursor=${encodeURIComponent(L.next)}` : '';
+  const r = await getJSON(`/api/v1/series?limit=${PAGE}${q ? '&match=' + encodeURIComponent(q) : ''}${cursor}`);
+  if (gen !== L.gen) return; // a newer filter was typed meanwhile
+  if (!more) Object.assign(L, { rows: [], total: r.total ?? 0, q });
+  L.rows = L.rows.concat(r.series || []);
+  L.next = r.next || null;
+  renderSeriesList();
+}
 function renderSeriesList() {
-  const terms = $('#search').value.toLowerCase().split(/\s+/).filter(Boolean);
-  const hits = S.series.filter((s) => { const k = seriesKey(s).toLowerCase(); return terms.every((t) => k.includes(t)); });
-  $('#series-count').textContent = `${hits.length} of ${S.series.length} series`;
+  const L = S.list;
+  $('#series-count').textContent = `${L.rows.length} of ${L.total} series${L.q ? ' matching' : ''}`;
   const tb = el('tbody');
-  for (const s of hits.slice(0, 300)) {
+  for (const s of L.rows) {
     tb.append(el('tr', { onclick: () => plotSeries(s) },
       el('td', {}, s.measurement), el('td', {}, Object.entries(s.tags).map(([k, v]) => `${k}=${v}`).join(', ')), el('td', {}, s.field), el('td', { class: 'muted' }, s.type)));
   }
   const list = $('#series-list');
   list.textContent = '';
   list.append(el('table', {}, el('thead', {}, el('tr', {}, el('th', {}, 'measurement'), el('th', {}, 'tags'), el('th', {}, 'field'), el('th', {}, 'type'))), tb));
-  if (hits.length > 300) list.append(el('p', { class: 'muted' }, `${hits.length - 300} more: refine the filter.`));
-  if (!S.series.length) list.append(el('div', { class: 'empty' }, 'No series stored yet.'));
+  if (L.next) list.append(el('button', { id: 'series-more', onclick: () => fetchSeries(true).catch(() => {}) }, `${Math.min(PAGE, L.total - L.rows.length)} more (of ${L.total - L.rows.length}); or refine the filter`));
+  if (!L.rows.length) list.append(el('div', { class: 'empty' }, L.q ? 'No series match.' : 'No series stored yet.'));
 }
 async function plotSeries(s) {
   S.picked = s;
@@ -644,7 +658,11 @@ function setRange(r) {
 
 $('#host').textContent = location.host;
 for (const b of document.querySelectorAll('#ranges button')) b.addEventListener('click', () => setRange(b.dataset.range));
-$('#search').addEventListener('input', renderSeriesList);
+let searchT;
+$('#search').addEventListener('input', () => {
+  clearTimeout(searchT);
+  searchT = setTimeout(() => fetchSeries(false).catch((err) => { $('#series-count').textContent = 'cannot list series: ' + err.message; }), 200);
+});
 $('#agg').addEventListener('change', () => S.picked && plotSeries(S.picked));
 addEventListener('hashchange', route);
 document.addEventListener('visibilitychange', () => { if (!document.hidden) load(); });
