@@ -13,7 +13,8 @@
 #      (/api/v1/series, every page of 10,000), a raw query and an aggregate query over the
 #      measurement (either may be cut or refused by the answer bounds), /api/v1/fields, a
 #      filtered page, the UI's files, /api/v1/status, and 2 more /metrics;
-#   4. peak RSS: VmHWM.
+#   4. a second round of N points and the rollup job folding it (interval 2 s);
+#   5. peak RSS: VmHWM.
 # Printed: one markdown row per N (the README table) with steady RSS, peak RSS, peak/steady,
 # RSS per series (steady RSS growth over the idle agent / N: the dictionary, the writer's
 # cache, the newest values), the first and median /metrics time and its size.
@@ -63,6 +64,8 @@ enabled = false
 enabled = false
 [health]
 enabled = false
+[rollup]
+interval = "2s"
 [log]
 level = "warn"
 EOF
@@ -76,17 +79,29 @@ EOF
     local idle_kb
     idle_kb=$(kb "$agent_pid" VmRSS)
 
-    # 1. N series, in batches of 10,000 lines, all within the last minute.
-    local now_ms i
-    now_ms=$(($(date +%s%N) / 1000000))
-    for ((i = 0; i < n; i += 10000)); do
-        awk -v from="$i" -v to="$n" -v t="$now_ms" 'BEGIN {
-            end = from + 10000; if (end > to) end = to;
-            for (j = from; j < end; j++) printf "bench,req=r%07d,host=dev value=%d.5 %.0f\n", j, j % 977, t - (j % 50000)
-        }' >"$dir/batch.lp"
-        curl -fsS -o /dev/null --data-binary @"$dir/batch.lp" "$base/write?precision=ms"
-    done
-    sleep 5
+    # 1. N series, in batches of 10,000 lines, all within the last minute; the rollup job
+    #    (every 2 s here) folds them before the steady reading.
+    write_round() {
+        local now_ms i
+        now_ms=$(($(date +%s%N) / 1000000))
+        for ((i = 0; i < n; i += 10000)); do
+            awk -v from="$i" -v to="$n" -v t="$now_ms" 'BEGIN {
+                end = from + 10000; if (end > to) end = to;
+                for (j = from; j < end; j++) printf "bench,req=r%07d,host=dev value=%d.5 %.0f\n", j, j % 977, t - (j % 50000)
+            }' >"$dir/batch.lp"
+            curl -fsS -o /dev/null --data-binary @"$dir/batch.lp" "$base/write?precision=ms"
+        done
+    }
+    rolled_up() {
+        for _ in $(seq 1 600); do
+            curl -fsS "$base/api/v1/status" | python3 -c 'import json,sys; t=json.load(sys.stdin)["rollup"]["tiers"]; sys.exit(0 if all(x["pending_chunks"] == 0 for x in t) else 1)' && return 0
+            sleep 0.5
+        done
+        echo "rollup did not catch up" >&2
+    }
+    write_round
+    rolled_up
+    sleep 3
     local steady_kb
     steady_kb=$(kb "$agent_pid" VmRSS)
     echo 5 >"/proc/$agent_pid/clear_refs"
@@ -117,6 +132,9 @@ EOF
         t=$(curl -fsS -o /dev/null -w '%{time_total}' "$base/metrics")
         times+=("$t")
     done
+    # 4. Forwarding-free write path and a rollup run over every series again.
+    write_round
+    rolled_up
     local peak_kb samples
     peak_kb=$(kb "$agent_pid" VmHWM)
     samples=$(grep -c '^bench_value' "$dir/metrics.txt" || true)
