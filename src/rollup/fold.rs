@@ -1,5 +1,7 @@
-//! Folding raw chunks into the tiers, one bounded transaction at a time (see the module
-//! docs of [`super`] for the exactly-once and late-point rules). The bucket maths is
+//! Folding raw chunks into the tiers, one bounded step at a time (see the module docs of
+//! [`super`] for the exactly-once and late-point rules). A step reads and folds its chunks
+//! under a read snapshot and takes the write lock only to merge and write the rows, so
+//! ingest is not held back while it decodes. The bucket maths is
 //! [`crate::store::bucket`]; every statement is in [`crate::store`].
 
 use std::collections::HashMap;
