@@ -36,12 +36,12 @@ pub struct Chunk<'a> {
 }
 
 impl Chunk<'_> {
-    /// Decodes every value: `f(ts, series_id, value)`, in stored order. `path` names the
-    /// database in the error.
+    /// Decodes every value: `f(ts, series_id, value)`, in stored order, whatever the
+    /// chunk's format. `path` and the chunk's id name it in the error.
     pub fn decode(&self, path: &Path, f: impl FnMut(i64, i64, Value)) -> Result<(), StoreError> {
         codec::decode_chunk(self.data, self.ts_min, f).map_err(|source| StoreError::Corrupt {
             path: path.to_path_buf(),
-            source,
+            source: source.in_chunk(self.id),
         })
     }
 }
@@ -266,6 +266,69 @@ pub fn retime(
         .and_then(|mut st| st.execute(rusqlite::params![id, ts_min, ts_max, data]))
         .map(|_| ())
         .ctx(path)
+}
+
+/// Raw storage of one measurement (what `edgewatch maintain` reports).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Density {
+    /// Measurement.
+    pub measurement: String,
+    /// Chunk rows.
+    pub chunks: u64,
+    /// Of them, still in the legacy encoding.
+    pub legacy_chunks: u64,
+    /// Points.
+    pub points: u64,
+    /// Field values.
+    pub values: u64,
+    /// Encoded bytes of its chunks.
+    pub bytes: u64,
+}
+
+/// Chunk bytes, points and values per measurement (every chunk is decoded to count its
+/// values; a corrupt one is an error naming it).
+pub fn density(conn: &Connection, path: &Path) -> Result<Vec<Density>, StoreError> {
+    let mut st = conn
+        .prepare(
+            "SELECT t.measurement, c.id, c.ts_min, c.n, c.data FROM chunks c \
+             JOIN tagsets t ON t.id = c.tagset_id ORDER BY t.measurement",
+        )
+        .ctx(path)?;
+    let mut rows = st.query([]).ctx(path)?;
+    let mut out: Vec<Density> = Vec::new();
+    while let Some(r) = rows.next().ctx(path)? {
+        let m: String = r.get(0).ctx(path)?;
+        let (id, ts_min, n): (i64, i64, i64) = (
+            r.get(1).ctx(path)?,
+            r.get(2).ctx(path)?,
+            r.get(3).ctx(path)?,
+        );
+        let data = match r.get_ref(4).ctx(path)? {
+            rusqlite::types::ValueRef::Null => &[][..],
+            v => v.as_blob().ctx(path)?,
+        };
+        if out.last().map_or(true, |d| d.measurement != m) {
+            out.push(Density {
+                measurement: m,
+                ..Density::default()
+            });
+        }
+        let Some(d) = out.last_mut() else { continue };
+        let corrupt = |source: codec::CodecError| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            source: source.in_chunk(id),
+        };
+        if codec::format(data).map_err(corrupt)? == codec::Format::Legacy {
+            d.legacy_chunks += 1;
+        }
+        let mut values = 0u64;
+        codec::decode_chunk(data, ts_min, |_, _, _| values += 1).map_err(corrupt)?;
+        d.chunks += 1;
+        d.points += n.max(0) as u64;
+        d.values += values;
+        d.bytes += data.len() as u64;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -29,7 +29,8 @@ pub struct Writer {
     path: PathBuf,
     dict: Dictionary,
     max_series: usize,
-    buf: Vec<u8>,
+    /// The current line's series ids, one per field.
+    sids: Vec<i64>,
 }
 
 /// What one committed batch did.
@@ -52,7 +53,7 @@ impl Writer {
             path,
             dict: Dictionary::default(),
             max_series,
-            buf: Vec::with_capacity(256),
+            sids: Vec::with_capacity(64),
         };
         w.load_dictionary()?;
         Ok(w)
@@ -110,7 +111,7 @@ impl Writer {
                 .ctx(&path)?;
             let mut ins = dict::Inserts::prepare(&tx, &path)?;
             let dict = &mut self.dict;
-            let values = &mut self.buf;
+            let values = &mut self.sids;
             // Points of this transaction grouped by tag set, in arrival order per tag set.
             let mut open: Vec<ChunkBuilder> = Vec::new();
             let mut open_index: HashMap<i64, usize> = HashMap::new();
@@ -182,15 +183,21 @@ impl Writer {
                                 sid
                             }
                         };
-                        codec::encode_value(values, sid, value);
+                        values.push(sid);
                     }
                     let slot = *open_index.entry(tagset_id).or_insert_with(|| {
                         open.push(ChunkBuilder::new(tagset_id));
                         open.len() - 1
                     });
                     let chunk = &mut open[slot];
-                    chunk.push(line.ts, line.fields.len(), values);
-                    if chunk.points.len() >= MAX_CHUNK_POINTS {
+                    chunk.enc.push(
+                        line.ts,
+                        values
+                            .iter()
+                            .copied()
+                            .zip(line.fields.iter().map(|(_, v)| v)),
+                    );
+                    if chunk.enc.len() >= MAX_CHUNK_POINTS {
                         chunk.flush(&mut ins_chunk).ctx(&path)?;
                     }
                     sum.points += 1;
@@ -210,55 +217,32 @@ impl Writer {
 /// Most points packed into one chunk row.
 pub const MAX_CHUNK_POINTS: usize = 2048;
 
-/// Accumulates the points of one tag set into chunk rows.
+/// Accumulates the points of one tag set into chunk rows (columnar, [`codec::ChunkEncoder`]).
 struct ChunkBuilder {
     tagset_id: i64,
-    data: Vec<u8>,
-    points: Vec<(i64, std::ops::Range<usize>, usize)>,
-    values: Vec<u8>,
+    enc: codec::ChunkEncoder,
 }
 
 impl ChunkBuilder {
     fn new(tagset_id: i64) -> Self {
         ChunkBuilder {
             tagset_id,
-            data: Vec::new(),
-            points: Vec::new(),
-            values: Vec::new(),
+            enc: codec::ChunkEncoder::new(),
         }
     }
 
-    /// Adds one point whose encoded values are `encoded`.
-    fn push(&mut self, ts: i64, count: usize, encoded: &[u8]) {
-        let start = self.values.len();
-        self.values.extend_from_slice(encoded);
-        self.points.push((ts, start..self.values.len(), count));
-    }
-
-    /// Writes the pending points as one row (time deltas need `ts_min`, hence the two-step
-    /// build) and starts a new chunk.
+    /// Writes the pending points as one row and starts a new chunk.
     fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<()> {
-        if self.points.is_empty() {
+        let Some(e) = self.enc.finish() else {
             return Ok(());
-        }
-        let ts_min = self.points.iter().map(|p| p.0).min().unwrap_or(0);
-        let ts_max = self.points.iter().map(|p| p.0).max().unwrap_or(0);
-        self.data.clear();
-        let mut prev = ts_min;
-        for (ts, range, count) in &self.points {
-            codec::encode_point_header(&mut self.data, prev, *ts, *count);
-            self.data.extend_from_slice(&self.values[range.clone()]);
-            prev = *ts;
-        }
+        };
         insert.execute(params![
             self.tagset_id,
-            ts_min,
-            ts_max,
-            self.points.len() as i64,
-            &self.data[..]
+            e.ts_min,
+            e.ts_max,
+            e.n as i64,
+            &e.data[..]
         ])?;
-        self.points.clear();
-        self.values.clear();
         Ok(())
     }
 }
