@@ -11,8 +11,8 @@
 //! Times are relative to the row's `ts_min`, so moving every point by the same step only
 //! changes the row's bounds. Values of one point come back in the chunk's column order
 //! (the order in which the fields first appeared in it). A point that names a series twice,
-//! or a series that changes type, cannot be a column: such a chunk is written in the
-//! legacy point-by-point form instead (the writer never produces one). Pure; the decoder
+//! or a series that changes type, cannot be a column: such a chunk is written point by point
+//! behind [`POINTS_MARKER`] instead (the writer never produces one). Pure; the decoder
 //! never panics on corrupt input.
 
 use std::collections::HashMap;
@@ -24,6 +24,9 @@ use crate::model::Value;
 /// First byte of a columnar chunk. Legacy chunks start with the zigzag varint of a
 /// non-negative time delta, whose low bit is always 0; every versioned format starts odd.
 pub const MARKER: u8 = 0x03;
+
+/// First byte of a point-by-point chunk (the legacy body follows).
+pub const POINTS_MARKER: u8 = 0x05;
 
 /// Most points a chunk may claim (a decoder bound; the writer packs at most 2048).
 pub const MAX_POINTS: usize = 1 << 16;
@@ -142,7 +145,7 @@ impl ChunkEncoder {
         values: impl IntoIterator<Item = (i64, &'v Value)> + Clone,
     ) {
         if self.legacy.is_none() && !self.fits(values.clone()) {
-            self.to_legacy();
+            self.switch_to_points();
         }
         if let Some(points) = &mut self.legacy {
             let mut buf = Vec::new();
@@ -193,7 +196,7 @@ impl ChunkEncoder {
     }
 
     /// Moves the pending points to the legacy form (values of a point in column order).
-    fn to_legacy(&mut self) {
+    fn switch_to_points(&mut self) {
         let mut points: Vec<(i64, Vec<u8>, usize)> =
             self.ts.iter().map(|&t| (t, Vec::new(), 0)).collect();
         let mut cursor = vec![0usize; self.cols.len()];
@@ -276,7 +279,7 @@ impl ChunkEncoder {
 fn legacy_chunk(points: &[(i64, Vec<u8>, usize)]) -> Option<Encoded> {
     let ts_min = points.iter().map(|p| p.0).min()?;
     let ts_max = points.iter().map(|p| p.0).max()?;
-    let mut data = Vec::new();
+    let mut data = vec![POINTS_MARKER];
     let mut prev = ts_min;
     for (ts, vals, n) in points {
         legacy::encode_point_header(&mut data, prev, *ts, *n);
