@@ -8,15 +8,21 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let ts_min = 1_760_000_000_000_000_000i64;
     let mut points = Vec::new();
-    if codec::decode_points(data, ts_min, |t, vals| points.push((t, std::mem::take(vals)))).is_ok() {
+    if codec::decode_points(data, ts_min, |t, vals| {
+        points.push((t, std::mem::take(vals)))
+    })
+    .is_ok()
+    {
         let mut enc = codec::ChunkEncoder::new();
         for (t, vals) in &points {
             enc.push(*t, vals.iter().map(|(s, v)| (*s, v)));
         }
         if let Some(e) = enc.finish() {
             let mut again = Vec::new();
-            codec::decode_points(&e.data, e.ts_min, |t, vals| again.push((t, std::mem::take(vals))))
-                .expect("a chunk the encoder wrote decodes");
+            codec::decode_points(&e.data, e.ts_min, |t, vals| {
+                again.push((t, std::mem::take(vals)))
+            })
+            .expect("a chunk the encoder wrote decodes");
             assert_eq!(again.len(), points.len());
         }
     }
