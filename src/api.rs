@@ -334,6 +334,14 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
     })
     .await
     .ok();
+    let db_bytes = crate::store::disk_bytes(&ctx.db_path);
+    let max_bytes = ctx.plan.max_bytes;
+    let write = with_reader(ctx, |r| {
+        crate::store::chunks::rate_sample(&r.conn, &r.path, 2_000)
+    })
+    .await
+    .ok()
+    .and_then(|s| crate::status::rate::write_rate(&s, db_bytes, max_bytes));
     let s = &ctx.stats;
     let g = Stats::get;
     Status {
@@ -357,10 +365,11 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
         },
         store: status::Store {
             path: ctx.db_path.clone(),
-            db_bytes: crate::store::disk_bytes(&ctx.db_path),
+            db_bytes,
             series,
             max_series: ctx.max_series as u64,
             synchronous: ctx.synchronous,
+            write,
         },
         rollup,
         clock,

@@ -531,6 +531,7 @@ fn status_renders_the_typed_document_with_unknown_parts_said_so() {
         series: None,
         max_series: 500,
         synchronous: edgewatch::config::Synchronous::Normal,
+        write: None,
     };
     // rollup and clock: null (the agent could not read its store).
     st.collectors.errors = 6;

@@ -626,6 +626,13 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         storage.contains("1.0 GB budget") && storage.contains("Retention per tier"),
         "{storage}"
     );
+    // The offline runway card: how long the budget holds at the current write rate.
+    assert!(
+        storage.contains("offline runway")
+            && (storage.contains("before eviction begins")
+                || storage.contains("nothing written yet")),
+        "{storage}"
+    );
     // The evicted table: raw chunks and points, then each tier's rows.
     assert!(
         storage.contains("Evictedwhatcountraw chunks0raw points0rows 1m0rows 1h0"),

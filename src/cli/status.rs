@@ -220,6 +220,22 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
                 "normal (a power cut may lose writes acknowledged since the last checkpoint)",
         },
     );
+    if let Some(w) = &s.write {
+        let _ = writeln!(
+            o,
+            "writing:    {:.0} values/s, {}/s ({:.2} bytes a value); runway {}",
+            w.values_per_s,
+            human_bytes(w.bytes_per_s),
+            w.bytes_per_value,
+            match w.runway_s {
+                Some(r) => format!(
+                    "{} before eviction begins",
+                    edgewatch::status::rate::human_duration(r)
+                ),
+                None => "unlimited (no budget)".into(),
+            },
+        );
+    }
     match &v.rollup {
         Some(r) => {
             let tiers: Vec<String> = r

@@ -151,6 +151,17 @@ impl Job {
             self.rollup(now, stop, &mut report)?;
             if !report.interrupted {
                 self.enforce_retention(now, &mut report)?;
+                // Runs of small chunks every consumer has passed become full columnar
+                // chunks (a few bounded steps a run; see store::compact).
+                for _ in 0..4 {
+                    let limits = crate::store::compact::Limits::default();
+                    if stop()
+                        || crate::store::compact::merge_step(&mut self.conn, &self.path, &limits)?
+                            .is_none()
+                    {
+                        break;
+                    }
+                }
                 self.enforce_budget(stop, &mut report)?;
             }
         }

@@ -10,12 +10,14 @@
 //! Values that can be unknown are `Option` (JSON `null`), never a sentinel.
 
 mod cell;
+pub mod rate;
 
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
 pub use cell::StatusCell;
+pub use rate::WriteRate;
 
 /// The whole `/api/v1/status` document.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -89,6 +91,10 @@ pub struct Store {
     /// Durability of acknowledged writes (`[storage] synchronous`): `full` survives a power
     /// cut, `normal` only a crash of the agent.
     pub synchronous: crate::config::Synchronous,
+    /// The raw write rate and the offline runway (`null`: nothing written yet, or the
+    /// store could not be read).
+    #[serde(default)]
+    pub write: Option<WriteRate>,
 }
 
 /// The rollup job's view: tiers, eviction, the budget.

@@ -36,12 +36,12 @@ pub struct Chunk<'a> {
 }
 
 impl Chunk<'_> {
-    /// Decodes every value: `f(ts, series_id, value)`, in stored order. `path` names the
-    /// database in the error.
+    /// Decodes every value: `f(ts, series_id, value)`, in stored order, whatever the
+    /// chunk's format. `path` and the chunk's id name it in the error.
     pub fn decode(&self, path: &Path, f: impl FnMut(i64, i64, Value)) -> Result<(), StoreError> {
         codec::decode_chunk(self.data, self.ts_min, f).map_err(|source| StoreError::Corrupt {
             path: path.to_path_buf(),
-            source,
+            source: source.in_chunk(self.id),
         })
     }
 }
@@ -266,6 +266,137 @@ pub fn retime(
         .and_then(|mut st| st.execute(rusqlite::params![id, ts_min, ts_max, data]))
         .map(|_| ())
         .ctx(path)
+}
+
+/// What the status document's write rate is computed from (see
+/// [`crate::status::rate::write_rate`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RateSample {
+    /// Points in the newest chunks.
+    pub points: u64,
+    /// Their values.
+    pub values: u64,
+    /// The time they span (newest point minus oldest), ns.
+    pub span_ns: i64,
+    /// Their bytes (data plus [`ROW_OVERHEAD`] a row).
+    pub bytes: u64,
+    /// Values in the newest full chunks (merged or large), if any.
+    pub dense_values: u64,
+    /// Their bytes (data plus [`ROW_OVERHEAD`] a row).
+    pub dense_bytes: u64,
+}
+
+/// Bytes a chunk row costs beyond its data (record header, the other columns, its index
+/// entry; measured with `cargo bench --bench storage`, rounded up).
+pub const ROW_OVERHEAD: u64 = 48;
+
+/// Samples the newest `window` chunks (the current write rate) and the newest 8 full ones
+/// (the density data settles at once recompressed). Decodes them to count values; a
+/// corrupt one is an error naming it.
+pub fn rate_sample(
+    conn: &Connection,
+    path: &Path,
+    window: usize,
+) -> Result<RateSample, StoreError> {
+    let mut s = RateSample::default();
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    let newest = Scan {
+        after: Some(newest_id(conn, path)?.saturating_sub(window as i64)),
+        ..Scan::default()
+    };
+    scan(conn, path, &newest, |c| {
+        lo = lo.min(c.ts_min);
+        hi = hi.max(c.ts_max);
+        s.points += c.n.max(0) as u64;
+        s.bytes += c.data.len() as u64 + ROW_OVERHEAD;
+        c.decode(path, |_, _, _| s.values += 1)?;
+        Ok(ControlFlow::Continue(()))
+    })?;
+    s.span_ns = hi.saturating_sub(lo).max(0);
+    let mut st = conn
+        .prepare_cached(
+            "SELECT id, ts_min, data FROM chunks WHERE n >= ?1 ORDER BY id DESC LIMIT 8",
+        )
+        .ctx(path)?;
+    let mut rows = st.query([super::compact::SMALL_POINTS]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let (id, ts_min): (i64, i64) = (r.get(0).ctx(path)?, r.get(1).ctx(path)?);
+        let data = match r.get_ref(2).ctx(path)? {
+            rusqlite::types::ValueRef::Null => &[][..],
+            v => v.as_blob().ctx(path)?,
+        };
+        codec::decode_chunk(data, ts_min, |_, _, _| s.dense_values += 1).map_err(|source| {
+            StoreError::Corrupt {
+                path: path.to_path_buf(),
+                source: source.in_chunk(id),
+            }
+        })?;
+        s.dense_bytes += data.len() as u64 + ROW_OVERHEAD;
+    }
+    Ok(s)
+}
+
+/// Raw storage of one measurement (what `edgewatch maintain` reports).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Density {
+    /// Measurement.
+    pub measurement: String,
+    /// Chunk rows.
+    pub chunks: u64,
+    /// Of them, still in the legacy encoding.
+    pub legacy_chunks: u64,
+    /// Points.
+    pub points: u64,
+    /// Field values.
+    pub values: u64,
+    /// Encoded bytes of its chunks.
+    pub bytes: u64,
+}
+
+/// Chunk bytes, points and values per measurement (every chunk is decoded to count its
+/// values; a corrupt one is an error naming it).
+pub fn density(conn: &Connection, path: &Path) -> Result<Vec<Density>, StoreError> {
+    let mut st = conn
+        .prepare(
+            "SELECT t.measurement, c.id, c.ts_min, c.n, c.data FROM chunks c \
+             JOIN tagsets t ON t.id = c.tagset_id ORDER BY t.measurement",
+        )
+        .ctx(path)?;
+    let mut rows = st.query([]).ctx(path)?;
+    let mut out: Vec<Density> = Vec::new();
+    while let Some(r) = rows.next().ctx(path)? {
+        let m: String = r.get(0).ctx(path)?;
+        let (id, ts_min, n): (i64, i64, i64) = (
+            r.get(1).ctx(path)?,
+            r.get(2).ctx(path)?,
+            r.get(3).ctx(path)?,
+        );
+        let data = match r.get_ref(4).ctx(path)? {
+            rusqlite::types::ValueRef::Null => &[][..],
+            v => v.as_blob().ctx(path)?,
+        };
+        if out.last().map_or(true, |d| d.measurement != m) {
+            out.push(Density {
+                measurement: m,
+                ..Density::default()
+            });
+        }
+        let Some(d) = out.last_mut() else { continue };
+        let corrupt = |source: codec::CodecError| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            source: source.in_chunk(id),
+        };
+        if codec::format(data).map_err(corrupt)? == codec::Format::Legacy {
+            d.legacy_chunks += 1;
+        }
+        let mut values = 0u64;
+        codec::decode_chunk(data, ts_min, |_, _, _| values += 1).map_err(corrupt)?;
+        d.chunks += 1;
+        d.points += n.max(0) as u64;
+        d.values += values;
+        d.bytes += data.len() as u64;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! - [`tiers`] (rollup rows and tier cursors), [`counters`], [`sinks`] (each forwarder's
 //!   cursor, dead letters, fallback progress and eviction accounting), [`clockfix`] (the
 //!   clock hold's rows),
-//! - pure encodings: [`codec`] (packed chunks), [`bucket`] (a bucket's aggregate and its
+//! - [`compact`] (recompression: small chunks merged, legacy chunks re-encoded, in steps),
+//! - pure encodings: [`codec`] (packed chunks: legacy and columnar), [`bucket`] (a bucket's aggregate and its
 //!   maths), [`sketch`] (DDSketch).
 //!
 //! Exactly one [`Writer`] exists per database (the writer task owns it); any number of
@@ -21,6 +22,7 @@ pub mod bucket;
 pub mod chunks;
 pub mod clockfix;
 pub mod codec;
+pub mod compact;
 pub mod counters;
 pub mod dict;
 pub mod latest;

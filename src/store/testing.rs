@@ -106,3 +106,24 @@ pub fn add_tagset(
         .collect();
     (tagset, series)
 }
+
+/// Overwrites chunk `id`'s data (corruption tests).
+pub fn set_chunk_data(dir: &Path, id: i64, data: &[u8]) {
+    conn(dir)
+        .execute(
+            "UPDATE chunks SET data = ?2 WHERE id = ?1",
+            rusqlite::params![id, data],
+        )
+        .unwrap();
+}
+
+/// Records a tier cursor (as the rollup job would after folding through `cursor`).
+pub fn set_tier_cursor(dir: &Path, tier: i64, cursor: i64) {
+    conn(dir)
+        .execute(
+            "INSERT OR REPLACE INTO rollup_state (tier, cursor, watermark_ns, late_points, updated_ns) \
+             VALUES (?1, ?2, 0, 0, 0)",
+            [tier, cursor],
+        )
+        .unwrap();
+}

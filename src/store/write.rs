@@ -29,9 +29,10 @@ pub struct Writer {
     path: PathBuf,
     dict: Dictionary,
     max_series: usize,
-    buf: Vec<u8>,
     /// Where committed numbers go (`/metrics`), and this transaction's, until the commit.
     latest: Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
+    /// The current line's series ids, one per field.
+    sids: Vec<i64>,
 }
 
 /// `(series id, ts, value)` of a committed number.
@@ -57,8 +58,8 @@ impl Writer {
             path,
             dict: Dictionary::default(),
             max_series,
-            buf: Vec::with_capacity(256),
             latest: None,
+            sids: Vec::with_capacity(64),
         };
         w.load_dictionary()?;
         Ok(w)
@@ -123,7 +124,7 @@ impl Writer {
                 .ctx(&path)?;
             let mut ins = dict::Inserts::prepare(&tx, &path)?;
             let dict = &mut self.dict;
-            let values = &mut self.buf;
+            let values = &mut self.sids;
             let mut newest = self.latest.as_mut().map(|l| &mut l.1);
             if let Some(n) = newest.as_mut() {
                 n.clear();
@@ -199,7 +200,7 @@ impl Writer {
                                 sid
                             }
                         };
-                        codec::encode_value(values, sid, value);
+                        values.push(sid);
                         if let (Some(n), Some(x)) = (newest.as_mut(), super::bucket::numeric(value))
                         {
                             n.push((sid, line.ts, x));
@@ -210,8 +211,14 @@ impl Writer {
                         open.len() - 1
                     });
                     let chunk = &mut open[slot];
-                    chunk.push(line.ts, line.fields.len(), values);
-                    if chunk.points.len() >= MAX_CHUNK_POINTS {
+                    chunk.enc.push(
+                        line.ts,
+                        values
+                            .iter()
+                            .copied()
+                            .zip(line.fields.iter().map(|(_, v)| v)),
+                    );
+                    if chunk.enc.len() >= MAX_CHUNK_POINTS {
                         chunk.flush(&mut ins_chunk).ctx(&path)?;
                     }
                     sum.points += 1;
@@ -234,55 +241,32 @@ impl Writer {
 /// Most points packed into one chunk row.
 pub const MAX_CHUNK_POINTS: usize = 2048;
 
-/// Accumulates the points of one tag set into chunk rows.
+/// Accumulates the points of one tag set into chunk rows (columnar, [`codec::ChunkEncoder`]).
 struct ChunkBuilder {
     tagset_id: i64,
-    data: Vec<u8>,
-    points: Vec<(i64, std::ops::Range<usize>, usize)>,
-    values: Vec<u8>,
+    enc: codec::ChunkEncoder,
 }
 
 impl ChunkBuilder {
     fn new(tagset_id: i64) -> Self {
         ChunkBuilder {
             tagset_id,
-            data: Vec::new(),
-            points: Vec::new(),
-            values: Vec::new(),
+            enc: codec::ChunkEncoder::new(),
         }
     }
 
-    /// Adds one point whose encoded values are `encoded`.
-    fn push(&mut self, ts: i64, count: usize, encoded: &[u8]) {
-        let start = self.values.len();
-        self.values.extend_from_slice(encoded);
-        self.points.push((ts, start..self.values.len(), count));
-    }
-
-    /// Writes the pending points as one row (time deltas need `ts_min`, hence the two-step
-    /// build) and starts a new chunk.
+    /// Writes the pending points as one row and starts a new chunk.
     fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<()> {
-        if self.points.is_empty() {
+        let Some(e) = self.enc.finish() else {
             return Ok(());
-        }
-        let ts_min = self.points.iter().map(|p| p.0).min().unwrap_or(0);
-        let ts_max = self.points.iter().map(|p| p.0).max().unwrap_or(0);
-        self.data.clear();
-        let mut prev = ts_min;
-        for (ts, range, count) in &self.points {
-            codec::encode_point_header(&mut self.data, prev, *ts, *count);
-            self.data.extend_from_slice(&self.values[range.clone()]);
-            prev = *ts;
-        }
+        };
         insert.execute(params![
             self.tagset_id,
-            ts_min,
-            ts_max,
-            self.points.len() as i64,
-            &self.data[..]
+            e.ts_min,
+            e.ts_max,
+            e.n as i64,
+            &e.data[..]
         ])?;
-        self.points.clear();
-        self.values.clear();
         Ok(())
     }
 }

@@ -1138,6 +1138,7 @@ mod tests {
                 series: Some(202),
                 max_series: 203,
                 synchronous: crate::config::Synchronous::Full,
+                write: None,
             },
             rollup: Some(status::Rollup {
                 tiers: vec![

@@ -590,6 +590,15 @@ async function loadForwarding() {
   ])));
 }
 
+// The write rate and how long the budget holds at it (`store.write`, null before data).
+function storageRunway(w) {
+  const card = el('div', { class: 'card', id: 'runway' }, el('div', { class: 's' }, 'offline runway'));
+  if (!w) return (card.append(el('div', { class: 'v' }, '–'), el('div', { class: 's' }, 'nothing written yet')), card);
+  card.append(el('div', { class: 'v' }, w.runway_s == null ? 'no budget' : dur(Math.round(w.runway_s))),
+    el('div', { class: 's' }, `before eviction begins, writing ${Math.round(w.values_per_s)} values/s · ${bytes(w.bytes_per_s)}/s · ${w.bytes_per_value.toFixed(2)} B/value`));
+  return card;
+}
+
 async function loadStorage() {
   const st = await getJSON('/api/v1/status');
   S.status = st;
@@ -608,7 +617,8 @@ async function loadStorage() {
         el('div', { class: 's' }, b.max_bytes ? `${pct.toFixed(1)}% of the ${bytes(b.max_bytes)} budget` : 'no disk budget')),
       el('div', { class: 'card' }, el('div', { class: 's' }, 'series'), el('div', { class: 'v' }, st.store.series ?? '?'), el('div', { class: 's' }, `limit ${st.store.max_series}`)),
       el('div', { class: 'card' }, el('div', { class: 's' }, 'ingest'), el('div', { class: 'v' }, st.ingest.points_written),
-        el('div', { class: 's' }, `rejected ${st.ingest.points_rejected} · dropped ${st.ingest.points_dropped} · queue ${st.ingest.queue_points}/${st.ingest.queue_capacity} · last commit ${num(st.ingest.last_commit_ms, 'ms')}`))),
+        el('div', { class: 's' }, `rejected ${st.ingest.points_rejected} · dropped ${st.ingest.points_dropped} · queue ${st.ingest.queue_points}/${st.ingest.queue_capacity} · last commit ${num(st.ingest.last_commit_ms, 'ms')}`)),
+      storageRunway(st.store.write)),
     el('h2', {}, 'Retention per tier'),
     el('div', { class: 'panel' }, table([{ name: 'raw', retention_s: ro.raw_retention_s, res: 'every point', raw: true }].concat(ro.tiers), [
       ['tier', (t) => t.name],

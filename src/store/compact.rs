@@ -1,0 +1,379 @@
+//! Recompression of committed chunks, in bounded steps: small chunks of one tag set (one
+//! per commit: at 1 Hz a tegrastats tag set gets a one-point chunk a second) are merged into
+//! columnar chunks of up to [`TARGET_POINTS`] points, and chunks in the legacy form are
+//! re-encoded in place. Each step is one short `BEGIN IMMEDIATE` transaction, like the
+//! rollup job's.
+//!
+//! What it never breaks: only chunks at or below every consumer's cursor are merged (each
+//! tier's `rollup_state.cursor`, each sink's `cursor_chunk_id`, and below the clock hold),
+//! so a merged chunk is on the same side of every cursor as the chunks it replaces; it
+//! keeps the largest of their ids (ids are never reused) and their points in id order, so
+//! every reader sees the same points. A legacy chunk is re-encoded under its own id with
+//! the same points. Never decides when to run: `edgewatch maintain --recompress` and the
+//! caller's loop do.
+
+use std::path::Path;
+
+use rusqlite::{params, Connection, TransactionBehavior};
+
+use super::codec::{self, ChunkEncoder, Format};
+use super::open::Ctx;
+use super::StoreError;
+
+/// Points a merged chunk aims at (the writer's own maximum).
+pub const TARGET_POINTS: usize = super::MAX_CHUNK_POINTS;
+
+/// Chunks with fewer points than this are merge candidates.
+pub const SMALL_POINTS: i64 = (TARGET_POINTS / 2) as i64;
+
+/// How much one step may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Points read per step (at least one chunk's).
+    pub max_points: usize,
+    /// Merge every run of small chunks, even one that does not fill a chunk yet (a
+    /// one-off pass); otherwise a tag set waits until its small chunks fill one.
+    pub all: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_points: 100_000,
+            all: false,
+        }
+    }
+}
+
+/// What a step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// Chunk rows rewritten (merged or re-encoded).
+    pub written: u64,
+    /// Chunk rows deleted by merging.
+    pub removed: u64,
+    /// Legacy chunks re-encoded in place.
+    pub converted: u64,
+    /// Points in the rows it rewrote.
+    pub points: u64,
+    /// Bytes of the rows it read.
+    pub bytes_before: u64,
+    /// Bytes of the rows it wrote.
+    pub bytes_after: u64,
+}
+
+impl Pass {
+    /// Adds another step's figures.
+    pub fn add(&mut self, o: &Pass) {
+        self.written += o.written;
+        self.removed += o.removed;
+        self.converted += o.converted;
+        self.points += o.points;
+        self.bytes_before += o.bytes_before;
+        self.bytes_after += o.bytes_after;
+    }
+}
+
+/// The newest chunk id every consumer has passed (`i64::MAX` when nothing consumes).
+fn horizon(tx: &Connection, path: &Path) -> Result<i64, StoreError> {
+    tx.query_row(
+        "SELECT MIN(c) FROM (SELECT cursor AS c FROM rollup_state \
+         UNION ALL SELECT cursor_chunk_id FROM sinks \
+         UNION ALL SELECT first_chunk_id - 1 FROM clock_fix)",
+        [],
+        |r| r.get::<_, Option<i64>>(0),
+    )
+    .map(|h| h.unwrap_or(i64::MAX))
+    .ctx(path)
+}
+
+struct Row {
+    id: i64,
+    ts_min: i64,
+    n: i64,
+    data: Vec<u8>,
+}
+
+/// One merge step: the small chunks of the tag sets that have enough of them (or all, with
+/// `limits.all`), up to `limits.max_points` points. `None` when nothing (more) could be
+/// merged.
+pub fn merge_step(
+    conn: &mut Connection,
+    path: &Path,
+    limits: &Limits,
+) -> Result<Option<Pass>, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(path)?;
+    let h = horizon(&tx, path)?;
+    let need = if limits.all { 0 } else { TARGET_POINTS as i64 };
+    let tagsets: Vec<i64> = tx
+        .prepare_cached(
+            "SELECT tagset_id FROM chunks WHERE id <= ?1 AND n < ?2 GROUP BY tagset_id \
+             HAVING COUNT(*) > 1 AND SUM(n) >= ?3 ORDER BY MIN(id)",
+        )
+        .and_then(|mut st| {
+            st.query_map(params![h, SMALL_POINTS, need], |r| r.get(0))
+                .and_then(|rows| rows.collect())
+        })
+        .ctx(path)?;
+    if tagsets.is_empty() {
+        return Ok(None);
+    }
+    let mut pass = Pass::default();
+    let mut budget = limits.max_points.max(1);
+    let mut sel = tx
+        .prepare_cached(
+            "SELECT id, ts_min, n, data FROM chunks WHERE tagset_id = ?1 AND id <= ?2 \
+             AND n < ?3 ORDER BY id LIMIT ?4",
+        )
+        .ctx(path)?;
+    for tagset in tagsets {
+        if budget == 0 {
+            break;
+        }
+        let rows: Vec<Row> = sel
+            .query_map(params![tagset, h, SMALL_POINTS, budget as i64], |r| {
+                Ok(Row {
+                    id: r.get(0)?,
+                    ts_min: r.get(1)?,
+                    n: r.get(2)?,
+                    data: r.get(3)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+            .ctx(path)?;
+        // Greedy runs in id order, each up to TARGET_POINTS points.
+        let mut start = 0;
+        while start < rows.len() {
+            let mut end = start;
+            let mut sum = 0usize;
+            while end < rows.len() && sum + rows[end].n.max(0) as usize <= TARGET_POINTS {
+                sum += rows[end].n.max(0) as usize;
+                end += 1;
+            }
+            let end = end.max(start + 1);
+            let run = &rows[start..end];
+            let closed = end < rows.len() || sum >= TARGET_POINTS;
+            if run.len() > 1 && (closed || limits.all) {
+                merge(&tx, path, run, &mut pass)?;
+            }
+            budget = budget.saturating_sub(sum);
+            start = end;
+        }
+    }
+    drop(sel);
+    tx.commit().ctx(path)?;
+    // Nothing merged (only runs around a corrupt chunk were left): done.
+    Ok((pass.written > 0).then_some(pass))
+}
+
+/// Replaces `run` (one tag set, id order) by one chunk under the largest id. A chunk that
+/// does not decode stays as it is (logged; readers report it by id).
+fn merge(tx: &Connection, path: &Path, run: &[Row], pass: &mut Pass) -> Result<(), StoreError> {
+    let mut enc = ChunkEncoder::new();
+    let mut merged: Vec<&Row> = Vec::with_capacity(run.len());
+    for r in run {
+        let mut points: Vec<(i64, Vec<(i64, crate::model::Value)>)> = Vec::new();
+        match codec::decode_points(&r.data, r.ts_min, |ts, vals| {
+            points.push((ts, std::mem::take(vals)))
+        }) {
+            Ok(()) => {
+                for (ts, vals) in &points {
+                    enc.push(*ts, vals.iter().map(|(s, v)| (*s, v)));
+                }
+                merged.push(r);
+            }
+            Err(e) => {
+                tracing::warn!(chunk = r.id, error = %e.in_chunk(r.id), "cannot recompress a corrupt chunk; left as it is");
+            }
+        }
+    }
+    let (Some(last), true) = (merged.last(), merged.len() > 1) else {
+        return Ok(());
+    };
+    let Some(e) = enc.finish() else {
+        return Ok(());
+    };
+    tx.prepare_cached(
+        "UPDATE chunks SET ts_min = ?2, ts_max = ?3, n = ?4, data = ?5 WHERE id = ?1",
+    )
+    .and_then(|mut st| st.execute(params![last.id, e.ts_min, e.ts_max, e.n as i64, e.data]))
+    .ctx(path)?;
+    super::chunks::delete(tx, path, merged[..merged.len() - 1].iter().map(|r| r.id))?;
+    pass.written += 1;
+    pass.removed += merged.len() as u64 - 1;
+    pass.points += e.n as u64;
+    pass.bytes_before += merged.iter().map(|r| r.data.len() as u64).sum::<u64>();
+    pass.bytes_after += e.data.len() as u64;
+    Ok(())
+}
+
+/// One conversion step: the legacy chunks among the `max_chunks` after id `after`,
+/// re-encoded in place. Returns what it did and the id to continue after (`None`: done).
+/// A chunk that does not decode is left as it is and logged (readers report it by id).
+pub fn convert_step(
+    conn: &mut Connection,
+    path: &Path,
+    after: i64,
+    max_chunks: usize,
+) -> Result<(Pass, Option<i64>), StoreError> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .ctx(path)?;
+    let rows: Vec<Row> = tx
+        .prepare_cached("SELECT id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2")
+        .and_then(|mut st| {
+            st.query_map(params![after, max_chunks.max(1) as i64], |r| {
+                Ok(Row {
+                    id: r.get(0)?,
+                    ts_min: r.get(1)?,
+                    n: r.get(2)?,
+                    data: r.get(3)?,
+                })
+            })
+            .and_then(|rows| rows.collect())
+        })
+        .ctx(path)?;
+    let mut pass = Pass::default();
+    let next = rows.last().map(|r| r.id);
+    for r in rows {
+        if !matches!(codec::format(&r.data), Ok(Format::Legacy)) {
+            continue;
+        }
+        match codec::reencode(&r.data, r.ts_min) {
+            Ok(Some(e)) => {
+                tx.prepare_cached(
+                    "UPDATE chunks SET ts_min = ?2, ts_max = ?3, data = ?4 WHERE id = ?1",
+                )
+                .and_then(|mut st| st.execute(params![r.id, e.ts_min, e.ts_max, e.data]))
+                .ctx(path)?;
+                pass.written += 1;
+                pass.converted += 1;
+                pass.points += r.n.max(0) as u64;
+                pass.bytes_before += r.data.len() as u64;
+                pass.bytes_after += e.data.len() as u64;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(chunk = r.id, error = %e, "cannot recompress a corrupt chunk; left as it is");
+            }
+        }
+    }
+    tx.commit().ctx(path)?;
+    Ok((pass, next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Synchronous;
+    use crate::ingest::lineproto::{parse_body, Precision};
+    use crate::store::chunks::{self, Scan};
+    use crate::store::query::RawQuery;
+    use crate::store::{testing, Mode, Reader, Writer};
+    use std::ops::ControlFlow;
+
+    fn q(m: &str) -> RawQuery {
+        RawQuery {
+            measurement: m.into(),
+            from: i64::MIN,
+            to: i64::MAX,
+            limit: usize::MAX,
+            ..Default::default()
+        }
+    }
+
+    fn ids(dir: &Path) -> Vec<(i64, i64)> {
+        let r = Reader::open(dir).unwrap();
+        let mut out = Vec::new();
+        chunks::scan(r.conn(), r.path(), &Scan::default(), |c| {
+            out.push((c.id, c.n));
+            Ok(ControlFlow::Continue(()))
+        })
+        .unwrap();
+        out
+    }
+
+    /// 300 one-point commits of two tag sets, as a 1 Hz collector leaves them.
+    fn store() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        for i in 0..300i64 {
+            let body = format!(
+                "t,z=a c={}.5,s=\"x{}\" {}\nt,z=b ok={} {}\n",
+                i % 7,
+                i % 3,
+                1_000 + i * 1_000_000_000 + i % 13,
+                i % 2 == 0,
+                1_000 + i * 1_000_000_000
+            );
+            let p = parse_body(&body, Precision::Nanos, 0);
+            w.write(&[&p.batch]).unwrap();
+        }
+        dir
+    }
+
+    #[test]
+    fn merging_keeps_every_point_and_never_crosses_a_cursor() {
+        let dir = store();
+        let before = Reader::open(dir.path())
+            .unwrap()
+            .query_raw(&q("t"))
+            .unwrap();
+        let all = ids(dir.path());
+        assert_eq!(all.len(), 600);
+        // A tier folded through chunk 400: only chunks at or below it may merge.
+        testing::set_tier_cursor(dir.path(), 60, 400);
+        let (mut conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let limits = Limits {
+            all: true,
+            max_points: 150,
+        };
+        let mut steps = 0;
+        while merge_step(&mut conn, &path, &limits).unwrap().is_some() {
+            steps += 1;
+            assert!(steps < 20, "does not converge");
+        }
+        assert!(steps >= 2, "bounded steps: {steps}");
+        let after = ids(dir.path());
+        let above: Vec<_> = after.iter().filter(|c| c.0 > 400).collect();
+        assert_eq!(above, all.iter().filter(|c| c.0 > 400).collect::<Vec<_>>());
+        assert!(
+            after.iter().filter(|c| c.0 <= 400).count() < 10,
+            "{after:?}"
+        );
+        assert!(after.iter().any(|c| c.0 == 400 || c.0 == 399));
+        let got = Reader::open(dir.path())
+            .unwrap()
+            .query_raw(&q("t"))
+            .unwrap();
+        assert_eq!(format!("{got:?}"), format!("{before:?}"));
+    }
+
+    #[test]
+    fn a_corrupt_chunk_is_an_error_naming_it_and_the_rest_stays_readable() {
+        let dir = store();
+        // Chunk 3 is tag set a's second point; break it in the columnar header.
+        testing::set_chunk_data(dir.path(), 3, &[codec::columnar::MARKER, 0xff, 0xff, 0x7f]);
+        let r = Reader::open(dir.path()).unwrap();
+        let e = r.query_raw(&q("t")).unwrap_err().to_string();
+        assert!(e.contains("chunk 3:"), "{e}");
+        let mut other = q("t");
+        other.tags = vec![("z".into(), "b".into())];
+        let ok = r.query_raw(&other).unwrap();
+        assert_eq!(ok.series[0].points.len(), 300);
+        // Recompression leaves it as it is and carries on with the rest.
+        drop(r);
+        let (mut conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let limits = Limits {
+            all: true,
+            ..Limits::default()
+        };
+        while merge_step(&mut conn, &path, &limits).unwrap().is_some() {}
+        assert!(ids(dir.path()).iter().any(|c| c.0 == 3));
+        assert!(ids(dir.path()).len() < 10);
+        let (_, next) = convert_step(&mut conn, &path, 0, 100).unwrap();
+        assert!(next.is_some());
+    }
+}
