@@ -16,6 +16,13 @@ use super::open::Ctx;
 use super::{codec, StoreError};
 use crate::model::Value;
 
+/// Points a merged chunk aims at (the writer's own maximum); see [`super::compact`].
+pub const TARGET_POINTS: usize = super::MAX_CHUNK_POINTS;
+
+/// Chunks with fewer points than this are merge candidates (and not counted as "full" by
+/// the write-rate reading).
+pub const SMALL_POINTS: i64 = (TARGET_POINTS / 2) as i64;
+
 /// One chunk row, borrowed from the scan.
 #[derive(Debug, Clone, Copy)]
 pub struct Chunk<'a> {
@@ -318,7 +325,7 @@ pub fn rate_sample(
             "SELECT id, ts_min, data FROM chunks WHERE n >= ?1 ORDER BY id DESC LIMIT 8",
         )
         .ctx(path)?;
-    let mut rows = st.query([super::compact::SMALL_POINTS]).ctx(path)?;
+    let mut rows = st.query([SMALL_POINTS]).ctx(path)?;
     while let Some(r) = rows.next().ctx(path)? {
         let (id, ts_min): (i64, i64) = (r.get(0).ctx(path)?, r.get(1).ctx(path)?);
         let data = match r.get_ref(2).ctx(path)? {

@@ -20,11 +20,7 @@ use super::codec::{self, ChunkEncoder, Format};
 use super::open::Ctx;
 use super::StoreError;
 
-/// Points a merged chunk aims at (the writer's own maximum).
-pub const TARGET_POINTS: usize = super::MAX_CHUNK_POINTS;
-
-/// Chunks with fewer points than this are merge candidates.
-pub const SMALL_POINTS: i64 = (TARGET_POINTS / 2) as i64;
+pub use super::chunks::{SMALL_POINTS, TARGET_POINTS};
 
 /// How much one step may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
