@@ -20,7 +20,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,19 +28,13 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BIN = os.environ.get("BENCH_BIN", "target/release/edgewatch")
+sys.path.insert(0, HERE)
+import write_latency  # noqa: E402  (the agent start and free ports, shared)
+
 SECONDS = float(os.environ.get("BENCH_SECONDS", "8"))
 CLIENTS = [int(c) for c in os.environ.get("CLIENTS", "1,8").split(",")]
 LOAD_POINTS = int(os.environ.get("LOAD_POINTS", "500"))
 LOAD_SERIES = int(os.environ.get("LOAD_SERIES", "200"))
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def build_shim(base):
@@ -54,33 +47,12 @@ def build_shim(base):
 
 
 def start(base, shim, rollup):
-    port = free_port()
-    data = os.path.join(base, "data")
-    cfg = os.path.join(base, "edgewatch.toml")
-    with open(cfg, "w") as f:
-        f.write(
-            f'[http]\nlisten = "127.0.0.1:{port}"\n[udp]\nenabled = false\n'
-            f'[storage]\ndata_dir = "{data}"\nsynchronous = "full"\n'
-            "[host]\nenabled = false\n[tegrastats]\nenabled = false\n"
-            "[nvml]\nenabled = false\n[health]\nenabled = false\n"
-            f"[rollup]\nenabled = {'true' if rollup else 'false'}\ninterval = \"{os.environ.get('ROLLUP_INTERVAL', '1s')}\"\n"
-            + os.environ.get("EXTRA_CONFIG", "").replace("\\n", "\n")
-        )
-    log = open(os.path.join(base, "agent.log"), "w")
-    env = dict(os.environ, LD_PRELOAD=shim)
-    p = subprocess.Popen([BIN, "run", "--config", cfg], stdout=subprocess.DEVNULL, stderr=log, env=env)
-    for _ in range(1200):
-        if p.poll() is not None:
-            break
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                return p, port
-        except OSError:
-            time.sleep(0.05)
-    p.kill()
-    raise SystemExit("agent did not start:\n" + open(os.path.join(base, "agent.log")).read())
+    section = (
+        f"[rollup]\nenabled = {'true' if rollup else 'false'}\n"
+        f"interval = \"{os.environ.get('ROLLUP_INTERVAL', '1s')}\"\n"
+        + os.environ.get("EXTRA_CONFIG", "").replace("\\n", "\n")
+    )
+    return write_latency.start(base, "full", rollup=section, env=dict(os.environ, LD_PRELOAD=shim))
 
 
 def loader(port, stop):

@@ -35,7 +35,9 @@ def free_port():
     return p
 
 
-def start(base, sync):
+def start(base, sync, rollup="[rollup]\nenabled = false\n", env=None):
+    """The agent on `base` (config, data, log) with `synchronous = sync`; `rollup` is its
+    `[rollup]` section (off by default), `env` its environment. Returns (process, port)."""
     port = free_port()
     data = os.path.join(base, "data")
     cfg = os.path.join(base, "edgewatch.toml")
@@ -44,10 +46,10 @@ def start(base, sync):
             f'[http]\nlisten = "127.0.0.1:{port}"\n[udp]\nenabled = false\n'
             f'[storage]\ndata_dir = "{data}"\nsynchronous = "{sync}"\n'
             "[host]\nenabled = false\n[tegrastats]\nenabled = false\n"
-            "[nvml]\nenabled = false\n[rollup]\nenabled = false\n[health]\nenabled = false\n"
+            "[nvml]\nenabled = false\n[health]\nenabled = false\n" + rollup
         )
     log = open(os.path.join(base, "agent.log"), "w")
-    p = subprocess.Popen([BIN, "run", "--config", cfg], stdout=subprocess.DEVNULL, stderr=log)
+    p = subprocess.Popen([BIN, "run", "--config", cfg], stdout=subprocess.DEVNULL, stderr=log, env=env)
     for _ in range(1200):
         if p.poll() is not None:
             break

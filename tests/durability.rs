@@ -365,6 +365,18 @@ impl Drop for Tmpfs {
     }
 }
 
+/// An agent config storing in `data`, rolling up every second and forwarding (quick
+/// retries) to the InfluxDB on `port`, database `edge`.
+fn rollup_and_influx_sink(data: &Path, port: u16) -> String {
+    format!(
+        "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
+         [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
+         version = 1\ndatabase = \"edge\"\nmax_delay = \"20ms\"\nmin_backoff = \"50ms\"\n\
+         max_backoff = \"200ms\"\n",
+        data.display(),
+    )
+}
+
 /// Posts a request of `n` points tagged `req=<id>`; the status code and body.
 fn post_req(agent: &Agent, id: usize, n: usize) -> (u16, String) {
     let base = edgewatch::now_ns() - 60_000_000_000;
@@ -420,13 +432,7 @@ fn a_full_disk_is_answered_503_never_204_and_nothing_acknowledged_is_lost() {
     let port = free_port();
     let influx = influxd_on(&dir.path().join("influx"), port);
     influx_create_db(&influx, "edge");
-    let extra = format!(
-        "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
-         [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
-         version = 1\ndatabase = \"edge\"\nmax_delay = \"20ms\"\nmin_backoff = \"50ms\"\n\
-         max_backoff = \"200ms\"\n",
-        fs.path().join("data").display(),
-    );
+    let extra = rollup_and_influx_sink(&fs.path().join("data"), port);
     let mut agent = Agent::start(dir.path(), &extra);
     let mut acked: Vec<usize> = Vec::new();
     let mut full_answer = None;
@@ -659,13 +665,7 @@ fn a_store_turning_read_only_under_the_agent_is_answered_503_and_loses_nothing()
     let port = free_port();
     let influx = influxd_on(&dir.path().join("influx"), port);
     influx_create_db(&influx, "edge");
-    let extra = format!(
-        "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
-         [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
-         version = 1\ndatabase = \"edge\"\nmax_delay = \"20ms\"\nmin_backoff = \"50ms\"\n\
-         max_backoff = \"200ms\"\n",
-        fs.path().join("data").display(),
-    );
+    let extra = rollup_and_influx_sink(&fs.path().join("data"), port);
     let agent = Agent::start(dir.path(), &extra);
     let mut acked: Vec<usize> = Vec::new();
     for id in 0..20 {

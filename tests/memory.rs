@@ -3,8 +3,7 @@
 //! time); the listing pages and filters; queries past the answer bound are refused or cut;
 //! `/metrics` keeps the newest values across a restart and honours include/exclude.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value as J;
@@ -69,31 +68,6 @@ fn list_all(agent: &Agent, query: &str, limit: usize) -> (Vec<String>, usize) {
             None => return (keys, pages),
         }
     }
-}
-
-/// `promtool check metrics` on `text`: no error, no lint warning.
-fn promtool_check(text: &str) {
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (apt-get install prometheus)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// 10,000 series: the peak RSS (VmHWM, reset once the store is written) across five

@@ -1,7 +1,6 @@
 //! The web UI in a real headless Chromium (Debian's `chromium`, driven by `tests/web/ui.mjs`
 //! through playwright-core), `/metrics` checked by a real `promtool`, and access control.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -265,31 +264,6 @@ fn ui_series_tab_pages_and_filters_many_series() {
         let ms = r["ms"][step].as_i64().unwrap_or(i64::MAX);
         assert!(ms < 10_000, "{step}: {ms} ms: {r}");
     }
-}
-
-/// `promtool check metrics` on `text`: no error, no lint warning.
-fn promtool_check(text: &str) {
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (apt-get install prometheus)");
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
-        "promtool check metrics failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// Every `edgewatch_*` family the status document can give (a sink with every optional
