@@ -4,6 +4,7 @@
 //! forwarding back while the device's clock is not set.
 
 pub mod agent;
+pub mod alert;
 pub mod api;
 pub mod backoff;
 pub mod clock;

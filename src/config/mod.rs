@@ -65,6 +65,14 @@ pub struct Config {
     /// `[[scrape]]`: Prometheus endpoints to scrape (see `src/collect/scrape/`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scrape: Vec<crate::collect::scrape::config::ScrapeConfig>,
+    /// `[alerts]`: evaluation period and the built-in rules (see `src/alert/`).
+    pub alerts: crate::alert::config::AlertsConfig,
+    /// `[[alert]]`: the user's alert rules.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub alert: Vec<crate::alert::config::AlertRuleConfig>,
+    /// `[[notify]]`: where alert notifications go (see `src/alert/notify/`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notify: Vec<crate::alert::notify::config::NotifyConfig>,
 }
 
 /// `[http]`

@@ -27,6 +27,7 @@ pub mod counters;
 pub mod dict;
 pub mod latest;
 pub mod open;
+pub mod outbox;
 pub mod query;
 pub mod sinks;
 pub mod sketch;

@@ -1,0 +1,2 @@
+-- placeholder: filled by the alerts work
+SELECT 1;

@@ -1,0 +1,15 @@
+//! Alerts: rules evaluated on the device over the store, incidents with a spike-triage
+//! snapshot, and notifications delivered through a durable outbox. The evaluator reads the
+//! store only through the query engine (rollup tiers plus the raw tail, as a dashboard does);
+//! its writes are its own rows: alert instance state and history, incidents, and outbox
+//! entries, each in a short transaction of its own connection. It never writes points and
+//! never reads the ingest queue.
+//!
+//! Layout: [`config`] (`[alerts]`, `[[alert]]`), [`event`] (the notification every notifier
+//! sends, as the outbox stores it), [`incident`] (the triage snapshot taken when an instance
+//! fires), [`notify`] (`[[notify]]`: Alertmanager, MQTT, webhook; delivery from the outbox).
+
+pub mod config;
+pub mod event;
+pub mod incident;
+pub mod notify;
