@@ -13,6 +13,8 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 command -v mkfs.ext4 >/dev/null 2>&1 || need_apt+=(e2fsprogs)
 command -v prometheus-node-exporter >/dev/null 2>&1 || need_apt+=(prometheus-node-exporter)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
@@ -24,7 +26,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 # Debian starts packaged daemons where it can; the tests start their own on free ports.
-for svc in influxdb mosquitto prometheus prometheus-node-exporter; do
+for svc in influxdb mosquitto prometheus prometheus-node-exporter prometheus-alertmanager victoria-metrics; do
     (command -v service >/dev/null 2>&1 && service "$svc" stop >/dev/null 2>&1) || true
 done
 
