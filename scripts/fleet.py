@@ -477,15 +477,6 @@ class Agent:
             return None
         return json.loads(body)["forward"]["sinks"][0]
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
 
 def default_bin():
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
@@ -508,6 +499,7 @@ def main():
     ap.add_argument("--backoff", default="1s,5s", help="sinks' min_backoff,max_backoff")
     ap.add_argument("--baseline-agents", type=int, default=10, help="devices' worth of data in the single-connection baseline")
     ap.add_argument("--outage", type=float, default=10, help="seconds the receiver stays down after the backlog is written")
+    ap.add_argument("--max-receiver-gb", type=float, default=6, help="stop when the receiver's RSS passes this (a shared machine)")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the drain")
     ap.add_argument("--workdir", help="default: a temp dir, removed at the end")
     ap.add_argument("--keep", action="store_true", help="keep the work dir")
@@ -599,7 +591,20 @@ def main():
         recv.start()
         up_s = time.monotonic() - t0
         drained_at, last = {}, {}
+        next_note = time.monotonic() + 10
         while len(drained_at) < len(agents) and time.monotonic() - t0 < a.timeout:
+            rss = proc_kb(recv.proc.pid, "VmRSS") / 1048576
+            report["receiver_peak_rss_gb"] = max(report.get("receiver_peak_rss_gb", 0), round(rss, 2))
+            if rss > a.max_receiver_gb:
+                print(json.dumps(report, indent=1))
+                raise SystemExit(f"the receiver's RSS reached {rss:.1f} GB (> --max-receiver-gb): stopped "
+                                 f"after {time.monotonic() - t0:.0f} s with {sum(s['forwarded_points'] for s in last.values()):,} "
+                                 f"of {total:,} points acknowledged; {len(drained_at)} agents drained")
+            if time.monotonic() > next_note:
+                next_note += 10
+                print(f"  {time.monotonic() - t0:5.0f} s: {sum(s['forwarded_points'] for s in last.values()):,} of {total:,} "
+                      f"acknowledged, {len(drained_at)} agents drained, receiver {rss:.1f} GB, "
+                      f"{sampler.peak_conns} connections at most", flush=True)
             for ag in agents:
                 if ag.device_id in drained_at:
                     continue
@@ -676,8 +681,16 @@ def main():
               f"({total / drain_s:,.0f} points/s, x{report['fleet_vs_single_connection']} the receiver's single-connection rate)")
         return 0
     finally:
+        for ag in agents:  # all at once: SIGTERM, then a shared deadline
+            if ag.proc.poll() is None:
+                ag.proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + 30
         for ag in agents:
-            ag.stop()
+            try:
+                ag.proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                ag.proc.kill()
+                ag.proc.wait()
         for r in receivers:
             r.stop()
         if not a.keep and not a.workdir:

@@ -6,10 +6,16 @@ mod support;
 
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;
+/// The Grafana fleet dashboard (dashboards/influxdb-fleet.json): every variable's and
+/// panel's InfluxQL against a real InfluxDB fed by real agents.
+mod dashboards;
 /// Acknowledged means durable: sync before 204 (under strace), full and read-only disks.
 mod durability;
 /// Energy per inference: power rails and inferences through `/api/v1/inference`.
 mod energy;
+/// A fleet of real agents draining a backlog into one real InfluxDB at once: exact counts
+/// per device (the full-size run is scripts/fleet.py).
+mod fleet;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
