@@ -65,7 +65,10 @@ fn interpolate(q: &str, vars: &[(&str, Vec<String>)]) -> String {
         };
         q = q.replace(&format!("${name}"), &value);
     }
-    assert!(!q.contains('$'), "a macro or variable left: {q}");
+    let left = q
+        .match_indices('$')
+        .any(|(i, _)| q[i + 1..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_'));
+    assert!(!left, "a macro or variable left: {q}");
     q
 }
 
