@@ -16,6 +16,7 @@ the sinks' errors (429/503 among them), and the agents' summed CPU and RSS.
     python3 scripts/fleet.py                       # N = 100, 1 h backlog, InfluxDB 1.x
     python3 scripts/fleet.py --agents 10 --backlog 300 --bin target/release/edgewatch
     python3 scripts/fleet.py --receiver victoriametrics   # needs the prometheus_remote_write sink
+    python3 scripts/fleet.py --receiver victoriametrics --vm-sink influxdb   # line protocol to VM
 
 Standard library only. It never targets an address outside 127.0.0.1, and stops every
 process it started by PID. Exit status 0 only when every count matched.
@@ -386,7 +387,17 @@ class VictoriaMetrics:
         self.dir, self.port, self.proc = dir, port, None
         os.makedirs(dir, exist_ok=True)
 
+    # `--vm-sink influxdb` sends line protocol to VictoriaMetrics' `/write` through the
+    # influxdb sink instead (the same series names and labels on VictoriaMetrics' side).
+    sink_type = "prometheus_remote_write"
+
     def sink(self, name, backoff):
+        if self.sink_type == "influxdb":
+            return (
+                f'[[sink]]\ntype = "influxdb"\nname = "{name}"\nurl = "http://127.0.0.1:{self.port}"\n'
+                f'version = 1\ndatabase = "fleet"\n'
+                f'min_backoff = "{backoff[0]}"\nmax_backoff = "{backoff[1]}"\ntimeout = "{backoff[2]}"\n'
+            )
         return (
             f'[[sink]]\ntype = "prometheus_remote_write"\nname = "{name}"\n'
             f'url = "http://127.0.0.1:{self.port}/api/v1/write"\n'
@@ -423,7 +434,8 @@ class VictoriaMetrics:
         """Samples accepted through remote write since start (every one, a duplicate too)."""
         code, body = http_get(f"http://127.0.0.1:{self.live_port}/metrics")
         for line in body.splitlines():
-            if line.startswith('vm_rows_inserted_total{type="promremotewrite"}'):
+            kind = "influx" if self.sink_type == "influxdb" else "promremotewrite"
+            if line.startswith(f'vm_rows_inserted_total{{type="{kind}"}}'):
                 return int(float(line.split()[-1]))
         return 0
 
@@ -494,6 +506,8 @@ def main():
     ap.add_argument("--backlog", type=int, default=3600, help="seconds of the reference device per agent")
     ap.add_argument("--inference-rate", type=int, default=30, help="inferences per second")
     ap.add_argument("--receiver", choices=["influxdb", "victoriametrics"], default="influxdb")
+    ap.add_argument("--vm-sink", choices=["prometheus_remote_write", "influxdb"], default="prometheus_remote_write",
+                    help="with --receiver victoriametrics: the agents' sink type")
     ap.add_argument("--bin", default=default_bin(), help="edgewatch binary (default: target/release, else target/debug)")
     ap.add_argument("--batch", type=int, default=5000, help="lines per request (backlog writes and the baseline)")
     ap.add_argument("--writers", type=int, default=4, help="agents written to at once")
@@ -511,6 +525,7 @@ def main():
     work = a.workdir or tempfile.mkdtemp(prefix="edgewatch-fleet-")
     os.makedirs(work, exist_ok=True)
     rcls = Influxd if a.receiver == "influxdb" else VictoriaMetrics
+    VictoriaMetrics.sink_type = a.vm_sink
     agents, receivers = [], []
     report = {"agents": a.agents, "backlog_s": a.backlog, "inference_rate": a.inference_rate,
               "receiver": a.receiver, "binary": a.bin, "cpus": os.cpu_count()}
