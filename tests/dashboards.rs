@@ -94,7 +94,7 @@ fn run(influx: &Influxd, q: &str) -> Result<usize, String> {
     Ok(rows)
 }
 
-/// (what, query) for every template variable and panel target.
+/// (what, query) for every template variable, annotation and panel target.
 fn queries(d: &J) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for v in d["templating"]["list"].as_array().unwrap() {
@@ -103,6 +103,11 @@ fn queries(d: &J) -> Vec<(String, String)> {
                 format!("variable {}", v["name"]),
                 v["query"].as_str().unwrap().to_string(),
             ));
+        }
+    }
+    for a in d["annotations"]["list"].as_array().into_iter().flatten() {
+        if let Some(q) = a["query"].as_str() {
+            out.push((format!("annotation {}", a["name"]), q.to_string()));
         }
     }
     for p in panels(d) {
