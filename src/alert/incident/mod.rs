@@ -27,6 +27,7 @@ mod gather;
 mod procs;
 mod routine;
 pub mod snapshot;
+pub mod view;
 
 pub use snapshot::{Finding, Snapshot, Span, Step};
 
