@@ -307,8 +307,10 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             .await
             {
                 Ok((rows, truncated)) => {
-                    let list: Vec<serde_json::Value> =
-                        rows.iter().map(crate::alert::incident::view::to_json).collect();
+                    let list: Vec<serde_json::Value> = rows
+                        .iter()
+                        .map(crate::alert::incident::view::to_json)
+                        .collect();
                     warp::reply::json(&json!({
                         "from": from,
                         "to": to,

@@ -50,7 +50,7 @@ impl Lcg {
 /// GPU time, input length, batch size), another model, an NVML GPU, the host, the agent's
 /// own health, an agent start 70 minutes ago (in the baseline), a process's GPU memory. The
 /// spike (wall time up) runs for the last 8 minutes, with `cause`.
-pub fn stage_lines(now: i64, cause: Cause) -> String {
+fn stage_lines(now: i64, cause: Cause) -> String {
     let mut r = Lcg(11);
     let mut out = String::new();
     let spike_from = now - 8 * MIN;
@@ -122,7 +122,7 @@ pub fn stage_lines(now: i64, cause: Cause) -> String {
 }
 
 /// The firing of `InferenceP99High` for yolov8n: pending 3 minutes ago, firing now.
-pub fn firing(now: i64) -> Firing {
+fn firing(now: i64) -> Firing {
     let model: BTreeMap<String, String> = [("model".to_string(), "yolov8n".to_string())].into();
     Firing {
         rule: "InferenceP99High".into(),
@@ -152,9 +152,15 @@ fn snapshot_of(cause: Cause, rollup: bool) -> J {
         let mut job = edgewatch::rollup::Job::open(dir.path(), opts.plan.clone()).unwrap();
         job.run_once(now, &|| false).unwrap();
     }
+    let t0 = std::time::Instant::now();
     let id = incident::open_with(dir.path(), &opts, &firing(now), now)
         .unwrap()
         .expect("an incident id");
+    // The cost of one snapshot (80 min of a small device; with the 250 ms /proc sample).
+    eprintln!(
+        "incident open ({cause:?}, rollup {rollup}): {:?}",
+        t0.elapsed()
+    );
     let (conn, path) = edgewatch::store::open(dir.path(), Mode::Cursor).unwrap();
     let row = incidents::get(&conn, &path, id).unwrap().unwrap();
     assert_eq!(row.rule, "InferenceP99High");
@@ -211,7 +217,14 @@ fn a_flat_device_gives_no_findings_but_the_split_and_processes() {
     assert!(split["inside_gpu_share"].as_f64().unwrap() < 0.1, "{split}");
     assert_eq!(snap["scope"]["model"], "yolov8n");
     // Every step found data to compare.
-    for step in ["events", "gpu", "contention", "input", "thermal", "versions"] {
+    for step in [
+        "events",
+        "gpu",
+        "contention",
+        "input",
+        "thermal",
+        "versions",
+    ] {
         assert_eq!(snap["checked"][step], true, "{step}: {snap:#}");
     }
     // Processes: sampled from /proc at fire time, GPU memory from NVML's newest points.
@@ -270,7 +283,11 @@ fn a_hotter_throttled_gpu_is_a_thermal_finding() {
     assert!((4.0..6.5).contains(&warmer), "{f}");
     assert_eq!(k[0], "gpu.thermal", "{snap:#}");
     assert!(k.contains(&"gpu.clock_sm_mhz".to_string()), "{snap:#}");
-    for other in ["inference.input_length.p99", "event.start", "inference.model_version"] {
+    for other in [
+        "inference.input_length.p99",
+        "event.start",
+        "inference.model_version",
+    ] {
         assert!(!k.contains(&other.to_string()), "{other}: {snap:#}");
     }
 }
@@ -292,7 +309,10 @@ fn a_model_version_change_is_flagged() {
     let k = keys(&snap);
     assert_eq!(k, ["inference.model_version"], "{snap:#}");
     let f = finding(&snap, "inference.model_version");
-    assert_eq!(f["message"], "model_version of model yolov8n changed: 1 → 2");
+    assert_eq!(
+        f["message"],
+        "model_version of model yolov8n changed: 1 → 2"
+    );
     assert_eq!(f["scope"], "model=yolov8n");
 }
 
@@ -406,7 +426,11 @@ fn alerts_tab_and_incident_page_in_chromium() {
             String::from_utf8_lossy(&out.stderr)
         )
     });
-    assert!(r["failure"].is_null(), "browser step failed: {}", r["failure"]);
+    assert!(
+        r["failure"].is_null(),
+        "browser step failed: {}",
+        r["failure"]
+    );
     assert_eq!(r["errors"], serde_json::json!([]), "console errors");
     // Without the alerts API (404), the tab still lists incidents and says so.
     assert_eq!(r["noApi"]["badgeHidden"], true, "{r}");
@@ -419,8 +443,14 @@ fn alerts_tab_and_incident_page_in_chromium() {
     );
     let rows = r["noApi"]["incidents"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{r}");
-    assert!(rows[0].as_str().unwrap().contains("InferenceP99High"), "{r}");
-    assert!(rows[0].as_str().unwrap().contains("input_length p99"), "{r}");
+    assert!(
+        rows[0].as_str().unwrap().contains("InferenceP99High"),
+        "{r}"
+    );
+    assert!(
+        rows[0].as_str().unwrap().contains("input_length p99"),
+        "{r}"
+    );
     // With the alerts API (its contract's shape): firing badge on every tab, the active list
     // with a link to the incident, the history timeline.
     assert_eq!(r["badge"]["overview"], "2", "{r}");
@@ -436,8 +466,20 @@ fn alerts_tab_and_incident_page_in_chromium() {
         findings[0].as_str().unwrap().contains("input_length p99"),
         "{r}"
     );
-    assert!(r["page"]["title"].as_str().unwrap().contains("InferenceP99High"), "{r}");
-    assert!(r["page"]["split"].as_str().unwrap().contains("outside GPU compute"), "{r}");
+    assert!(
+        r["page"]["title"]
+            .as_str()
+            .unwrap()
+            .contains("InferenceP99High"),
+        "{r}"
+    );
+    assert!(
+        r["page"]["split"]
+            .as_str()
+            .unwrap()
+            .contains("outside GPU compute"),
+        "{r}"
+    );
     let pts = r["page"]["chartPoints"].as_object().unwrap();
     assert!(pts.get("p99").and_then(J::as_i64).unwrap_or(0) >= 60, "{r}");
     assert!(r["page"]["band"].as_i64().unwrap_or(0) >= 1, "{r}");

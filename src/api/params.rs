@@ -222,7 +222,10 @@ mod tests {
     fn incidents_params_default_to_a_week_and_bound_the_limit() {
         let now = 10 * INCIDENTS_RANGE_NS;
         let (from, to, limit) = incidents_from_params(&params(&[]), now).unwrap();
-        assert_eq!((from, to, limit), (now - INCIDENTS_RANGE_NS, now, INCIDENTS_PAGE));
+        assert_eq!(
+            (from, to, limit),
+            (now - INCIDENTS_RANGE_NS, now, INCIDENTS_PAGE)
+        );
         let p = params(&[("from", "5"), ("to", "9"), ("limit", "3")]);
         assert_eq!(incidents_from_params(&p, now).unwrap(), (5, 9, 3));
         assert!(incidents_from_params(&params(&[("limit", "0")]), now).is_err());

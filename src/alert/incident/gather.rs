@@ -78,6 +78,9 @@ impl Stat {
     }
 }
 
+/// Tag sets with their pairs.
+pub type Pairs = Vec<(BTreeMap<String, String>, Pair)>;
+
 /// One tag set's statistics in the baseline and in the window.
 #[derive(Debug, Clone, Default)]
 pub struct Pair {
@@ -116,7 +119,7 @@ impl Gather<'_> {
         measurement: &str,
         field: &str,
         tags: &[(String, String)],
-    ) -> Result<Vec<(BTreeMap<String, String>, Pair)>, EngineError> {
+    ) -> Result<Pairs, EngineError> {
         let c = collect(
             self.reader,
             self.plan,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::gather::{Gather, Pair};
+use super::gather::{Gather, Pair, Pairs};
 use super::snapshot::{self, scope_of, Finding, Split, Step};
 use crate::alert::event::Firing;
 use crate::engine::EngineError;
@@ -48,7 +48,7 @@ pub fn gpu_scope(f: &Firing) -> Tags {
         .unwrap_or_default()
 }
 
-fn by_tag(pairs: Vec<(BTreeMap<String, String>, Pair)>, key: &str) -> BTreeMap<String, Pair> {
+fn by_tag(pairs: Pairs, key: &str) -> BTreeMap<String, Pair> {
     let mut out: BTreeMap<String, Pair> = BTreeMap::new();
     for (t, p) in pairs {
         out.entry(t.get(key).cloned().unwrap_or_default())
@@ -289,7 +289,7 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
         out.extend(snapshot::thermal_finding(
             "thermal.temp_c",
             &scope_of(&t),
-            &format!("{zone} {sensor}").trim().to_string(),
+            format!("{zone} {sensor}").trim(),
             p.base.mean(),
             p.win.mean(),
             &[],

@@ -149,7 +149,7 @@ async function loadIncident(box, id) {
   const pts = (r) => (r && r.series[0] ? r.series[0].points.map((p) => [p[0] / 1e6, p[1]]) : []);
   S.domain = [base.from_ns / 1e6, win.to_ns / 1e6];
   S.bands = [[win.from_ns / 1e6, win.to_ns / 1e6]];
-  const c = Chart({ id: 'incident-latency', title: 'Inference latency (wall_ms)' + (tags ? ' · ' + labelText(snap.scope) : ''), unit: `ms per ${step}`, lines: [
+  const c = Chart({ id: 'incident-latency', title: `Inference latency (wall_ms per ${step})` + (tags ? ' · ' + labelText(snap.scope) : ''), unit: 'ms', lines: [
     { name: 'p50', color: C.p50, pts: pts(p50) },
     { name: 'p99', color: C.p99, pts: pts(p99) },
   ] });
