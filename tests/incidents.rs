@@ -432,6 +432,24 @@ fn alerts_tab_and_incident_page_in_chromium() {
         r["failure"]
     );
     assert_eq!(r["errors"], serde_json::json!([]), "console errors");
+    // The only 404s: the Alerts tab asking an agent without the alerts API (once each), and
+    // the unknown incident. The badge never asks an agent whose status has no `alerts`.
+    let mut nf: Vec<&str> = r["notFound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    nf.sort();
+    assert_eq!(
+        nf,
+        [
+            "/api/v1/alerts",
+            "/api/v1/alerts/history",
+            "/api/v1/incidents/999999"
+        ],
+        "{r}"
+    );
     // Without the alerts API (404), the tab still lists incidents and says so.
     assert_eq!(r["noApi"]["badgeHidden"], true, "{r}");
     assert!(

@@ -17,10 +17,18 @@ async function getOptional(url) {
 }
 
 // `{alerts: [...]}`, null without the API, undefined when it failed; updates the badge.
-async function refreshAlertBadge() {
+// From other tabs (`probe`), /api/v1/alerts is asked only when the status document has an
+// `alerts` part (an agent evaluating rules), so an agent without rules is never asked for it.
+async function refreshAlertBadge(probe) {
   const b = document.querySelector('#alert-badge');
   let a;
-  try { a = await getOptional('/api/v1/alerts'); } catch (err) { a = undefined; }
+  try {
+    if (probe) {
+      const st = await getJSON('/api/v1/status');
+      if (st.alerts == null) a = null;
+    }
+    if (a !== null) a = await getOptional('/api/v1/alerts');
+  } catch (err) { a = undefined; }
   const n = a ? (a.alerts || []).filter((x) => x.state === 'firing').length : 0;
   if (b) {
     b.textContent = String(n);
@@ -159,6 +167,6 @@ async function loadIncident(box, id) {
 }
 
 addEventListener('DOMContentLoaded', () => {
-  refreshAlertBadge();
-  setInterval(() => { if (!document.hidden) refreshAlertBadge(); }, ALERTS_POLL_MS);
+  refreshAlertBadge(true);
+  setInterval(() => { if (!document.hidden) refreshAlertBadge(true); }, ALERTS_POLL_MS);
 });
