@@ -502,4 +502,7 @@ fn alerts_tab_and_incident_page_in_chromium() {
     assert!(pts.get("p99").and_then(J::as_i64).unwrap_or(0) >= 60, "{r}");
     assert!(r["page"]["band"].as_i64().unwrap_or(0) >= 1, "{r}");
     assert_eq!(r["page"]["missing"], "no incident 999999", "{r}");
+    assert_eq!(r["page"]["bandsBefore"], 1, "{r}");
+    assert_eq!(r["page"]["bandsAfter"], 0, "{r}");
+    assert_eq!(r["page"]["tabOn"], "alerts", "{r}");
 }

@@ -88,6 +88,11 @@ try {
   await page.evaluate(() => { location.hash = '#/incidents/999999'; });
   await page.waitForSelector('#incident-missing', { timeout: T });
   report.page.missing = await page.textContent('#incident-missing');
+  // Leaving the incident pages drops the window's shade (other tabs' charts never show it).
+  report.page.bandsBefore = await page.evaluate(() => S.bands.length);
+  await page.evaluate(() => { location.hash = '#alerts'; });
+  await page.waitForSelector('#alerts-active tbody tr', { timeout: T });
+  report.page.bandsAfter = await page.evaluate(() => S.bands.length);
 } catch (e) {
   report.failure = String(e && e.stack || e);
 } finally {

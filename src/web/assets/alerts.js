@@ -166,6 +166,10 @@ async function loadIncident(box, id) {
   c.draw();
 }
 
+// The incident page shades its window on its chart; no other tab's chart keeps that shade
+// (runs before app.js's own hashchange handler, which loads the next tab).
+addEventListener('hashchange', () => { if (!/^#\/incidents\//.test(location.hash)) S.bands = []; });
+
 addEventListener('DOMContentLoaded', () => {
   refreshAlertBadge(true);
   setInterval(() => { if (!document.hidden) refreshAlertBadge(true); }, ALERTS_POLL_MS);
