@@ -1,7 +1,8 @@
 //! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series` (paged, filtered),
 //! `/api/v1/fields` (measurement + field pairs),
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
-//! `/api/v1/inference` (derived latency signals) and `/api/v1/status` (the one place the
+//! `/api/v1/inference` (derived latency signals), `/api/v1/incidents` and
+//! `/api/v1/incidents/{id}` (alert incidents with their triage snapshots) and `/api/v1/status` (the one place the
 //! status document, [`Status`], is assembled). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
 //! ingest like everything else. It never holds more than an answer's bound: large answers
@@ -28,6 +29,7 @@ pub mod body;
 mod params;
 
 pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
+pub use params::{incidents_from_params, INCIDENTS_PAGE, MAX_INCIDENTS_PAGE};
 pub use params::{
     series_filter_from_params, MAX_AGG_SERIES, MAX_AGG_VALUES, MAX_RAW_POINTS, MAX_SERIES_PAGE,
     SERIES_PAGE,
@@ -289,6 +291,54 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             .await;
             engine_reply(res)
         });
+    // ---- incidents (alert::incident): the list and one incident with its snapshot ----
+    let incidents = warp::path!("api" / "v1" / "incidents")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let (from, to, limit) = match incidents_from_params(&q, crate::now_ns()) {
+                Ok(p) => p,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            match with_reader(&ctx, move |r| {
+                crate::store::incidents::list(r.conn(), r.path(), from, to, limit)
+            })
+            .await
+            {
+                Ok((rows, truncated)) => {
+                    let list: Vec<serde_json::Value> = rows
+                        .iter()
+                        .map(crate::alert::incident::view::to_json)
+                        .collect();
+                    warp::reply::json(&json!({
+                        "from": from,
+                        "to": to,
+                        "truncated": truncated,
+                        "incidents": list,
+                    }))
+                    .into_response()
+                }
+                Err(resp) => resp,
+            }
+        });
+    let incident = warp::path!("api" / "v1" / "incidents" / String)
+        .and(warp::get())
+        .and(with.clone())
+        .then(|id: String, ctx: ApiCtx| async move {
+            let Ok(id) = id.parse::<i64>() else {
+                return json_error(StatusCode::NOT_FOUND, "no such incident");
+            };
+            match with_reader(&ctx, move |r| {
+                crate::store::incidents::get(r.conn(), r.path(), id)
+            })
+            .await
+            {
+                Ok(Some(row)) => body::json(crate::alert::incident::view::to_json(&row)),
+                Ok(None) => json_error(StatusCode::NOT_FOUND, "no such incident"),
+                Err(resp) => resp,
+            }
+        });
     let status = warp::path!("api" / "v1" / "status")
         .and(warp::get())
         .and(with)
@@ -305,6 +355,10 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .or(inference)
         .unify()
         .or(status)
+        .unify()
+        .or(incidents)
+        .unify()
+        .or(incident)
         .unify()
 }
 

@@ -18,6 +18,9 @@ mod energy;
 mod fleet;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
+/// Alert incidents: each triage finding when its cause is staged (and none on a flat device),
+/// the incident API of the real agent, the Alerts tab and incident page in Chromium.
+mod incidents;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
 /// and real Influx client libraries.
 mod ingest;

@@ -169,6 +169,42 @@ pub fn inference_query_from_params(
     })
 }
 
+// ---- incidents (`/api/v1/incidents`) ----
+
+/// Incidents per answer of `/api/v1/incidents` when `limit` is not given.
+pub const INCIDENTS_PAGE: usize = 100;
+/// Most incidents one answer lists.
+pub const MAX_INCIDENTS_PAGE: usize = 1_000;
+/// The span `/api/v1/incidents` lists without `from`: the last 7 days.
+pub const INCIDENTS_RANGE_NS: i64 = 7 * 86_400 * 1_000_000_000;
+
+/// `/api/v1/incidents`: `from`, `to` (as for `/api/v1/query`; `from` defaults to 7 days
+/// before `to`) and `limit` (default [`INCIDENTS_PAGE`], at most [`MAX_INCIDENTS_PAGE`]).
+pub fn incidents_from_params(
+    params: &HashMap<String, String>,
+    now: i64,
+) -> Result<(i64, i64, usize), String> {
+    let from_word = get(params, "from").filter(|f| !f.is_empty());
+    let (from, to) = request::time_range(from_word, get(params, "to"), now)?;
+    let from = if from_word.is_none() {
+        to.saturating_sub(INCIDENTS_RANGE_NS)
+    } else {
+        from
+    };
+    let limit = match get(params, "limit").filter(|l| !l.is_empty()) {
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=MAX_INCIDENTS_PAGE).contains(&n) => n,
+            _ => {
+                return Err(format!(
+                    "invalid limit {l:?}: expected 1 to {MAX_INCIDENTS_PAGE} incidents"
+                ))
+            }
+        },
+        None => INCIDENTS_PAGE,
+    };
+    Ok((from, to, limit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +216,21 @@ mod tests {
         kv.iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn incidents_params_default_to_a_week_and_bound_the_limit() {
+        let now = 10 * INCIDENTS_RANGE_NS;
+        let (from, to, limit) = incidents_from_params(&params(&[]), now).unwrap();
+        assert_eq!(
+            (from, to, limit),
+            (now - INCIDENTS_RANGE_NS, now, INCIDENTS_PAGE)
+        );
+        let p = params(&[("from", "5"), ("to", "9"), ("limit", "3")]);
+        assert_eq!(incidents_from_params(&p, now).unwrap(), (5, 9, 3));
+        assert!(incidents_from_params(&params(&[("limit", "0")]), now).is_err());
+        assert!(incidents_from_params(&params(&[("limit", "5000")]), now).is_err());
+        assert!(incidents_from_params(&params(&[("from", "9"), ("to", "5")]), now).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //!   chunk scans and the few other statements on them), [`query`] (series list, raw queries),
 //! - [`tiers`] (rollup rows and tier cursors), [`counters`], [`sinks`] (each forwarder's
 //!   cursor, dead letters, fallback progress and eviction accounting), [`clockfix`] (the
-//!   clock hold's rows),
+//!   clock hold's rows), [`incidents`] (alert incidents and their triage snapshots, as text),
 //! - [`compact`] (recompression: small chunks merged, legacy chunks re-encoded, in steps),
 //! - pure encodings: [`codec`] (packed chunks: legacy and columnar), [`bucket`] (a bucket's aggregate and its
 //!   maths), [`sketch`] (DDSketch).
@@ -25,6 +25,7 @@ pub mod codec;
 pub mod compact;
 pub mod counters;
 pub mod dict;
+pub mod incidents;
 pub mod latest;
 pub mod open;
 pub mod outbox;

@@ -1,9 +1,43 @@
-//! Incidents: the spike-triage snapshot stored when an alert instance fires (placeholder:
-//! owned by the triage work, which replaces this file).
+//! Incidents: when an alert instance fires, [`open`] takes the spike-triage snapshot and
+//! stores it with the incident (rule, labels, value, threshold, start and fire times). The
+//! snapshot compares the spike window (from 10 minutes before the condition first held to
+//! the firing, whole minutes) with the hour before it, through the query engine (the
+//! 1-minute tier plus the raw tail), following the six-step routine: events, GPU, contention
+//! (plus the top processes by CPU, sampled from `/proc` at fire time, and by GPU memory, the
+//! newest collected points), input size, thermals and throttling, versions; plus the
+//! wall-vs-GPU split. Findings are ranked by how far each moved from its baseline, the likely
+//! cause first (see `snapshot.rs` for the scores).
+//!
+//! Files: `gather.rs` (the reads: spans through the engine, events, GPU processes),
+//! `routine.rs` (the six steps and the measurement names they read), `snapshot.rs` (the
+//! snapshot's shape, the scores and sentences, the ranking; pure), `procs.rs` (the CPU
+//! sample of `/proc`). The rows are `store::incidents`. This module never writes points,
+//! never evaluates rules and never sends anything: the evaluator calls [`open`] and keeps
+//! the id; notifiers only carry its URL.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::event::Firing;
+use crate::rollup::{Plan, RetentionConfig, RollupConfig};
+use crate::store::bucket::bucket_start;
+use crate::store::{incidents, Mode, Reader};
+
+mod gather;
+mod procs;
+mod routine;
+pub mod snapshot;
+pub mod view;
+
+pub use snapshot::{Finding, Snapshot, Span, Step};
+
+const NS: i64 = 1_000_000_000;
+/// The window starts this long before the condition first held.
+pub const LEAD_NS: i64 = 600 * NS;
+/// The baseline: this long before the window.
+pub const BASELINE_NS: i64 = 3600 * NS;
+/// Processes listed per kind.
+pub const TOP_PROCESSES: usize = 5;
 
 /// Why an incident could not be stored.
 #[derive(Debug, thiserror::Error)]
@@ -11,12 +45,142 @@ pub enum IncidentError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// A query of the snapshot failed.
+    #[error("incident snapshot query: {0}")]
+    Engine(#[from] crate::engine::EngineError),
+    /// The rollup plan is invalid.
+    #[error("incident snapshot plan: {0}")]
+    Plan(String),
+    /// The snapshot did not serialize.
+    #[error("incident snapshot: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// How [`open_with`] reads.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Tiers, as the agent's `[rollup]` configures them (a tier the store does not hold is
+    /// read from raw points, so the built-in default is always correct, if slower).
+    pub plan: Plan,
+    /// Where processes are read (`/proc`).
+    pub proc_dir: PathBuf,
+    /// Between the two reads of the processes' CPU time.
+    pub cpu_sample: Duration,
+}
+
+impl Options {
+    /// The built-in tiers, `/proc`, a 250 ms CPU sample.
+    pub fn new() -> Result<Options, IncidentError> {
+        Ok(Options {
+            plan: Plan::new(&RollupConfig::default(), &RetentionConfig::default())
+                .map_err(|e| IncidentError::Plan(e.to_string()))?,
+            proc_dir: PathBuf::from("/proc"),
+            cpu_sample: Duration::from_millis(250),
+        })
+    }
+}
+
+/// The spans a firing is compared over: `(baseline, window)`.
+pub fn spans(firing: &Firing) -> (Span, Span) {
+    let from = bucket_start(
+        firing.active_since_ns.saturating_sub(LEAD_NS),
+        gather::STEP_NS,
+    );
+    let to = firing.fired_ns.max(from);
+    (
+        Span {
+            from_ns: from - BASELINE_NS,
+            to_ns: from - 1,
+        },
+        Span {
+            from_ns: from,
+            to_ns: to,
+        },
+    )
+}
+
+/// Takes the snapshot of `firing` from the store in `data_dir` (no processes sampled).
+pub fn snapshot(
+    reader: &Reader,
+    plan: &Plan,
+    firing: &Firing,
+    now_ns: i64,
+) -> Result<Snapshot, IncidentError> {
+    let (base, win) = spans(firing);
+    let g = gather::Gather {
+        reader,
+        plan,
+        base,
+        win,
+        now: now_ns,
+    };
+    let found = routine::run(&g, firing)?;
+    let by_gpu_mem = g.gpu_processes(TOP_PROCESSES)?;
+    Ok(Snapshot {
+        window: win,
+        baseline: base,
+        scope: routine::model_scope(firing).into_iter().collect(),
+        findings: snapshot::rank(found.findings),
+        split: found.split,
+        processes: snapshot::Processes {
+            by_cpu: Vec::new(),
+            by_gpu_mem,
+        },
+        checked: found.checked,
+    })
 }
 
 /// Takes the triage snapshot for `firing` and stores the incident in the store under
 /// `data_dir`; returns its id. Blocking: call it from the blocking pool. `now_ns` is the
 /// evaluation time.
 pub fn open(data_dir: &Path, firing: &Firing, now_ns: i64) -> Result<Option<i64>, IncidentError> {
-    let _ = (data_dir, firing, now_ns);
-    Ok(None)
+    open_with(data_dir, &Options::new()?, firing, now_ns)
+}
+
+/// [`open`] with the agent's tiers and a chosen proc directory.
+pub fn open_with(
+    data_dir: &Path,
+    opts: &Options,
+    firing: &Firing,
+    now_ns: i64,
+) -> Result<Option<i64>, IncidentError> {
+    let started = std::time::Instant::now();
+    let mut snap = {
+        let reader = Reader::open(data_dir)?;
+        snapshot(&reader, &opts.plan, firing, now_ns)?
+    };
+    snap.processes.by_cpu = procs::top_by_cpu(&opts.proc_dir, opts.cpu_sample, TOP_PROCESSES);
+    let text = serde_json::to_string(&snap)?;
+    let top = snap.findings.first().map(|f| f.message.clone());
+    let (conn, path) = crate::store::open(data_dir, Mode::Cursor)?;
+    let id = incidents::insert(
+        &conn,
+        &path,
+        &incidents::NewIncident {
+            rule: &firing.rule,
+            labels: &firing.labels,
+            value: firing.value,
+            threshold: firing.threshold,
+            active_since_ns: firing.active_since_ns,
+            fired_ns: firing.fired_ns,
+            top_finding: top.as_deref(),
+            snapshot: &text,
+        },
+    )?;
+    tracing::info!(
+        id,
+        rule = %firing.rule,
+        findings = snap.findings.len(),
+        top = top.as_deref().unwrap_or("-"),
+        ms = started.elapsed().as_millis() as u64,
+        "incident opened"
+    );
+    Ok(Some(id))
+}
+
+/// Records that incident `id` resolved at `at_ns` (for the evaluator, when the instance
+/// resolves); false when it is unknown or already resolved.
+pub fn resolve(data_dir: &Path, id: i64, at_ns: i64) -> Result<bool, IncidentError> {
+    let (conn, path) = crate::store::open(data_dir, Mode::Cursor)?;
+    Ok(incidents::resolve(&conn, &path, id, at_ns)?)
 }

@@ -641,6 +641,7 @@ async function load() {
     if (S.tab === 'overview') await loadOverview();
     else if (S.tab === 'series') await loadSeries();
     else if (S.tab === 'forwarding') await loadForwarding();
+    else if (S.tab === 'alerts') await loadAlerts(); // alerts.js
     else await loadStorage();
     $('#live').textContent = R.live && S.tab === 'overview' ? `live · every ${R.live / 1000} s` : '';
   } catch (err) {
@@ -650,8 +651,10 @@ async function load() {
 }
 
 function route() {
-  const tab = (location.hash || '#overview').slice(1);
-  S.tab = ['overview', 'series', 'forwarding', 'storage'].includes(tab) ? tab : 'overview';
+  const hash = (location.hash || '#overview').slice(1);
+  // An incident's page (#/incidents/{id}) belongs to the Alerts tab (alerts.js).
+  const tab = hash.startsWith('/incidents/') ? 'alerts' : hash;
+  S.tab = ['overview', 'series', 'forwarding', 'storage', 'alerts'].includes(tab) ? tab : 'overview';
   for (const s of document.querySelectorAll('.tab')) s.hidden = s.id !== S.tab;
   for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('on', a.dataset.tab === S.tab);
   load();

@@ -1,0 +1,508 @@
+//! Incidents: the triage snapshot of `alert::incident::open` on staged stores (each cause
+//! staged alone shows up as its finding, a flat control shows none), the incident API through
+//! the real agent, and the Alerts tab and incident page in Chromium (`tests/web/alerts.mjs`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use edgewatch::alert::event::Firing;
+use edgewatch::alert::incident::{self, Options};
+use edgewatch::config::Synchronous;
+use edgewatch::ingest::lineproto::{parse_body, Precision};
+use edgewatch::store::{incidents, Mode, Writer};
+use serde_json::Value as J;
+
+use crate::support::*;
+
+const S: i64 = 1_000_000_000;
+const MIN: i64 = 60 * S;
+
+/// What a staged store's spike coincides with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cause {
+    /// Nothing: latency rises, everything else stays flat.
+    Control,
+    /// `input_length` three times as large.
+    Inputs,
+    /// The GPU 8 °C warmer, thermal slowdown active, the SM clock down, during the spike.
+    Hot,
+    /// The agent restarted 5 minutes before the firing.
+    Restart,
+    /// The model's version changed with the spike.
+    Version,
+}
+
+/// A small deterministic noise source in [0, 1).
+struct Lcg(u64);
+impl Lcg {
+    fn unit(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// 80 minutes of a device (ns timestamps) ending at `now`: inference for yolov8n (wall and
+/// GPU time, input length, batch size), another model, an NVML GPU, the host, the agent's
+/// own health, an agent start 70 minutes ago (in the baseline), a process's GPU memory. The
+/// spike (wall time up) runs for the last 8 minutes, with `cause`.
+fn stage_lines(now: i64, cause: Cause) -> String {
+    let mut r = Lcg(11);
+    let mut out = String::new();
+    let spike_from = now - 8 * MIN;
+    let mut t = now - 80 * MIN;
+    out.push_str(&format!(
+        "edgewatch_event,event=start,version=0.1.0 pid=100i {}\n",
+        now - 70 * MIN
+    ));
+    if cause == Cause::Restart {
+        out.push_str(&format!(
+            "edgewatch_event,event=start,version=0.1.0 pid=200i {}\n",
+            now - 5 * MIN
+        ));
+    }
+    while t < now {
+        let spike = t >= spike_from;
+        let mut n = |base: f64| base * (0.97 + 0.06 * r.unit());
+        for i in 0..3 {
+            let ts = t + i * 3 * S;
+            let input = if spike && cause == Cause::Inputs {
+                n(1500.0)
+            } else {
+                n(500.0)
+            };
+            let gpu = n(20.0);
+            let wall = gpu + if spike { n(60.0) } else { n(8.0) };
+            let version = if spike && cause == Cause::Version {
+                "2"
+            } else {
+                "1"
+            };
+            out.push_str(&format!(
+                "inference,model=yolov8n,model_version={version},app=cam wall_ms={wall:.2},gpu_ms={gpu:.2},input_length={}i,batch_size=4i {ts}\n",
+                input.round() as i64
+            ));
+            out.push_str(&format!(
+                "inference,model=bert,model_version=7 wall_ms={:.2},gpu_ms={:.2},input_length={}i,batch_size=1i {ts}\n",
+                n(30.0),
+                n(25.0),
+                n(128.0).round() as i64
+            ));
+        }
+        let hot = spike && cause == Cause::Hot;
+        out.push_str(&format!(
+            "gpu,gpu=0,uuid=GPU-1,name=L4,arch=ada,cc=8.9,driver=550.54,cuda=12.4 util_gpu_pct={:.1},mem_used_mb={:.0},temp_c={:.1},clock_sm_mhz={:.0},throttle_sw_thermal={}i,throttle_hw_thermal=0i,throttle_power_cap=0i,throttle_idle=0i {t}\n",
+            n(60.0),
+            n(4000.0),
+            if hot { n(69.0) } else { n(61.0) },
+            if hot { 1000.0 } else { 1800.0 },
+            i32::from(hot),
+        ));
+        out.push_str(&format!(
+            "host cpu_pct={:.1},mem_used_pct={:.1} {t}\n",
+            n(30.0),
+            n(45.0)
+        ));
+        out.push_str(&format!(
+            "edgewatch_agent,version=0.1.0 uptime_s={}i {t}\n",
+            (t - (now - 70 * MIN)) / S
+        ));
+        if t >= now - MIN {
+            out.push_str(&format!(
+                "gpu_process,gpu=0,uuid=GPU-1,pid=777,process=trtexec mem_used_mb=1500 {t}\n"
+            ));
+        }
+        t += 10 * S;
+    }
+    out
+}
+
+/// The firing of `InferenceP99High` for yolov8n: pending 3 minutes ago, firing now.
+fn firing(now: i64) -> Firing {
+    let model: BTreeMap<String, String> = [("model".to_string(), "yolov8n".to_string())].into();
+    Firing {
+        rule: "InferenceP99High".into(),
+        labels: model.clone(),
+        measurement: Some("inference".into()),
+        field: Some("wall_ms".into()),
+        tags: model,
+        value: Some(80.0),
+        threshold: Some(40.0),
+        active_since_ns: now - 3 * MIN,
+        fired_ns: now,
+    }
+}
+
+/// Stages `cause` in a new store (rolled up to the 1-minute tier when `rollup`), opens the
+/// incident and returns its stored snapshot.
+fn snapshot_of(cause: Cause, rollup: bool) -> J {
+    let dir = tempfile::tempdir().unwrap();
+    let now = edgewatch::now_ns();
+    let body = stage_lines(now, cause);
+    let parsed = parse_body(&body, Precision::Nanos, now);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let mut w = Writer::open(dir.path(), 10_000, Synchronous::Normal).unwrap();
+    w.write(&[&parsed.batch]).unwrap();
+    let opts = Options::new().unwrap();
+    if rollup {
+        let mut job = edgewatch::rollup::Job::open(dir.path(), opts.plan.clone()).unwrap();
+        job.run_once(now, &|| false).unwrap();
+    }
+    let t0 = std::time::Instant::now();
+    let id = incident::open_with(dir.path(), &opts, &firing(now), now)
+        .unwrap()
+        .expect("an incident id");
+    // The cost of one snapshot (80 min of a small device; with the 250 ms /proc sample).
+    eprintln!(
+        "incident open ({cause:?}, rollup {rollup}): {:?}",
+        t0.elapsed()
+    );
+    let (conn, path) = edgewatch::store::open(dir.path(), Mode::Cursor).unwrap();
+    let row = incidents::get(&conn, &path, id).unwrap().unwrap();
+    assert_eq!(row.rule, "InferenceP99High");
+    assert_eq!(row.labels["model"], "yolov8n");
+    assert_eq!((row.value, row.threshold), (Some(80.0), Some(40.0)));
+    assert_eq!(row.fired_ns, now);
+    let snap: J = serde_json::from_str(row.snapshot.as_deref().unwrap()).unwrap();
+    let first = snap["findings"][0]["message"].as_str().map(String::from);
+    assert_eq!(row.top_finding, first, "{snap:#}");
+    snap
+}
+
+fn keys(snap: &J) -> Vec<String> {
+    snap["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn finding<'a>(snap: &'a J, key: &str) -> &'a J {
+    snap["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["key"] == key)
+        .unwrap_or_else(|| panic!("no {key} finding: {snap:#}"))
+}
+
+/// The keys the staged causes produce: none may show without its cause.
+const CAUSED: [&str; 6] = [
+    "inference.input_length.p99",
+    "inference.input_length.p50",
+    "gpu.thermal",
+    "gpu.clock_sm_mhz",
+    "event.start",
+    "inference.model_version",
+];
+
+#[test]
+fn a_flat_device_gives_no_findings_but_the_split_and_processes() {
+    let snap = snapshot_of(Cause::Control, false);
+    assert_eq!(snap["findings"], serde_json::json!([]), "{snap:#}");
+    // The spike is outside GPU compute (gpu_ms flat), for yolov8n only.
+    let split = &snap["split"];
+    assert!(
+        split["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside GPU compute"),
+        "{split}"
+    );
+    assert!(split["inside_gpu_share"].as_f64().unwrap() < 0.1, "{split}");
+    assert_eq!(snap["scope"]["model"], "yolov8n");
+    // Every step found data to compare.
+    for step in [
+        "events",
+        "gpu",
+        "contention",
+        "input",
+        "thermal",
+        "versions",
+    ] {
+        assert_eq!(snap["checked"][step], true, "{step}: {snap:#}");
+    }
+    // Processes: sampled from /proc at fire time, GPU memory from NVML's newest points.
+    assert!(
+        snap["processes"]["by_cpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["cpu_pct"].is_number()),
+        "{snap:#}"
+    );
+    assert!(!snap["processes"]["by_cpu"].as_array().unwrap().is_empty());
+    assert_eq!(snap["processes"]["by_gpu_mem"][0]["pid"], 777);
+    assert_eq!(snap["processes"]["by_gpu_mem"][0]["name"], "trtexec");
+    assert_eq!(snap["processes"]["by_gpu_mem"][0]["gpu_mem_mb"], 1500.0);
+}
+
+#[test]
+fn larger_inputs_rank_first_read_from_the_tier_and_the_raw_tail() {
+    let snap = snapshot_of(Cause::Inputs, true);
+    let k = keys(&snap);
+    assert_eq!(k[0], "inference.input_length.p99", "{snap:#}");
+    assert!(k.contains(&"inference.input_length.p50".to_string()));
+    let f = finding(&snap, "inference.input_length.p99");
+    assert_eq!(f["scope"], "model=yolov8n");
+    let ratio = f["window"].as_f64().unwrap() / f["baseline"].as_f64().unwrap();
+    assert!((2.7..3.3).contains(&ratio), "{f}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("input_length p99 3.")
+            || f["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("input_length p99 2.9x"),
+        "{f}"
+    );
+    for other in &CAUSED[2..] {
+        assert!(!k.contains(&other.to_string()), "{other}: {snap:#}");
+    }
+}
+
+#[test]
+fn a_hotter_throttled_gpu_is_a_thermal_finding() {
+    let snap = snapshot_of(Cause::Hot, false);
+    let k = keys(&snap);
+    let f = finding(&snap, "gpu.thermal");
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("GPU 0 +") && msg.contains("thermal slowdown active"),
+        "{msg}"
+    );
+    // 8 °C warmer for the spike's 8 minutes of the ~13-minute window.
+    let warmer = f["window"].as_f64().unwrap() - f["baseline"].as_f64().unwrap();
+    assert!((4.0..6.5).contains(&warmer), "{f}");
+    assert_eq!(k[0], "gpu.thermal", "{snap:#}");
+    assert!(k.contains(&"gpu.clock_sm_mhz".to_string()), "{snap:#}");
+    for other in [
+        "inference.input_length.p99",
+        "event.start",
+        "inference.model_version",
+    ] {
+        assert!(!k.contains(&other.to_string()), "{other}: {snap:#}");
+    }
+}
+
+#[test]
+fn a_restart_in_the_window_is_an_event_finding() {
+    let snap = snapshot_of(Cause::Restart, false);
+    let k = keys(&snap);
+    assert_eq!(k, ["event.start"], "{snap:#}");
+    assert_eq!(
+        finding(&snap, "event.start")["message"],
+        "agent started in the window (version 0.1.0)"
+    );
+}
+
+#[test]
+fn a_model_version_change_is_flagged() {
+    let snap = snapshot_of(Cause::Version, false);
+    let k = keys(&snap);
+    assert_eq!(k, ["inference.model_version"], "{snap:#}");
+    let f = finding(&snap, "inference.model_version");
+    assert_eq!(
+        f["message"],
+        "model_version of model yolov8n changed: 1 → 2"
+    );
+    assert_eq!(f["scope"], "model=yolov8n");
+}
+
+// Collectors off: the test feeds every measurement itself.
+const FED: &str =
+    "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n";
+
+/// An agent with the staged `Inputs` device fed through `/write` and one incident opened on
+/// its store while it runs; returns the agent, the incident id and `now`.
+fn agent_with_incident(dir: &Path) -> (Agent, i64, i64) {
+    let agent = Agent::start(dir, FED);
+    let now = edgewatch::now_ns();
+    let body = stage_lines(now, Cause::Inputs);
+    for chunk in body.lines().collect::<Vec<_>>().chunks(2_000) {
+        let (code, text) = post(&agent.url("/write"), chunk.join("\n").as_bytes(), &[]).unwrap();
+        assert_eq!(code, 204, "{text}");
+    }
+    let want = body.lines().count();
+    let stored = wait_for(Duration::from_secs(10), || {
+        let (_, t) = get(&agent.url("/api/v1/status")).ok()?;
+        let st: J = serde_json::from_str(&t).ok()?;
+        (st["ingest"]["points_written"].as_u64()? as usize >= want).then_some(())
+    });
+    assert!(stored.is_some(), "points not written");
+    let opts = Options {
+        cpu_sample: Duration::from_millis(50),
+        ..Options::new().unwrap()
+    };
+    let id = incident::open_with(&agent.dir, &opts, &firing(now), now)
+        .unwrap()
+        .unwrap();
+    (agent, id, now)
+}
+
+#[test]
+fn the_incident_api_lists_and_shows_incidents_of_the_running_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, id, now) = agent_with_incident(dir.path());
+    let (code, text) = get(&agent.url("/api/v1/incidents")).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let list: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(list["truncated"], false);
+    let inc = &list["incidents"][0];
+    assert_eq!(inc["id"], id);
+    assert_eq!(inc["rule"], "InferenceP99High");
+    assert_eq!(inc["labels"]["model"], "yolov8n");
+    assert_eq!(inc["value"], 80.0);
+    assert_eq!(inc["fired_ns"], now);
+    assert_eq!(inc["started_ns"], now - 3 * MIN);
+    assert_eq!(inc["path"], format!("/#/incidents/{id}"));
+    assert!(inc["resolved"].is_null());
+    assert!(
+        inc["top_finding"]
+            .as_str()
+            .unwrap()
+            .starts_with("input_length p99"),
+        "{inc}"
+    );
+    assert!(inc.get("snapshot").is_none(), "listings carry no snapshot");
+    // A range before the incident lists nothing.
+    let (_, text) = get(&agent.url(&format!("/api/v1/incidents?to={}", now - MIN))).unwrap();
+    let before: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(before["incidents"], serde_json::json!([]));
+    // The full incident.
+    let (code, text) = get(&agent.url(&format!("/api/v1/incidents/{id}"))).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let full: J = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        full["snapshot"]["findings"][0]["key"],
+        "inference.input_length.p99"
+    );
+    assert!(full["snapshot"]["window"]["from_ns"].as_i64().unwrap() <= now - 13 * MIN);
+    // Unknown ids and bad parameters.
+    for path in ["/api/v1/incidents/999999", "/api/v1/incidents/abc"] {
+        let (code, text) = get(&agent.url(path)).unwrap();
+        assert_eq!(code, 404, "{path}: {text}");
+    }
+    let (code, text) = get(&agent.url("/api/v1/incidents?limit=0")).unwrap();
+    assert_eq!(code, 400, "{text}");
+    assert!(text.contains("limit"), "{text}");
+}
+
+#[test]
+fn alerts_tab_and_incident_page_in_chromium() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/web/alerts.mjs");
+    assert!(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/web/node_modules/playwright-core")
+            .exists(),
+        "run: npm install --no-save --prefix tests/web playwright-core@1"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, id, _now) = agent_with_incident(dir.path());
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/alerts-screenshot.png");
+    let out = Command::new("node")
+        .arg(&script)
+        .arg(agent.url(""))
+        .arg(id.to_string())
+        .arg(&shot)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "alerts.mjs failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: J = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap_or_else(|e| {
+        panic!(
+            "bad report ({e}): {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert!(
+        r["failure"].is_null(),
+        "browser step failed: {}",
+        r["failure"]
+    );
+    assert_eq!(r["errors"], serde_json::json!([]), "console errors");
+    // The only 404s: the Alerts tab asking an agent without the alerts API (once each), and
+    // the unknown incident. The badge never asks an agent whose status has no `alerts`.
+    let mut nf: Vec<&str> = r["notFound"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    nf.sort();
+    assert_eq!(
+        nf,
+        [
+            "/api/v1/alerts",
+            "/api/v1/alerts/history",
+            "/api/v1/incidents/999999"
+        ],
+        "{r}"
+    );
+    // Without the alerts API (404), the tab still lists incidents and says so.
+    assert_eq!(r["noApi"]["badgeHidden"], true, "{r}");
+    assert!(
+        r["noApi"]["active"]
+            .as_str()
+            .unwrap_or("")
+            .contains("not available"),
+        "{r}"
+    );
+    let rows = r["noApi"]["incidents"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{r}");
+    assert!(
+        rows[0].as_str().unwrap().contains("InferenceP99High"),
+        "{r}"
+    );
+    assert!(
+        rows[0].as_str().unwrap().contains("input_length p99"),
+        "{r}"
+    );
+    // With the alerts API (its contract's shape): firing badge on every tab, the active list
+    // with a link to the incident, the history timeline.
+    assert_eq!(r["badge"]["overview"], "2", "{r}");
+    assert_eq!(r["badge"]["storage"], "2", "{r}");
+    let active = r["active"].as_array().unwrap();
+    assert_eq!(active.len(), 3, "{r}");
+    assert!(active[0].as_str().unwrap().contains("firing"), "{r}");
+    assert_eq!(r["activeLink"], format!("#/incidents/{id}"), "{r}");
+    assert_eq!(r["history"].as_array().unwrap().len(), 2, "{r}");
+    // The incident page: ranked findings next to the latency chart of that moment.
+    let findings = r["page"]["findings"].as_array().unwrap();
+    assert!(
+        findings[0].as_str().unwrap().contains("input_length p99"),
+        "{r}"
+    );
+    assert!(
+        r["page"]["title"]
+            .as_str()
+            .unwrap()
+            .contains("InferenceP99High"),
+        "{r}"
+    );
+    assert!(
+        r["page"]["split"]
+            .as_str()
+            .unwrap()
+            .contains("outside GPU compute"),
+        "{r}"
+    );
+    let pts = r["page"]["chartPoints"].as_object().unwrap();
+    assert!(pts.get("p99").and_then(J::as_i64).unwrap_or(0) >= 60, "{r}");
+    assert!(r["page"]["band"].as_i64().unwrap_or(0) >= 1, "{r}");
+    assert_eq!(r["page"]["missing"], "no incident 999999", "{r}");
+    assert_eq!(r["page"]["bandsBefore"], 1, "{r}");
+    assert_eq!(r["page"]["bandsAfter"], 0, "{r}");
+    assert_eq!(r["page"]["tabOn"], "alerts", "{r}");
+}
