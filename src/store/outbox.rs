@@ -123,6 +123,12 @@ impl Outbox {
             .prepare_cached("INSERT OR IGNORE INTO notifiers (name) VALUES (?1)")
             .and_then(|mut st| st.execute(params![name]))
             .ctx(&self.path)?;
+        Ok(self.load(name)?.unwrap_or_default())
+    }
+
+    /// The notifier `name`'s durable state, without creating its row (`None`: never
+    /// registered).
+    pub fn load(&self, name: &str) -> Result<Option<Position>, StoreError> {
         self.conn
             .prepare_cached(
                 "SELECT position, delivered, dead_letters, last_success_ns FROM notifiers \
@@ -137,6 +143,7 @@ impl Outbox {
                         last_success_ns: r.get(3)?,
                     })
                 })
+                .optional()
             })
             .ctx(&self.path)
     }
@@ -316,8 +323,8 @@ mod tests {
 
     fn store() -> (tempfile::TempDir, Outbox, Connection, PathBuf) {
         let d = tempfile::tempdir().unwrap();
-        let (w, p) = super::super::open(d.path(), Mode::Writer(crate::config::Synchronous::Normal))
-            .unwrap();
+        let (w, p) =
+            super::super::open(d.path(), Mode::Writer(crate::config::Synchronous::Normal)).unwrap();
         let o = Outbox::open(d.path()).unwrap();
         (d, o, w, p)
     }
@@ -342,7 +349,10 @@ mod tests {
         assert_eq!(o.after(pos.seq, 10).unwrap().len(), 1);
         assert_eq!(o.pending(pos.seq).unwrap(), (1, c));
         let dl = o.dead_letters("am", 10).unwrap();
-        assert_eq!((dl[0].seq, dl[0].status, dl[0].reason.as_str()), (b, 400, "bad label"));
+        assert_eq!(
+            (dl[0].seq, dl[0].status, dl[0].reason.as_str()),
+            (b, 400, "bad label")
+        );
     }
 
     #[test]
