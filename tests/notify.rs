@@ -236,12 +236,15 @@ fn resends_keep_a_firing_alert_alive_in_alertmanager() {
     assert!(n["last_resend_ns"].is_i64(), "{n}");
 }
 
+/// Answers to give, in order: (status, Retry-After).
+type Script = Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>;
+
 /// A webhook endpoint on loopback: records every request's JSON body, answers with the next
 /// scripted (status, Retry-After) or 200, after `delay`.
 struct Hook {
     port: u16,
     bodies: Arc<Mutex<Vec<serde_json::Value>>>,
-    script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>,
+    script: Script,
 }
 
 impl Hook {
@@ -249,7 +252,7 @@ impl Hook {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let bodies = Arc::new(Mutex::new(Vec::new()));
-        let script: Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>> = Default::default();
+        let script: Script = Default::default();
         let (b, s) = (bodies.clone(), script.clone());
         std::thread::spawn(move || {
             for stream in l.incoming() {

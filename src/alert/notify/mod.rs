@@ -365,7 +365,7 @@ fn run(ctx: Ctx, stop: CancellationToken) {
     let mut last_refresh: Option<Instant> = None;
     let mut logged = 0u64;
     while !stop.is_cancelled() {
-        if last_refresh.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+        if !last_refresh.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
             last_refresh = Some(Instant::now());
             refresh(&ctx, &outbox, position, None);
         }
@@ -387,7 +387,7 @@ fn run(ctx: Ctx, stop: CancellationToken) {
         }) = rows.into_iter().next()
         else {
             // Caught up: the firing set to Alertmanager when due, then wait for new events.
-            if resends && next_resend.is_none_or(|t| Instant::now() >= t) {
+            if resends && !next_resend.is_some_and(|t| Instant::now() < t) {
                 let sleep = resend(
                     &ctx,
                     &outbox,
