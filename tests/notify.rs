@@ -466,13 +466,13 @@ fn webhook_4xx_is_dead_lettered_and_reported_503_waits_its_retry_after() {
 }
 
 #[test]
-fn mqtt_subscriber_sees_every_event_in_seq_order() {
+fn mqtt_subscriber_sees_every_event_in_seq_order_across_a_broker_outage() {
     if !require(Peer::Mosquitto) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let _broker = Mosquitto::start(&dir.path().join("mq"), port, None);
+    let broker = Mosquitto::start(&dir.path().join("mq"), port, None);
     let sub = Sub::start_subscribed(
         port,
         "edge/jet-1/alerts",
@@ -480,7 +480,7 @@ fn mqtt_subscriber_sees_every_event_in_seq_order() {
         &dir.path().join("sub.txt"),
         None,
     );
-    let evs: Vec<AlertEvent> = (0..10)
+    let evs: Vec<AlertEvent> = (0..14)
         .map(|i| event(&format!("M{i}"), EventStatus::Firing, t(20 - i), None))
         .collect();
     let mut seqs = enqueue(&dir.path().join("data"), &evs[..6]);
@@ -493,7 +493,7 @@ fn mqtt_subscriber_sees_every_event_in_seq_order() {
         ),
     );
     // The rest while it runs.
-    seqs.extend(enqueue(&agent.dir, &evs[6..]));
+    seqs.extend(enqueue(&agent.dir, &evs[6..10]));
     let got = wait_for(Duration::from_secs(15), || {
         let got: Vec<serde_json::Value> = sub
             .text()
@@ -516,6 +516,35 @@ fn mqtt_subscriber_sees_every_event_in_seq_order() {
     })
     .unwrap_or_else(|| panic!("{}", notifier_status(&agent, "mq")));
     assert_eq!(n["type"], "mqtt", "{n}");
+
+    // The broker goes away (the subscriber's session persists); events made meanwhile wait
+    // in the outbox and go, in order, when it is back.
+    drop(sub);
+    broker.stop();
+    let more = enqueue(&agent.dir, &evs[10..]);
+    wait_for(Duration::from_secs(10), || {
+        let n = notifier_status(&agent, "mq");
+        (n["pending_events"] == 4 && n["failures"].as_u64().unwrap_or(0) >= 2).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}", notifier_status(&agent, "mq")));
+    let _broker = Mosquitto::start(&dir.path().join("mq"), port, None);
+    let sub = Sub::start(
+        port,
+        "edge/jet-1/alerts",
+        "notify-test",
+        &dir.path().join("sub2.txt"),
+        None,
+    );
+    let got = wait_for(Duration::from_secs(15), || {
+        let got: Vec<i64> = sub
+            .text()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["seq"].as_i64())
+            .collect();
+        (got.len() >= 4).then_some(got)
+    })
+    .unwrap_or_else(|| panic!("after the outage:\n{}\n{}", sub.text(), agent.log_text()));
+    assert_eq!(got, more, "seq order after the outage");
 }
 
 fn edgewatch_rfc3339(ns: i64) -> String {
