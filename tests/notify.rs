@@ -489,7 +489,7 @@ fn mqtt_subscriber_sees_every_event_in_seq_order_across_a_broker_outage() {
         &format!(
             "device_id = \"jet-1\"\n[[notify]]\ntype = \"mqtt\"\nname = \"mq\"\n\
              url = \"mqtt://127.0.0.1:{port}\"\ntopic = \"edge/{{device_id}}/alerts\"\n\
-             min_backoff = \"100ms\"\nmax_backoff = \"500ms\"\n"
+             min_backoff = \"100ms\"\nmax_backoff = \"500ms\"\ntimeout = \"1s\"\n"
         ),
     );
     // The rest while it runs.
@@ -527,7 +527,7 @@ fn mqtt_subscriber_sees_every_event_in_seq_order_across_a_broker_outage() {
         (n["pending_events"] == 4 && n["failures"].as_u64().unwrap_or(0) >= 2).then_some(())
     })
     .unwrap_or_else(|| panic!("{}", notifier_status(&agent, "mq")));
-    let _broker = Mosquitto::start(&dir.path().join("mq"), port, None);
+    let broker = Mosquitto::start(&dir.path().join("mq"), port, None);
     let sub = Sub::start(
         port,
         "edge/jet-1/alerts",
@@ -545,6 +545,33 @@ fn mqtt_subscriber_sees_every_event_in_seq_order_across_a_broker_outage() {
     })
     .unwrap_or_else(|| panic!("after the outage:\n{}\n{}", sub.text(), agent.log_text()));
     assert_eq!(got, more, "seq order after the outage");
+
+    // A broker that takes the message and never acknowledges it (frozen): the event stays
+    // pending; it counts as delivered only once the broker is back and acknowledged it.
+    wait_for(Duration::from_secs(5), || {
+        (notifier_status(&agent, "mq")["delivered"] == 14).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}", notifier_status(&agent, "mq")));
+    let pid = broker.child.id() as i32;
+    signal(pid, "STOP");
+    let frozen = enqueue(
+        &agent.dir,
+        &[event("Frozen", EventStatus::Firing, t(1), None)],
+    )[0];
+    std::thread::sleep(Duration::from_millis(2500));
+    let n = notifier_status(&agent, "mq");
+    signal(pid, "CONT");
+    assert_eq!(
+        (n["delivered"].as_i64(), n["pending_events"].as_i64()),
+        (Some(14), Some(1)),
+        "{n}"
+    );
+    let copies = wait_for(Duration::from_secs(15), || {
+        let n = sub.text().matches(&format!("\"seq\":{frozen},")).count();
+        (n >= 1 && notifier_status(&agent, "mq")["delivered"] == 15).then_some(n)
+    })
+    .unwrap_or_else(|| panic!("after the freeze:\n{}\n{}", sub.text(), agent.log_text()));
+    assert!(copies <= 2, "at most one duplicate: {}", sub.text());
 }
 
 fn edgewatch_rfc3339(ns: i64) -> String {
