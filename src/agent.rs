@@ -182,7 +182,16 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         plan.tiers.iter().map(|t| t.key()).min(),
         forward_stop.clone(),
     );
+    // Alert notifiers: their own threads and store connections, their own token (stopped
+    // with the forwarders).
+    let notifiers = crate::alert::notify::start(
+        &cfg.notify,
+        &cfg.storage.data_dir,
+        &crate::forward::identity(&cfg).0,
+        forward_stop.clone(),
+    );
     let api_ctx = crate::api::ApiCtx {
+        notify: Arc::new(notifiers.status.clone()),
         forward: Arc::new(forwarders.status.clone()),
         nvml: nvml_status.clone(),
         tegrastats: tegrastats_status.clone(),
@@ -362,6 +371,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     }
     forward_stop.cancel();
     forwarders.join(deadline).await;
+    notifiers.join(deadline).await;
     for (name, t) in tasks {
         if tokio::time::timeout_at(deadline, t).await.is_err() {
             tracing::warn!(task = name, "still running at the shutdown deadline");

@@ -70,6 +70,8 @@ pub struct ApiCtx {
     pub latest: Arc<crate::store::LatestValues>,
     /// `[http]` (which measurements `/metrics` exports).
     pub http: Arc<crate::config::HttpConfig>,
+    /// The alert notifiers (`notify` in the status).
+    pub notify: Arc<crate::alert::notify::NotifyStatus>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -435,6 +437,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             scrape: ctx.scrape.snapshot(),
             jetson: ctx.jetson.snapshot(),
         },
+        notify: ctx.notify.snapshot(),
     }
 }
 

@@ -32,6 +32,9 @@ mod lifecycle;
 /// Memory at high cardinality: peak over steady RSS across scrapes, listings and queries;
 /// the paged series listing; the query answer bound; /metrics across a restart.
 mod memory;
+/// Alert delivery from the outbox: Alertmanager (real, down and back, resends), webhook
+/// (kill -9, dead letters, Retry-After), MQTT order, `[[notify]]` errors.
+mod notify;
 /// The NVML collector and `edgewatch gpus`: without a driver, and exact on a driver when present. and the binary against the
 /// stand-in library.
 mod nvml_cli;

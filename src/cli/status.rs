@@ -111,6 +111,7 @@ fn status_command(
             )
         })?;
         out.write_all(render_status(&st, &base, edgewatch::now_ns()).as_bytes())?;
+        out.write_all(render_notify(&st.notify, edgewatch::now_ns()).as_bytes())?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
@@ -178,6 +179,46 @@ fn jetson_line(j: &edgewatch::status::Jetson, now_ns: i64) -> String {
 }
 
 /// The readable form of the status document.
+/// The alert notifiers: one line each (nothing when none is configured).
+fn render_notify(n: &edgewatch::status::notify::Notify, now_ns: i64) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    if n.notifiers.is_empty() {
+        return o;
+    }
+    let _ = writeln!(o, "notify:");
+    for k in &n.notifiers {
+        let ago = |t: i64| format!("{} ago", human_age((now_ns - t) as f64 / 1e9));
+        let mut line = format!(
+            "  {} ({}){}: position {}, pending {}, delivered {}, dead letters {}, last ok {}",
+            k.name,
+            k.kind,
+            if k.enabled { "" } else { " off" },
+            k.position,
+            k.pending_events,
+            k.delivered,
+            k.dead_letters,
+            k.last_success_ns.map_or_else(|| "never".into(), ago),
+        );
+        if let Some(f) = k.firing {
+            let _ = write!(line, ", firing {f}");
+        }
+        if let Some(e) = &k.last_error {
+            let e: String = e.chars().take(80).collect();
+            let _ = write!(line, "; last error: {e}");
+            if let Some(t) = k.next_retry_ns.filter(|t| *t > now_ns) {
+                let _ = write!(line, " (retry in {})", human_age((t - now_ns) as f64 / 1e9));
+            }
+        }
+        if let Some(d) = &k.last_dead_letter {
+            let r: String = d.reason.chars().take(60).collect();
+            let _ = write!(line, "; last dead letter: seq {} {r}", d.seq);
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    o
+}
+
 fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();

@@ -300,6 +300,12 @@ impl Config {
                 message,
             }
         })?;
+        crate::alert::notify::config::validate_all(&cfg.notify, text).map_err(|message| {
+            ConfigError::File {
+                origin: origin.to_string(),
+                message,
+            }
+        })?;
         Ok(cfg)
     }
 

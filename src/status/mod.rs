@@ -10,6 +10,7 @@
 //! Values that can be unknown are `Option` (JSON `null`), never a sentinel.
 
 mod cell;
+pub mod notify;
 pub mod rate;
 
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ pub struct Status {
     pub forward: Forward,
     /// The collectors.
     pub collectors: Collectors,
+    /// The alert notifiers (`[[notify]]`).
+    #[serde(default)]
+    pub notify: notify::Notify,
 }
 
 /// The agent itself.

@@ -517,6 +517,52 @@ fn health(s: &mut Scrape, st: &Status) {
         sink(s, k);
     }
     collectors(s, &st.collectors);
+    notify(s, &st.notify);
+}
+
+/// The alert notifiers: `edgewatch_notify_*{notifier="name", type="..."}`.
+fn notify(s: &mut Scrape, n: &status::notify::Notify) {
+    for k in &n.notifiers {
+        let l = [("notifier", k.name.as_str()), ("type", k.kind.as_str())];
+        s.gauge(
+            "edgewatch_notify_pending_events",
+            "Alert events in the outbox the notifier has not delivered yet.",
+            &l,
+            k.pending_events as f64,
+        );
+        s.gauge(
+            "edgewatch_notify_position",
+            "Last outbox sequence number the notifier's receiver acknowledged (or dead-lettered).",
+            &l,
+            k.position as f64,
+        );
+        s.counter(
+            "edgewatch_notify_delivered_total",
+            "Alert events the notifier's receiver acknowledged, all time.",
+            &l,
+            k.delivered as f64,
+        );
+        s.counter(
+            "edgewatch_notify_failures_total",
+            "Failed delivery attempts since the agent started (retried).",
+            &l,
+            k.failures as f64,
+        );
+        s.counter(
+            "edgewatch_notify_dead_letters_total",
+            "Alert events the receiver refused as bad (4xx), set aside, all time.",
+            &l,
+            k.dead_letters as f64,
+        );
+        if let Some(t) = k.last_success_ns {
+            s.gauge(
+                "edgewatch_notify_last_success_seconds",
+                "When the notifier's receiver last acknowledged, Unix time (absent: never).",
+                &l,
+                t as f64 / 1e9,
+            );
+        }
+    }
 }
 
 fn agent(s: &mut Scrape, a: &status::Agent) {
@@ -1114,6 +1160,7 @@ mod tests {
     /// A status document with a known, distinct value in every exported field.
     fn known_status() -> Status {
         Status {
+            notify: status::notify::Notify::default(),
             agent: status::Agent {
                 version: "9.8.7".into(),
                 uptime_s: 61,
@@ -1278,6 +1325,33 @@ mod tests {
             "edgewatch_scrape_bad_lines_total{name=\"triton\"} 2\n",
             "edgewatch_scrape_last_samples{name=\"triton\"} 40\n",
             "edgewatch_scrape_last_duration_seconds{name=\"triton\"} 0.0125\n",
+        ] {
+            assert!(text.contains(want), "{want} missing in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn notifiers_are_labelled_by_name_and_type() {
+        let mut st = known_status();
+        st.notify.notifiers = vec![status::notify::Notifier {
+            kind: "alertmanager".into(),
+            name: "am".into(),
+            position: 12,
+            pending_events: 3,
+            delivered: 9,
+            failures: 4,
+            dead_letters: 1,
+            last_success_ns: Some(2_000_000_000),
+            ..Default::default()
+        }];
+        let text = render(&st, &[], None);
+        for want in [
+            "edgewatch_notify_pending_events{notifier=\"am\",type=\"alertmanager\"} 3\n",
+            "edgewatch_notify_position{notifier=\"am\",type=\"alertmanager\"} 12\n",
+            "edgewatch_notify_delivered_total{notifier=\"am\",type=\"alertmanager\"} 9\n",
+            "edgewatch_notify_failures_total{notifier=\"am\",type=\"alertmanager\"} 4\n",
+            "edgewatch_notify_dead_letters_total{notifier=\"am\",type=\"alertmanager\"} 1\n",
+            "edgewatch_notify_last_success_seconds{notifier=\"am\",type=\"alertmanager\"} 2\n",
         ] {
             assert!(text.contains(want), "{want} missing in:\n{text}");
         }

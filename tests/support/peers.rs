@@ -24,6 +24,8 @@ pub enum Peer {
     /// `mosquitto`, `mosquitto_sub` and `mosquitto_pub` (Debian `mosquitto`,
     /// `mosquitto-clients`).
     Mosquitto,
+    /// `prometheus-alertmanager` (Debian `prometheus-alertmanager`).
+    Alertmanager,
 }
 
 /// The variable that lists the peers whose tests are skipped on purpose.
@@ -35,6 +37,7 @@ impl Peer {
         match self {
             Peer::Influxdb => "influxdb",
             Peer::Mosquitto => "mosquitto",
+            Peer::Alertmanager => "alertmanager",
         }
     }
 
@@ -47,6 +50,11 @@ impl Peer {
                 ("mosquitto_sub", &["--help"], "mosquitto-clients"),
                 ("mosquitto_pub", &["--help"], "mosquitto-clients"),
             ],
+            Peer::Alertmanager => &[(
+                "prometheus-alertmanager",
+                &["--version"],
+                "prometheus-alertmanager",
+            )],
         }
     }
 }
@@ -636,5 +644,90 @@ fn serve(conn: TcpStream, upstream: SocketAddr, state: Shared) -> std::io::Resul
         out.push_str("\r\n");
         out.push_str(&resp);
         w.write_all(out.as_bytes())?;
+    }
+}
+
+/// A real Prometheus Alertmanager (Debian `prometheus-alertmanager`) on a loopback port,
+/// clustering off, with `resolve_timeout` as given and one receiver that sends nowhere.
+pub struct Alertmanager {
+    pub child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+}
+
+impl Alertmanager {
+    /// Starts it (data in `dir`) and waits until `/-/ready` answers.
+    pub fn start(dir: &Path, port: u16, resolve_timeout: &str) -> Alertmanager {
+        std::fs::create_dir_all(dir).unwrap();
+        let cfg = dir.join("alertmanager.yml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "global:\n  resolve_timeout: {resolve_timeout}\nroute:\n  receiver: none\nreceivers:\n  - name: none\n"
+            ),
+        )
+        .unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("alertmanager.log"))
+            .unwrap();
+        let child = Command::new("prometheus-alertmanager")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!("--storage.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .arg("--cluster.listen-address=")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus-alertmanager (apt-get install prometheus-alertmanager)");
+        let am = Alertmanager {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+        };
+        let ok = wait_for(Duration::from_secs(15), || {
+            get(&am.url("/-/ready")).ok().filter(|r| r.0 == 200)
+        });
+        assert!(
+            ok.is_some(),
+            "alertmanager did not start:\n{}",
+            std::fs::read_to_string(dir.join("alertmanager.log")).unwrap_or_default()
+        );
+        am
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+
+    /// `GET /api/v2/alerts`: the active alerts.
+    pub fn alerts(&self) -> Vec<serde_json::Value> {
+        let (code, body) = get(&self.url("/api/v2/alerts")).expect("alertmanager alerts");
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// `alertmanager_alerts_received_total{status}` summed over API versions.
+    pub fn received(&self, status: &str) -> u64 {
+        let (_, text) = get(&self.url("/metrics")).expect("alertmanager metrics");
+        let want = format!("status=\"{status}\"");
+        text.lines()
+            .filter(|l| l.starts_with("alertmanager_alerts_received_total{") && l.contains(&want))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
+    /// Stops it (SIGTERM) and waits.
+    pub fn stop(mut self) {
+        signal(self.child.id() as i32, "TERM");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
