@@ -19,6 +19,7 @@ pub mod config;
 pub mod encode;
 mod influx;
 mod mqtt;
+pub mod remote_write;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -443,10 +444,7 @@ pub fn start(
         let st = Arc::new(SinkStatus::default());
         st.update(|s| {
             s.name = sc.name.clone();
-            s.kind = match sc.kind {
-                SinkKind::Influxdb => "influxdb".into(),
-                SinkKind::Mqtt => "mqtt".into(),
-            };
+            s.kind = sc.kind.name().into();
             s.url = sc.url.clone();
             s.max_rate_pps = sc.max_rate;
         });
@@ -466,6 +464,10 @@ pub fn start(
                 .spawn(move || influx::run(ctx, stop))
                 .map(Handle::Thread),
             SinkKind::Mqtt => Ok(Handle::Task(tokio::spawn(mqtt::run(ctx, stop)))),
+            SinkKind::PrometheusRemoteWrite => std::thread::Builder::new()
+                .name(format!("fwd-{}", sc.name))
+                .spawn(move || remote_write::run(ctx, stop))
+                .map(Handle::Thread),
         };
         match h {
             Ok(h) => handles.push((sc.name.clone(), h)),
