@@ -145,9 +145,9 @@ fn field_len(len: usize) -> usize {
 /// request to `max_bytes` or more (at least one point): the request, how many points it
 /// holds, and the string values skipped in them.
 pub fn request(points: &[Point], max_bytes: usize) -> (WriteRequest, usize, i64) {
-    // Series by (tag set, field): tag sets are shared `Arc`s, so the pointer names one.
-    let mut index: HashMap<(*const Series, Arc<str>), usize> = HashMap::new();
-    let mut labels_of: HashMap<*const Series, Vec<Label>> = HashMap::new();
+    // Series by (tag set, field); a tag set is named by its line-protocol prefix.
+    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut labels_of: HashMap<&str, Vec<Label>> = HashMap::new();
     let mut series: Vec<TimeSeries> = Vec::new();
     let mut size = 0usize;
     let mut skipped = 0i64;
@@ -157,13 +157,13 @@ pub fn request(points: &[Point], max_bytes: usize) -> (WriteRequest, usize, i64)
             break;
         }
         used += 1;
-        let key = Arc::as_ptr(&p.series);
+        let key = p.series.prefix.as_str();
         for (field, v) in &p.fields {
             let Some(value) = sample_value(v) else {
                 skipped += 1;
                 continue;
             };
-            let at = match index.get(&(key, field.clone())) {
+            let at = match index.get(&(key, &**field)) {
                 Some(&i) => i,
                 None => {
                     let tags = labels_of
@@ -185,7 +185,7 @@ pub fn request(points: &[Point], max_bytes: usize) -> (WriteRequest, usize, i64)
                         labels,
                         samples: Vec::new(),
                     });
-                    index.insert((key, field.clone()), series.len() - 1);
+                    index.insert((key, &**field), series.len() - 1);
                     series.len() - 1
                 }
             };
