@@ -155,7 +155,7 @@ fn prometheus_gets_every_point_after_an_offline_period_and_a_kill9_mid_drain() {
     offline_then_kill9_mid_drain(
         &dir.path().join("agent"),
         |port| format!("http://127.0.0.1:{port}/api/v1/write"),
-        |port| Prometheus::start_on(&p_dir, port, Some("2h")),
+        |port| Prometheus::start_on(&p_dir, port, None),
         |p| p.samples("{__name__=~\"inference_.+\"}", "1h", now_ns() as f64 / 1e9),
     );
 }
@@ -236,4 +236,119 @@ fn influx_line_protocol_reaches_victoriametrics_through_the_influxdb_sink() {
         .map(|(k, v)| (k.replacen('{', "{db=\"edge\",", 1), v))
         .collect();
     assert_same(&got, &want);
+}
+
+/// Every PromQL target of `dashboards/victoriametrics-fleet.json` (rows included), with the
+/// template variables as "All" and the default window: (panel title, query).
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("dashboards/victoriametrics-fleet.json");
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let vars: Vec<&str> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vars, ["datasource", "device", "model", "window"]);
+    assert_eq!(d["templating"]["list"][0]["query"], "prometheus");
+    let mut out = Vec::new();
+    let mut panels: Vec<serde_json::Value> = d["panels"].as_array().unwrap().clone();
+    while let Some(p) = panels.pop() {
+        panels.extend(p["panels"].as_array().cloned().unwrap_or_default());
+        for t in p["targets"].as_array().into_iter().flatten() {
+            assert_eq!(p["datasource"]["uid"], "${datasource}", "{p}");
+            let q = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$device", ".*")
+                .replace("$model", ".*")
+                .replace("$window", "5m");
+            assert!(!q.contains('$'), "unsubstituted variable in {q}");
+            out.push((p["title"].as_str().unwrap().to_string(), q));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_fleet_dashboard_query_parses_and_returns_rows_on_victoriametrics() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 20, "{queries:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
+    // A real agent: the [jetson] collector on the Orin Nano fixture (module tag, throttling),
+    // tegrastats replayed (temperatures, rails), its own health every 200 ms, forwarding with
+    // remote_write. A discrete GPU and inference requests arrive as the points the NVML
+    // collector and an application would write.
+    let root = jetson_fixture(dir.path(), "orin-nano-jp6");
+    let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/jetson/tegrastats-orin-nano.log");
+    let cfg = format!(
+        "[host]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n\
+         [health]\nenabled = true\ninterval = \"200ms\"\n\
+         [jetson]\nroot = \"{}\"\ninterval = \"200ms\"\n\
+         [tegrastats]\nreplay = \"{}\"\ninterval = \"200ms\"\n\
+         [[sink]]\ntype = \"prometheus_remote_write\"\nname = \"rw\"\nurl = \"http://127.0.0.1:{port}/api/v1/write\"\nmax_delay = \"50ms\"\n",
+        root.display(),
+        log.display()
+    );
+    std::fs::create_dir_all(dir.path().join("agent")).unwrap();
+    let agent = Agent::start_with_env(
+        &dir.path().join("agent"),
+        &cfg,
+        &[
+            ("EDGEWATCH_DEVICE_ID", "jet-7"),
+            ("EDGEWATCH_TAGS__SITE", "lab"),
+        ],
+    );
+    let now = now_ns();
+    write_inferences(&agent, 0, 4_000, now - 200 * 1_000_000_000);
+    let mut gpu = String::new();
+    for i in 0..60i64 {
+        gpu.push_str(&format!(
+            "gpu,gpu=0,uuid=GPU-1,name=NVIDIA\\ A2,arch=Ampere,cc=8.6 temp_c={},power_w=40.5,energy_mj={}i,util_gpu_pct=70,throttle_hw_slowdown=0i,throttle_sw_thermal={}i {}\n",
+            50 + i % 5,
+            1000 * i,
+            i % 2,
+            now - (60 - i) * 1_000_000_000
+        ));
+    }
+    let (code, body) = post(&agent.url("/write?db=x"), gpu.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{body}");
+    let end = now / 1_000_000_000 + 30;
+    let mut empty: Vec<String> = Vec::new();
+    let ok = wait_for(Duration::from_secs(25), || {
+        vm.flush();
+        empty.clear();
+        for (title, q) in &queries {
+            let r = vm.query_range(q, end - 900, end, "15s");
+            assert_eq!(r["status"], "success", "{title}: {q}: {r}");
+            if r["data"]["result"].as_array().is_none_or(|a| a.is_empty()) {
+                empty.push(format!("{title}: {q}"));
+            }
+        }
+        empty.is_empty().then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "panels without rows:\n{}\n{}",
+        empty.join("\n"),
+        sink_status(&agent, "rw")
+    );
+    // The variables' queries (Grafana's label_values) through the label API.
+    let (code, body) =
+        get(&vm.url("/api/v1/label/device_id/values?match[]=edgewatch_agent_uptime_s")).unwrap();
+    assert!(code == 200 && body.contains("jet-7"), "{body}");
+    let (code, body) =
+        get(&vm.url("/api/v1/label/model/values?match[]=inference_wall_ms")).unwrap();
+    assert!(
+        code == 200 && body.contains("m0") && body.contains("m1"),
+        "{body}"
+    );
 }

@@ -16,7 +16,6 @@
 //! exemplars or histograms, and never reorders or drops numeric values otherwise.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use base64::Engine as _;
 use prost::Message as _;
@@ -299,6 +298,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
 mod tests {
     use super::*;
     use crate::forward::encode::series;
+    use std::sync::Arc;
 
     fn point(key: &str, ts: i64, fields: Vec<(&str, Value)>) -> Point {
         let id = vec![
