@@ -352,3 +352,50 @@ fn every_fleet_dashboard_query_parses_and_returns_rows_on_victoriametrics() {
         "{body}"
     );
 }
+
+#[test]
+fn victoriametrics_gets_an_evicted_span_from_the_rollup_tier_as_tagged_series() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let top = rw_sink(
+        &format!("http://127.0.0.1:{port}/api/v1/write"),
+        "max_points = 4\n",
+    );
+    let agent = agent_with(dir.path(), &top);
+    crate::forward::evict_unsent_old_span(&agent, dir.path());
+    wait_for(Duration::from_secs(10), || {
+        (sink_status(&agent, "rw")["evicted_unforwarded_points"] == 600).then_some(())
+    })
+    .expect("eviction counted for the sink");
+    let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
+    wait_for(Duration::from_secs(30), || {
+        let s = sink_status(&agent, "rw");
+        (s["backlog_points"] == 0 && s["fallback_points"] == 10 && s["forwarded_points"] == 600)
+            .then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()));
+    let got = vm.export("{__name__=~\"m_v.*\"}");
+    let series = |name: &str, rollup: bool| {
+        let key = if rollup {
+            format!("{name}{{device_id=\"jet-7\",edgewatch_rollup=\"60s\",k=\"v\",site=\"lab\"}}")
+        } else {
+            format!("{name}{{device_id=\"jet-7\",k=\"v\",site=\"lab\"}}")
+        };
+        got.get(&key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key} in {:?}", got.keys()))
+    };
+    // The rest came raw; the evicted 10 minutes as one sample per minute and statistic.
+    let raw = series("m_v", false);
+    assert_eq!(raw.len(), 600);
+    assert_eq!(raw[0].1, 600.0);
+    let count = series("m_v_count", true);
+    assert_eq!(count.len(), 10);
+    assert_eq!(count.iter().map(|x| x.1).sum::<f64>(), 600.0);
+    assert_eq!(series("m_v_mean", true)[0].1, 29.5);
+    assert_eq!(series("m_v_min", true)[0].1, 0.0);
+    assert_eq!(series("m_v_max", true)[9].1, 599.0);
+}
