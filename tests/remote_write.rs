@@ -399,3 +399,39 @@ fn victoriametrics_gets_an_evicted_span_from_the_rollup_tier_as_tagged_series() 
     assert_eq!(series("m_v_min", true)[0].1, 0.0);
     assert_eq!(series("m_v_max", true)[9].1, 599.0);
 }
+
+#[test]
+fn basic_auth_refused_pauses_the_sink_and_the_right_password_delivers() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = VictoriaMetrics::start_with(&dir.path().join("vm"), port, Some(("edge", "s3cret")));
+    let url = format!("http://127.0.0.1:{port}/api/v1/write");
+    let wrong = rw_sink(&url, "username = \"edge\"\npassword = \"nope\"\n");
+    let agent = agent_with(&dir.path().join("a"), &wrong);
+    let want = write_inferences(&agent, 0, 50, now_ns() - 60 * 1_000_000_000);
+    let s = wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "rw");
+        (s["paused"] == true && s["backlog_points"] == 50).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "rw")));
+    assert!(
+        s["last_error"].as_str().unwrap_or("").contains("401"),
+        "{s}"
+    );
+    assert_eq!(s["backlog_points"], 50, "{s}");
+    assert!(!agent.log_text().contains("nope"), "the password is logged");
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    // The same store, the right password: the kept backlog arrives.
+    let right = rw_sink(&url, "username = \"edge\"\npassword = \"s3cret\"\n");
+    let agent = agent_with(&dir.path().join("a"), &right);
+    wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "rw");
+        (s["forwarded_points"] == 50 && s["backlog_points"] == 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "rw")));
+    assert_same(&vm.export("{__name__=~\"inference_.+\"}"), &want);
+}

@@ -683,10 +683,18 @@ pub struct VictoriaMetrics {
     pub child: Child,
     pub http: SocketAddr,
     pub dir: PathBuf,
+    /// `Authorization` the helper's own requests send (with `-httpAuth.*`).
+    pub auth: Option<String>,
 }
 
 impl VictoriaMetrics {
     pub fn start_on(dir: &Path, port: u16) -> VictoriaMetrics {
+        Self::start_with(dir, port, None)
+    }
+
+    /// With `basic = Some((user, password))`, every endpoint but `/health` wants basic auth
+    /// (`-httpAuth.username`, `-httpAuth.password`).
+    pub fn start_with(dir: &Path, port: u16, basic: Option<(&str, &str)>) -> VictoriaMetrics {
         let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         std::fs::create_dir_all(dir).unwrap();
         let log = std::fs::File::create(dir.join("victoria-metrics.log")).unwrap();
@@ -699,14 +707,26 @@ impl VictoriaMetrics {
                 "-search.disableCache",
                 "-loggerLevel=WARN",
             ])
+            .args(basic.iter().flat_map(|(u, p)| {
+                [
+                    format!("-httpAuth.username={u}"),
+                    format!("-httpAuth.password={p}"),
+                ]
+            }))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("spawn victoria-metrics (apt-get install victoria-metrics)");
+        let auth = basic.map(|(u, p)| {
+            use base64::Engine as _;
+            let b = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            format!("Basic {b}")
+        });
         let vm = VictoriaMetrics {
             child,
             http,
             dir: dir.to_path_buf(),
+            auth,
         };
         let ok = wait_for(Duration::from_secs(30), || {
             get(&format!("http://{http}/health"))
@@ -725,16 +745,27 @@ impl VictoriaMetrics {
         format!("http://{}{}", self.http, path)
     }
 
+    /// A GET of `path` with the helper's credentials.
+    fn get(&self, path: &str) -> ureq::Request {
+        let r = ureq::get(&self.url(path));
+        match &self.auth {
+            Some(a) => r.set("Authorization", a),
+            None => r,
+        }
+    }
+
     /// Makes every ingested sample searchable.
     pub fn flush(&self) {
-        let (code, body) = get(&self.url("/internal/force_flush")).unwrap();
-        assert_eq!(code, 200, "{body}");
+        self.get("/internal/force_flush")
+            .call()
+            .expect("victoria-metrics force_flush");
     }
 
     /// Every sample of the series matching `selector`, through `/api/v1/export`.
     pub fn export(&self, selector: &str) -> Samples {
         self.flush();
-        let r = ureq::get(&self.url("/api/v1/export"))
+        let r = self
+            .get("/api/v1/export")
             .query("match[]", selector)
             .query("start", "0")
             .call()
@@ -764,7 +795,8 @@ impl VictoriaMetrics {
 
     /// A PromQL query over `[start, end]` (seconds) at `step`: the JSON answer.
     pub fn query_range(&self, q: &str, start: i64, end: i64, step: &str) -> serde_json::Value {
-        let r = ureq::get(&self.url("/api/v1/query_range"))
+        let r = self
+            .get("/api/v1/query_range")
             .query("query", q)
             .query("start", &start.to_string())
             .query("end", &end.to_string())
