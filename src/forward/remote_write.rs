@@ -451,4 +451,47 @@ mod tests {
         );
         assert_eq!(t.auth.as_deref(), Some("Bearer abc"));
     }
+
+    /// Bytes on the wire per inference point (4 numeric fields, 5 tags with the identity,
+    /// 30/s): remote write (protobuf + snappy) against line protocol + gzip, in batches of
+    /// 5,000. Printed with `cargo test --lib wire_bytes -- --nocapture`.
+    #[test]
+    fn wire_bytes_per_point_against_gzip_line_protocol() {
+        use crate::forward::encode::{gzip, line};
+        let id = vec![
+            ("device_id".to_string(), "jetson-0017".to_string()),
+            ("site".to_string(), "plant-3".to_string()),
+        ];
+        let s = Arc::new(series(
+            "inference,model=yolov8n,model_version=3,app=camera",
+            &id,
+        ));
+        let n = 5_000i64;
+        let pts: Vec<Point> = (0..n)
+            .map(|i| Point {
+                series: s.clone(),
+                ts: 1_764_000_000_000_000_000 + i * 33_333_333,
+                fields: vec![
+                    ("wall_ms".into(), Value::F64(18.0 + (i % 37) as f64 * 0.13)),
+                    ("gpu_ms".into(), Value::F64(11.0 + (i % 29) as f64 * 0.07)),
+                    ("batch_size".into(), Value::I64(4)),
+                    ("ok".into(), Value::Bool(true)),
+                ],
+            })
+            .collect();
+        let mut lp = Vec::new();
+        for p in &pts {
+            line(&mut lp, p, false);
+        }
+        let gz = gzip(&lp).len() as f64 / n as f64;
+        let raw = request(&pts, usize::MAX).0.encode_to_vec();
+        let sn = snap::raw::Encoder::new().compress_vec(&raw).unwrap().len() as f64 / n as f64;
+        println!(
+            "per point: line protocol {:.1} B, gzip {gz:.1} B; protobuf {:.1} B, snappy {sn:.1} B",
+            lp.len() as f64 / n as f64,
+            raw.len() as f64 / n as f64
+        );
+        // Samples share their series' labels: far under the line protocol text.
+        assert!(sn < 40.0 && raw.len() < lp.len(), "{sn}");
+    }
 }
