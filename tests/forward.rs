@@ -441,7 +441,7 @@ fn write_seconds(agent: &Agent, from: usize, n: usize, start: i64) {
 
 /// Writes 600 old points (3 h ago, 10 whole minutes) and 600 recent ones while the sink is
 /// down, then evicts the old raw chunks with `edgewatch maintain` and a 1 h raw retention.
-fn evict_unsent_old_span(agent: &Agent, dir: &std::path::Path) -> i64 {
+pub(crate) fn evict_unsent_old_span(agent: &Agent, dir: &std::path::Path) -> i64 {
     let now = edgewatch_now();
     let old = (now - 180 * MIN) / MIN * MIN;
     let recent = (now - 10 * MIN) / MIN * MIN;

@@ -40,6 +40,9 @@ mod notify;
 mod nvml_cli;
 /// The NVML collector end to end through a stand-in `libnvidia-ml.so.1` built from C.
 mod nvml_stub;
+/// The `prometheus_remote_write` sink against real VictoriaMetrics and Prometheus, line
+/// protocol to VictoriaMetrics, and the PromQL fleet dashboard's queries.
+mod remote_write;
 /// Rollup tiers, sketches, retention, disk budget and the query engine.
 mod rollup;
 /// `[[scrape]]`: node_exporter for real, Triton expositions, bad targets.

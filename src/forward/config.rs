@@ -16,6 +16,21 @@ pub enum SinkKind {
     Influxdb,
     /// An MQTT broker.
     Mqtt,
+    /// A Prometheus remote write 1.0 receiver (Prometheus, VictoriaMetrics, Mimir, Thanos
+    /// receive, ...): protobuf `WriteRequest`, snappy block format.
+    #[serde(rename = "prometheus_remote_write")]
+    PrometheusRemoteWrite,
+}
+
+impl SinkKind {
+    /// The `type` value as written in the config and shown in the status.
+    pub fn name(self) -> &'static str {
+        match self {
+            SinkKind::Influxdb => "influxdb",
+            SinkKind::Mqtt => "mqtt",
+            SinkKind::PrometheusRemoteWrite => "prometheus_remote_write",
+        }
+    }
 }
 
 /// Payload format of MQTT messages.
@@ -32,12 +47,13 @@ pub enum Format {
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SinkConfig {
-    /// `influxdb` or `mqtt`.
+    /// `influxdb`, `mqtt` or `prometheus_remote_write`.
     #[serde(rename = "type")]
     pub kind: SinkKind,
     /// Unique name; keys the durable cursor in the store.
     pub name: String,
-    /// `http(s)://host:port` (InfluxDB) or `mqtt(s)://host:port` (MQTT).
+    /// `http(s)://host:port` (InfluxDB), `mqtt(s)://host:port` (MQTT), or the whole write
+    /// URL of a remote write receiver (`http://vm:8428/api/v1/write`).
     pub url: String,
     /// Off: the sink keeps its cursor and does not send.
     #[serde(default = "yes")]
@@ -89,9 +105,14 @@ pub struct SinkConfig {
     /// 2.x bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket: Option<String>,
-    /// 2.x token.
+    /// 2.x token; for `prometheus_remote_write`, the bearer token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<Secret>,
+
+    // Prometheus remote write
+    /// Extra HTTP headers on every request (`X-Scope-OrgID`, a proxy's key, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<std::collections::BTreeMap<String, Secret>>,
 
     // MQTT
     /// Topic template: `{device_id}`, `{measurement}`.
@@ -191,6 +212,11 @@ impl SinkConfig {
                 if !wrong.is_empty() {
                     return err(format!("keys {wrong:?} apply to type = \"mqtt\" only"));
                 }
+                if self.headers.is_some() {
+                    return err(
+                        "`headers` applies to type = \"prometheus_remote_write\" only".into(),
+                    );
+                }
                 match self.influx_version() {
                     1 => {
                         if self.database.as_deref().unwrap_or("").is_empty() {
@@ -234,6 +260,11 @@ impl SinkConfig {
                 if !wrong.is_empty() {
                     return err(format!("keys {wrong:?} apply to type = \"influxdb\" only"));
                 }
+                if self.headers.is_some() {
+                    return err(
+                        "`headers` applies to type = \"prometheus_remote_write\" only".into(),
+                    );
+                }
                 if self.topic.as_deref().unwrap_or("").is_empty() {
                     return err("MQTT needs `topic`, e.g. \"edgewatch/{device_id}\"".into());
                 }
@@ -245,6 +276,65 @@ impl SinkConfig {
                 }
                 if self.cert_file.is_some() != self.key_file.is_some() {
                     return err("`cert_file` and `key_file` go together".into());
+                }
+            }
+            SinkKind::PrometheusRemoteWrite => {
+                if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+                    return err(format!(
+                        "url {:?} must be the receiver's write URL, e.g. http://127.0.0.1:8428/api/v1/write",
+                        self.url
+                    ));
+                }
+                let wrong: Vec<String> = [
+                    set(self.version.is_some(), "version"),
+                    set(self.database.is_some(), "database"),
+                    set(self.retention_policy.is_some(), "retention_policy"),
+                    set(self.org.is_some(), "org"),
+                    set(self.bucket.is_some(), "bucket"),
+                    set(self.gzip.is_some(), "gzip"),
+                    set(self.topic.is_some(), "topic"),
+                    set(self.status_topic.is_some(), "status_topic"),
+                    set(self.qos.is_some(), "qos"),
+                    set(self.client_id.is_some(), "client_id"),
+                    set(self.keepalive.is_some(), "keepalive"),
+                    set(self.clean_session.is_some(), "clean_session"),
+                    set(self.inflight.is_some(), "inflight"),
+                    set(self.format.is_some(), "format"),
+                    set(self.ca_file.is_some(), "ca_file"),
+                    set(self.cert_file.is_some(), "cert_file"),
+                    set(self.key_file.is_some(), "key_file"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                if !wrong.is_empty() {
+                    return err(format!("keys {wrong:?} do not apply to type = \"prometheus_remote_write\" (payloads are always snappy; auth is `username`/`password`, `token` or `headers`)"));
+                }
+                if self.token.is_some() && (self.username.is_some() || self.password.is_some()) {
+                    return err("use either `token` (bearer) or `username`/`password` (basic auth), not both".into());
+                }
+                if self.password.is_some() && self.username.is_none() {
+                    return err("`password` needs `username`".into());
+                }
+                for k in self.headers.iter().flat_map(|h| h.keys()) {
+                    if k.is_empty()
+                        || !k
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                    {
+                        return err(format!(
+                            "header name {k:?} must be letters, digits, '-' or '_'"
+                        ));
+                    }
+                    if [
+                        "content-type",
+                        "content-encoding",
+                        "x-prometheus-remote-write-version",
+                    ]
+                    .contains(&k.to_ascii_lowercase().as_str())
+                    {
+                        return err(format!("header {k:?} is set by the sink itself"));
+                    }
                 }
             }
         }
@@ -351,6 +441,41 @@ mod tests {
             parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\ntopik = 1\n")
                 .unwrap_err();
         assert!(e.contains("topik"), "{e}");
+    }
+
+    #[test]
+    fn remote_write_sinks_take_auth_and_headers_and_refuse_other_keys() {
+        let base = "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://127.0.0.1:8428/api/v1/write\"\n";
+        let p = parse(base).unwrap();
+        assert_eq!(p.kind.name(), "prometheus_remote_write");
+        assert!(!p.gzip());
+        let h = parse(&format!(
+            "{base}token = \"t\"\n[headers]\nX-Scope-OrgID = \"fleet\"\n"
+        ))
+        .unwrap();
+        assert_eq!(h.headers.unwrap()["X-Scope-OrgID"].expose(), "fleet");
+        assert!(!format!(
+            "{:?}",
+            parse(&format!("{base}[headers]\nX-Key = \"hush\"\n")).unwrap()
+        )
+        .contains("hush"));
+        for (extra, want) in [
+            ("gzip = true\n", "gzip"),
+            ("database = \"d\"\n", "database"),
+            ("topic = \"t\"\n", "topic"),
+            ("token = \"t\"\nusername = \"u\"\n", "not both"),
+            ("password = \"p\"\n", "username"),
+            ("[headers]\nContent-Type = \"x\"\n", "set by the sink"),
+            ("[headers]\n\"a b\" = \"x\"\n", "header name"),
+        ] {
+            let e = parse(&format!("{base}{extra}")).unwrap_err();
+            assert!(e.contains(want), "{extra}: {e}");
+        }
+        let e = parse("type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"mqtt://h\"\n")
+            .unwrap_err();
+        assert!(e.contains("/api/v1/write"), "{e}");
+        let e = parse("type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\n[headers]\nA = \"b\"\n").unwrap_err();
+        assert!(e.contains("headers"), "{e}");
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The InfluxDB sink: one blocking thread per sink (`ureq`), line protocol in ns precision,
 //! gzip by default, to `/write` (1.x: `db`, `rp`, `u`/`p`) or `/api/v2/write` (2.x: `org`,
 //! `bucket`, `Authorization: Token`). One batch in flight; the cursor moves on 2xx.
+//!
+//! The loop ([`run_http`]) is shared by every HTTP sink: what differs between them (the
+//! encoder, the request) is a [`Wire`]; `remote_write` is the other one.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +44,56 @@ fn write_url(cfg: &super::SinkConfig) -> String {
             enc(cfg.org.as_deref().unwrap_or("")),
             enc(cfg.bucket.as_deref().unwrap_or(""))
         )
+    }
+}
+
+/// What an HTTP sink sends: the body of a batch and the request that carries it. The loop
+/// around it (cursor, batching, retry, dead letters, status) is [`run_http`], the same for
+/// every HTTP sink.
+pub(crate) trait Wire {
+    /// The sink type, for logs.
+    fn kind(&self) -> &'static str;
+    /// Encodes `points`, stopping after the point that takes the body to `max_bytes` or more
+    /// (at least one point): the body, how many points it holds, and how many values in them
+    /// the format cannot carry (skipped).
+    fn body(&self, points: &[Point], max_bytes: usize) -> Encoded;
+    /// Posts `body`; classifies the answer.
+    fn send(&self, agent: &ureq::Agent, body: &[u8]) -> Outcome;
+}
+
+/// A batch's body, as a [`Wire`] encoded it.
+pub(crate) struct Encoded {
+    /// The request body.
+    pub body: Vec<u8>,
+    /// Points of the batch it holds (a prefix).
+    pub used: usize,
+    /// String values skipped (the format cannot carry them).
+    pub skipped_strings: i64,
+}
+
+/// Line protocol to InfluxDB.
+struct LineProtocol {
+    cfg: super::SinkConfig,
+    url: String,
+    uint_as_int: bool,
+}
+
+impl Wire for LineProtocol {
+    fn kind(&self) -> &'static str {
+        "influxdb"
+    }
+
+    fn body(&self, points: &[Point], max_bytes: usize) -> Encoded {
+        let (body, used) = body(points, self.uint_as_int, max_bytes);
+        Encoded {
+            body,
+            used,
+            skipped_strings: 0,
+        }
+    }
+
+    fn send(&self, agent: &ureq::Agent, body: &[u8]) -> Outcome {
+        send(agent, &self.cfg, &self.url, body)
     }
 }
 
@@ -132,8 +185,20 @@ fn fail_and_wait(
     nap(stop, ctx.cfg.retry_delay(*failures, jitter.sample()))
 }
 
-/// The sink's thread.
+/// The InfluxDB sink's thread.
 pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
+    let wire = LineProtocol {
+        url: write_url(&ctx.cfg),
+        uint_as_int: ctx.cfg.influx_version() == 1,
+        cfg: ctx.cfg.clone(),
+    };
+    run_http(ctx, stop, &wire);
+}
+
+/// An HTTP sink's thread: reads batches after the cursor, sends them through `wire`, and
+/// moves the cursor on 2xx.
+pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
+    let kind = wire.kind();
     let name = ctx.cfg.name.clone();
     let mut jitter = Jitter::from_clock(&name);
     // Opening can fail while the store is busy: retry with backoff until stopped.
@@ -152,10 +217,8 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         }
     };
     ctx.status.durable(&d);
-    tracing::info!(sink = %name, url = %ctx.cfg.url, cursor = d.cursor, "influxdb sink started");
+    tracing::info!(sink = %name, kind, url = %ctx.cfg.url, cursor = d.cursor, "sink started");
     let agent = ureq::AgentBuilder::new().timeout(ctx.cfg.timeout.0).build();
-    let url = write_url(&ctx.cfg);
-    let uint_as_int = ctx.cfg.influx_version() == 1;
     let started = Instant::now();
     let mut rate = RateLimit::new(ctx.cfg.max_rate);
     let mut meter = RateMeter::default();
@@ -258,7 +321,11 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
             }
             continue;
         }
-        let (mut payload, mut used) = body(&points, uint_as_int, ctx.cfg.max_bytes);
+        let Encoded {
+            body: mut payload,
+            mut used,
+            mut skipped_strings,
+        } = wire.body(&points, ctx.cfg.max_bytes);
         // A byte-limited batch must still end on a chunk boundary for the cursor: if the
         // byte limit cut it, send fewer chunks next time instead; a single chunk over the
         // limit goes whole. (Rollup batches have no chunks: the rest goes next time.)
@@ -267,7 +334,11 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                 max_points = (used.max(1)).min(max_points / 2).max(1);
                 continue;
             }
-            (payload, used) = body(&points, uint_as_int, usize::MAX);
+            Encoded {
+                body: payload,
+                used,
+                skipped_strings,
+            } = wire.body(&points, usize::MAX);
         }
         let points = &points[..used];
         let wait = rate.reserve(started.elapsed().as_secs_f64(), points.len());
@@ -282,7 +353,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
         } else {
             let _ = cur.mark_inflight(last);
         }
-        let outcome = send(&agent, &ctx.cfg, &url, &payload);
+        let outcome = wire.send(&agent, &payload);
         let now = crate::now_ns();
         let n = points.len() as i64;
         let ts_max = points.iter().map(|p| p.ts).max().unwrap_or(0);
@@ -331,6 +402,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                         if !is_fallback {
                             s.forwarded_points += n;
                         }
+                        s.skipped_string_values += skipped_strings;
                     });
                     None
                 }
@@ -374,6 +446,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
                     ctx.status.update(|s| {
                         s.connected = true;
                         s.cursor_chunk_id = cursor;
+                        s.skipped_string_values += skipped_strings;
                     });
                     None
                 }
@@ -420,7 +493,7 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
             }
         }
     }
-    tracing::info!(sink = %name, cursor, "influxdb sink stopped");
+    tracing::info!(sink = %name, kind, cursor, "sink stopped");
 }
 
 #[cfg(test)]

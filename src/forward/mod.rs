@@ -1,4 +1,5 @@
-//! Store-and-forward: every `[[sink]]` (InfluxDB 1.x/2.x over HTTP, MQTT) reads raw chunks
+//! Store-and-forward: every `[[sink]]` (InfluxDB 1.x/2.x over HTTP, Prometheus remote write,
+//! MQTT) reads raw chunks
 //! from the store after its own durable cursor (`sinks.cursor_chunk_id`), sends them in
 //! batches, and moves the cursor only after the remote end acknowledged the batch (HTTP 2xx,
 //! MQTT PUBACK). The backlog is the store itself: offline for a day means a day of chunks
@@ -7,7 +8,8 @@
 //!
 //! Layout: [`config`] (the `[[sink]]` table), [`encode`] (line protocol, JSON, gzip; pure),
 //! [`store`] (read chunks, move the cursor, dead letters), `influx` (a blocking thread per
-//! sink, `ureq`), `mqtt` (a task per sink, `rumqttc`). The decisions — what an HTTP answer
+//! sink, `ureq`; its loop is shared by every HTTP sink), [`remote_write`] (protobuf + snappy
+//! through that loop), `mqtt` (a task per sink, `rumqttc`). The decisions — what an HTTP answer
 //! means, whether a partial batch should wait, the rate limit — are pure functions here with
 //! time as an argument; how long to back off is [`crate::backoff`], through
 //! [`SinkConfig::retry_delay`].
@@ -19,6 +21,7 @@ pub mod config;
 pub mod encode;
 mod influx;
 mod mqtt;
+pub mod remote_write;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -443,10 +446,7 @@ pub fn start(
         let st = Arc::new(SinkStatus::default());
         st.update(|s| {
             s.name = sc.name.clone();
-            s.kind = match sc.kind {
-                SinkKind::Influxdb => "influxdb".into(),
-                SinkKind::Mqtt => "mqtt".into(),
-            };
+            s.kind = sc.kind.name().into();
             s.url = sc.url.clone();
             s.max_rate_pps = sc.max_rate;
         });
@@ -466,6 +466,10 @@ pub fn start(
                 .spawn(move || influx::run(ctx, stop))
                 .map(Handle::Thread),
             SinkKind::Mqtt => Ok(Handle::Task(tokio::spawn(mqtt::run(ctx, stop)))),
+            SinkKind::PrometheusRemoteWrite => std::thread::Builder::new()
+                .name(format!("fwd-{}", sc.name))
+                .spawn(move || remote_write::run(ctx, stop))
+                .map(Handle::Thread),
         };
         match h {
             Ok(h) => handles.push((sc.name.clone(), h)),

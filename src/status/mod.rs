@@ -208,7 +208,7 @@ pub struct Forward {
 pub struct Sink {
     /// Sink name.
     pub name: String,
-    /// `influxdb` or `mqtt`.
+    /// `influxdb`, `mqtt` or `prometheus_remote_write`.
     #[serde(rename = "type")]
     pub kind: String,
     /// Where it sends (credentials are never in a URL we print).
@@ -251,6 +251,10 @@ pub struct Sink {
     pub evicted_unforwarded_points: i64,
     /// Rollup points sent in place of evicted raw data.
     pub fallback_points: i64,
+    /// Values the sink's format cannot carry and skipped, since start: string fields, for
+    /// `prometheus_remote_write` (counted when their batch was acknowledged or refused).
+    #[serde(default)]
+    pub skipped_string_values: i64,
 }
 
 /// The collectors.

@@ -1266,6 +1266,7 @@ mod tests {
                         max_rate_pps: 511,
                         evicted_unforwarded_points: 512,
                         fallback_points: 513,
+                        skipped_string_values: 0,
                     },
                     // Nothing sent, nothing failed, no backlog: those series are absent.
                     status::Sink {

@@ -26,6 +26,11 @@ pub enum Peer {
     Mosquitto,
     /// `prometheus-alertmanager` (Debian `prometheus-alertmanager`).
     Alertmanager,
+
+    /// `victoria-metrics` (Debian `victoria-metrics`).
+    VictoriaMetrics,
+    /// `prometheus` (Debian `prometheus`).
+    Prometheus,
 }
 
 /// The variable that lists the peers whose tests are skipped on purpose.
@@ -38,6 +43,9 @@ impl Peer {
             Peer::Influxdb => "influxdb",
             Peer::Mosquitto => "mosquitto",
             Peer::Alertmanager => "alertmanager",
+
+            Peer::VictoriaMetrics => "victoria-metrics",
+            Peer::Prometheus => "prometheus",
         }
     }
 
@@ -55,6 +63,9 @@ impl Peer {
                 &["--version"],
                 "prometheus-alertmanager",
             )],
+
+            Peer::VictoriaMetrics => &[("victoria-metrics", &["-version"], "victoria-metrics")],
+            Peer::Prometheus => &[("prometheus", &["--version"], "prometheus")],
         }
     }
 }
@@ -726,6 +737,253 @@ impl Alertmanager {
 }
 
 impl Drop for Alertmanager {
+
+/// Samples read back from a TSDB: series (`name{k="v",...}`, labels sorted) to distinct
+/// (ms, value) pairs in time order.
+pub type Samples = std::collections::BTreeMap<String, Vec<(i64, f64)>>;
+
+/// Adds one series' samples to `out`, keeping distinct (time, value) pairs in time order.
+pub fn add_series(
+    out: &mut Samples,
+    labels: &serde_json::Map<String, serde_json::Value>,
+    pts: impl IntoIterator<Item = (i64, f64)>,
+) {
+    let name = labels
+        .get("__name__")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    let mut rest: Vec<String> = labels
+        .iter()
+        .filter(|(k, _)| *k != "__name__")
+        .map(|(k, v)| format!("{k}={:?}", v.as_str().unwrap_or("")))
+        .collect();
+    rest.sort();
+    let v = out
+        .entry(format!("{name}{{{}}}", rest.join(",")))
+        .or_default();
+    v.extend(pts);
+    v.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    v.dedup();
+}
+
+/// A real VictoriaMetrics single node (`victoria-metrics` from Debian) on `port`, its data in
+/// `dir`; killed when dropped. Queries see the newest samples at once
+/// (`-search.latencyOffset=0s`, no result cache).
+pub struct VictoriaMetrics {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub dir: PathBuf,
+    /// `Authorization` the helper's own requests send (with `-httpAuth.*`).
+    pub auth: Option<String>,
+}
+
+impl VictoriaMetrics {
+    pub fn start_on(dir: &Path, port: u16) -> VictoriaMetrics {
+        Self::start_with(dir, port, None)
+    }
+
+    /// With `basic = Some((user, password))`, every endpoint but `/health` wants basic auth
+    /// (`-httpAuth.username`, `-httpAuth.password`).
+    pub fn start_with(dir: &Path, port: u16, basic: Option<(&str, &str)>) -> VictoriaMetrics {
+        let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let log = std::fs::File::create(dir.join("victoria-metrics.log")).unwrap();
+        let child = Command::new("victoria-metrics")
+            .arg(format!("-httpListenAddr={http}"))
+            .arg(format!("-storageDataPath={}", dir.join("data").display()))
+            .args([
+                "-retentionPeriod=100y",
+                "-search.latencyOffset=0s",
+                "-search.disableCache",
+                "-loggerLevel=WARN",
+            ])
+            .args(basic.iter().flat_map(|(u, p)| {
+                [
+                    format!("-httpAuth.username={u}"),
+                    format!("-httpAuth.password={p}"),
+                ]
+            }))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn victoria-metrics (apt-get install victoria-metrics)");
+        let auth = basic.map(|(u, p)| {
+            use base64::Engine as _;
+            let b = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"));
+            format!("Basic {b}")
+        });
+        let vm = VictoriaMetrics {
+            child,
+            http,
+            dir: dir.to_path_buf(),
+            auth,
+        };
+        let ok = wait_for(Duration::from_secs(30), || {
+            get(&format!("http://{http}/health"))
+                .ok()
+                .filter(|r| r.0 == 200)
+        });
+        assert!(
+            ok.is_some(),
+            "victoria-metrics did not start: {}",
+            std::fs::read_to_string(dir.join("victoria-metrics.log")).unwrap_or_default()
+        );
+        vm
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.http, path)
+    }
+
+    /// A GET of `path` with the helper's credentials.
+    fn get(&self, path: &str) -> ureq::Request {
+        let r = ureq::get(&self.url(path));
+        match &self.auth {
+            Some(a) => r.set("Authorization", a),
+            None => r,
+        }
+    }
+
+    /// Makes every ingested sample searchable.
+    pub fn flush(&self) {
+        self.get("/internal/force_flush")
+            .call()
+            .expect("victoria-metrics force_flush");
+    }
+
+    /// Every sample of the series matching `selector`, through `/api/v1/export`.
+    pub fn export(&self, selector: &str) -> Samples {
+        self.flush();
+        let r = self
+            .get("/api/v1/export")
+            .query("match[]", selector)
+            .query("start", "0")
+            .call()
+            .expect("victoria-metrics export");
+        let mut out = Samples::new();
+        for line in r
+            .into_string()
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+        {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let ts = v["timestamps"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_i64().unwrap());
+            let vals = v["values"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap_or(f64::NAN));
+            add_series(&mut out, v["metric"].as_object().unwrap(), ts.zip(vals));
+        }
+        out
+    }
+
+    /// A PromQL query over `[start, end]` (seconds) at `step`: the JSON answer.
+    pub fn query_range(&self, q: &str, start: i64, end: i64, step: &str) -> serde_json::Value {
+        let r = self
+            .get("/api/v1/query_range")
+            .query("query", q)
+            .query("start", &start.to_string())
+            .query("end", &end.to_string())
+            .query("step", step)
+            .call();
+        let body = match r {
+            Ok(r) => r.into_string().unwrap(),
+            Err(ureq::Error::Status(_, r)) => r.into_string().unwrap(),
+            Err(e) => panic!("victoria-metrics query: {e}"),
+        };
+        serde_json::from_str(&body).unwrap()
+    }
+}
+
+impl Drop for VictoriaMetrics {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A real Prometheus (Debian `prometheus`) with `--web.enable-remote-write-receiver` on
+/// `port`, its TSDB in `dir`, scraping nothing; killed when dropped. `ooo_window` sets
+/// `storage.tsdb.out_of_order_time_window` (a backlog older than the newest sample needs it).
+pub struct Prometheus {
+    pub child: Child,
+    pub http: SocketAddr,
+    pub dir: PathBuf,
+}
+
+impl Prometheus {
+    pub fn start_on(dir: &Path, port: u16, ooo_window: Option<&str>) -> Prometheus {
+        let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        let cfg = dir.join("prometheus.yml");
+        let mut text = String::from("global:\n  evaluation_interval: 1h\nscrape_configs: []\n");
+        if let Some(w) = ooo_window {
+            text.push_str(&format!(
+                "storage:\n  tsdb:\n    out_of_order_time_window: {w}\n"
+            ));
+        }
+        std::fs::write(&cfg, text).unwrap();
+        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address={http}"))
+            .args(["--web.enable-remote-write-receiver", "--log.level=warn"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn prometheus (apt-get install prometheus)");
+        let p = Prometheus {
+            child,
+            http,
+            dir: dir.to_path_buf(),
+        };
+        let ok = wait_for(Duration::from_secs(30), || {
+            get(&format!("http://{http}/-/ready"))
+                .ok()
+                .filter(|r| r.0 == 200)
+        });
+        assert!(ok.is_some(), "prometheus did not start: {}", p.log_text());
+        p
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.dir.join("prometheus.log")).unwrap_or_default()
+    }
+
+    /// Every sample of the series matching `selector` in the `range` before `at_s` (seconds),
+    /// through `/api/v1/query` with a range selector.
+    pub fn samples(&self, selector: &str, range: &str, at_s: f64) -> Samples {
+        let r = ureq::get(&format!("http://{}/api/v1/query", self.http))
+            .query("query", &format!("{selector}[{range}]"))
+            .query("time", &format!("{at_s:.3}"))
+            .call()
+            .expect("prometheus query");
+        let v: serde_json::Value = serde_json::from_str(&r.into_string().unwrap()).unwrap();
+        assert_eq!(v["status"], "success", "{v}");
+        let mut out = Samples::new();
+        for s in v["data"]["result"].as_array().unwrap() {
+            let pts = s["values"].as_array().unwrap().iter().map(|p| {
+                let t = (p[0].as_f64().unwrap() * 1000.0).round() as i64;
+                (t, p[1].as_str().unwrap().parse::<f64>().unwrap())
+            });
+            add_series(&mut out, s["metric"].as_object().unwrap(), pts);
+        }
+        out
+    }
+}
+
+impl Drop for Prometheus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

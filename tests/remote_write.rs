@@ -1,0 +1,437 @@
+//! The `prometheus_remote_write` sink against Debian's real `victoria-metrics` and
+//! `prometheus` (remote write receiver on): the samples queried back equal the points sent
+//! after an offline period and a kill -9 mid-drain; strings skipped and counted, booleans
+//! 0/1, labels with `device_id` and `[tags]`; a sample the receiver refuses (400) is
+//! dead-lettered and the sink moves on. Also InfluxDB line protocol to VictoriaMetrics through
+//! the unchanged `influxdb` sink.
+
+use std::time::Duration;
+
+use crate::support::peers::*;
+use crate::support::*;
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64
+}
+
+fn rw_sink(url: &str, extra: &str) -> String {
+    format!(
+        "device_id = \"jet-7\"\n[tags]\nsite = \"lab\"\n[[sink]]\ntype = \"prometheus_remote_write\"\nname = \"rw\"\nurl = \"{url}\"\n\
+         max_delay = \"50ms\"\nmin_backoff = \"50ms\"\nmax_backoff = \"300ms\"\n{extra}"
+    )
+}
+
+/// Writes `n` inference points 1 ms apart from `t0` (ns): a float, a boolean, an integer and
+/// a string field each; returns the samples a receiver must hold for them.
+fn write_inferences(agent: &Agent, from: usize, n: usize, t0: i64) -> Samples {
+    let mut want = Samples::new();
+    let mut i = from;
+    while i < from + n {
+        let end = (i + 5_000).min(from + n);
+        let mut body = String::new();
+        for j in i..end {
+            let t = t0 + j as i64 * 1_000_000;
+            let model = format!("m{}", j % 2);
+            let wall = 10.0 + (j % 97) as f64 * 0.25;
+            let ok = j % 3 != 0;
+            body.push_str(&format!(
+                "inference,model={model} wall_ms={wall},ok={ok},batch={}i,note=\"n{j}\" {t}\n",
+                j % 8
+            ));
+            let labels = |name: &str| {
+                let mut m = serde_json::Map::new();
+                for (k, v) in [
+                    ("__name__", name),
+                    ("device_id", "jet-7"),
+                    ("site", "lab"),
+                    ("model", model.as_str()),
+                ] {
+                    m.insert(k.into(), v.into());
+                }
+                m
+            };
+            let ms = t / 1_000_000;
+            add_series(&mut want, &labels("inference_wall_ms"), [(ms, wall)]);
+            add_series(
+                &mut want,
+                &labels("inference_ok"),
+                [(ms, if ok { 1.0 } else { 0.0 })],
+            );
+            add_series(
+                &mut want,
+                &labels("inference_batch"),
+                [(ms, (j % 8) as f64)],
+            );
+        }
+        let (code, resp) = post(&agent.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
+        assert_eq!(code, 204, "{resp}");
+        i = end;
+    }
+    want
+}
+
+/// Compares per series: counts first (a readable failure), then every sample.
+fn assert_same(got: &Samples, want: &Samples) {
+    let count = |s: &Samples| -> Vec<(String, usize)> {
+        s.iter().map(|(k, v)| (k.clone(), v.len())).collect()
+    };
+    assert_eq!(count(got), count(want));
+    assert!(got == want, "same counts, different samples");
+}
+
+/// The drain scenario: the receiver down while `N` points are written, then up; the agent
+/// killed with SIGKILL mid-drain and started again; `read` must then give back exactly the
+/// points sent. Returns the second run's sink status.
+fn offline_then_kill9_mid_drain<R>(
+    dir: &std::path::Path,
+    url_of: impl Fn(u16) -> String,
+    start: impl FnOnce(u16) -> R,
+    read: impl Fn(&R) -> Samples,
+) -> serde_json::Value {
+    const N: usize = 6_000;
+    let port = free_port();
+    let top = rw_sink(&url_of(port), "max_points = 200\nmax_rate = 1500\n");
+    let agent = agent_with(dir, &top);
+    let t0 = now_ns() - 20 * 60 * 1_000_000_000;
+    let want = write_inferences(&agent, 0, N, t0);
+    let s = wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "rw");
+        (s["backlog_points"] == N && s["last_error"].is_string()).then_some(s)
+    })
+    .expect("the backlog shows while the receiver is down");
+    assert_eq!(s["connected"], false, "{s}");
+    assert_eq!(s["type"], "prometheus_remote_write", "{s}");
+    let receiver = start(port);
+    let mid = wait_for(Duration::from_secs(20), || {
+        let f = sink_status(&agent, "rw")["forwarded_points"]
+            .as_i64()
+            .unwrap_or(0);
+        (f >= 600).then_some(f)
+    })
+    .unwrap_or_else(|| panic!("no drain: {}", agent.log_text()));
+    assert!(mid < N as i64 / 2, "killed too late: {mid}");
+    agent.kill9();
+    let agent = agent_with(dir, &top);
+    let s = wait_for(Duration::from_secs(30), || {
+        let s = sink_status(&agent, "rw");
+        (s["backlog_points"] == 0 && s["forwarded_points"].as_i64() > Some(0)).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("backlog left: {}", agent.log_text()));
+    let got = read(&receiver);
+    assert_same(&got, &want);
+    // One string field a point: the points this run sent skipped one each, counted (the
+    // exact count is checked where nothing is killed).
+    let skipped = s["skipped_string_values"].as_i64().unwrap_or(0);
+    assert!(skipped > 0 && skipped <= N as i64, "{s}");
+    s
+}
+
+#[test]
+fn victoriametrics_gets_every_point_after_an_offline_period_and_a_kill9_mid_drain() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let vm_dir = dir.path().join("vm");
+    let s = offline_then_kill9_mid_drain(
+        &dir.path().join("agent"),
+        |port| format!("http://127.0.0.1:{port}/api/v1/write"),
+        |port| VictoriaMetrics::start_on(&vm_dir, port),
+        |vm| vm.export("{__name__=~\"inference_.+\"}"),
+    );
+    assert_eq!(s["dead_letter_batches"], 0, "{s}");
+}
+
+#[test]
+fn prometheus_gets_every_point_after_an_offline_period_and_a_kill9_mid_drain() {
+    if !require(Peer::Prometheus) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p_dir = dir.path().join("prom");
+    offline_then_kill9_mid_drain(
+        &dir.path().join("agent"),
+        |port| format!("http://127.0.0.1:{port}/api/v1/write"),
+        |port| Prometheus::start_on(&p_dir, port, None),
+        |p| p.samples("{__name__=~\"inference_.+\"}", "1h", now_ns() as f64 / 1e9),
+    );
+}
+
+#[test]
+fn a_sample_prometheus_refuses_as_too_old_is_dead_lettered_and_the_sink_moves_on() {
+    if !require(Peer::Prometheus) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prom = Prometheus::start_on(&dir.path().join("prom"), port, None);
+    let agent = agent_with(
+        &dir.path().join("agent"),
+        &rw_sink(&format!("http://127.0.0.1:{port}/api/v1/write"), ""),
+    );
+    let now = now_ns();
+    let forwarded = |n: i64| {
+        wait_for(Duration::from_secs(10), || {
+            let s = sink_status(&agent, "rw");
+            (s["forwarded_points"] == n && s["backlog_points"] == 0).then_some(s)
+        })
+        .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()))
+    };
+    write_inferences(&agent, 0, 1, now);
+    forwarded(1);
+    // Three hours older than the newest sample: outside the head, "out of bounds".
+    write_inferences(&agent, 0, 1, now - 3 * 3600 * 1_000_000_000);
+    let s = wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "rw");
+        (s["dead_letter_batches"] == 1).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()));
+    assert_eq!(s["dead_letter_points"], 1, "{s}");
+    let err = s["last_error"].as_str().unwrap_or("");
+    assert!(
+        err.contains("HTTP 400") && err.contains("out of bounds"),
+        "{s}"
+    );
+    assert!(
+        agent.log_text().contains("dead_letters"),
+        "{}",
+        agent.log_text()
+    );
+    // The sink moved past it: the next point goes.
+    write_inferences(&agent, 1, 1, now);
+    let s = forwarded(2);
+    assert_eq!(s["skipped_string_values"], 3, "{s}");
+    let got = prom.samples("inference_wall_ms", "1h", now as f64 / 1e9 + 1.0);
+    assert_eq!(got.values().map(Vec::len).sum::<usize>(), 2, "{got:?}");
+}
+
+#[test]
+fn influx_line_protocol_reaches_victoriametrics_through_the_influxdb_sink() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
+    let top = format!(
+        "device_id = \"jet-7\"\n[tags]\nsite = \"lab\"\n[[sink]]\ntype = \"influxdb\"\nname = \"rw\"\nurl = \"http://127.0.0.1:{port}\"\n\
+         version = 1\ndatabase = \"edge\"\nmax_delay = \"50ms\"\nmin_backoff = \"50ms\"\nmax_backoff = \"300ms\"\n"
+    );
+    let agent = agent_with(&dir.path().join("agent"), &top);
+    let mut want = write_inferences(&agent, 0, 3_000, now_ns() - 600 * 1_000_000_000);
+    wait_for(Duration::from_secs(20), || {
+        let s = sink_status(&agent, "rw");
+        (s["forwarded_points"] == 3_000).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()));
+    // VictoriaMetrics names them <measurement>_<field> too and adds the 1.x `db` as a
+    // label; it keeps string fields as series of its own (not compared).
+    let mut got = vm.export("{__name__=~\"inference_.+\"}");
+    got.retain(|k, _| !k.starts_with("inference_note{"));
+    want = want
+        .into_iter()
+        .map(|(k, v)| (k.replacen('{', "{db=\"edge\",", 1), v))
+        .collect();
+    assert_same(&got, &want);
+}
+
+/// Every PromQL target of `dashboards/victoriametrics-fleet.json` (rows included), with the
+/// template variables as "All" and the default window: (panel title, query).
+fn dashboard_queries() -> Vec<(String, String)> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("dashboards/victoriametrics-fleet.json");
+    let d: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let vars: Vec<&str> = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(vars, ["datasource", "device", "model", "window"]);
+    assert_eq!(d["templating"]["list"][0]["query"], "prometheus");
+    let mut out = Vec::new();
+    let mut panels: Vec<serde_json::Value> = d["panels"].as_array().unwrap().clone();
+    while let Some(p) = panels.pop() {
+        panels.extend(p["panels"].as_array().cloned().unwrap_or_default());
+        for t in p["targets"].as_array().into_iter().flatten() {
+            assert_eq!(p["datasource"]["uid"], "${datasource}", "{p}");
+            let q = t["expr"]
+                .as_str()
+                .unwrap()
+                .replace("$device", ".*")
+                .replace("$model", ".*")
+                .replace("$window", "5m");
+            assert!(!q.contains('$'), "unsubstituted variable in {q}");
+            out.push((p["title"].as_str().unwrap().to_string(), q));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_fleet_dashboard_query_parses_and_returns_rows_on_victoriametrics() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 20, "{queries:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
+    // A real agent: the [jetson] collector on the Orin Nano fixture (module tag, throttling),
+    // tegrastats replayed (temperatures, rails), its own health every 200 ms, forwarding with
+    // remote_write. A discrete GPU and inference requests arrive as the points the NVML
+    // collector and an application would write.
+    let root = jetson_fixture(dir.path(), "orin-nano-jp6");
+    let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/jetson/tegrastats-orin-nano.log");
+    let cfg = format!(
+        "[host]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n\
+         [health]\nenabled = true\ninterval = \"200ms\"\n\
+         [jetson]\nroot = \"{}\"\ninterval = \"200ms\"\n\
+         [tegrastats]\nreplay = \"{}\"\ninterval = \"200ms\"\n\
+         [[sink]]\ntype = \"prometheus_remote_write\"\nname = \"rw\"\nurl = \"http://127.0.0.1:{port}/api/v1/write\"\nmax_delay = \"50ms\"\n",
+        root.display(),
+        log.display()
+    );
+    std::fs::create_dir_all(dir.path().join("agent")).unwrap();
+    let agent = Agent::start_with_env(
+        &dir.path().join("agent"),
+        &cfg,
+        &[
+            ("EDGEWATCH_DEVICE_ID", "jet-7"),
+            ("EDGEWATCH_TAGS__SITE", "lab"),
+        ],
+    );
+    let now = now_ns();
+    write_inferences(&agent, 0, 4_000, now - 200 * 1_000_000_000);
+    let mut gpu = String::new();
+    for i in 0..60i64 {
+        gpu.push_str(&format!(
+            "gpu,gpu=0,uuid=GPU-1,name=NVIDIA\\ A2,arch=Ampere,cc=8.6 temp_c={},power_w=40.5,energy_mj={}i,util_gpu_pct=70,throttle_hw_slowdown=0i,throttle_sw_thermal={}i {}\n",
+            50 + i % 5,
+            1000 * i,
+            i % 2,
+            now - (60 - i) * 1_000_000_000
+        ));
+    }
+    let (code, body) = post(&agent.url("/write?db=x"), gpu.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{body}");
+    let end = now / 1_000_000_000 + 30;
+    let mut empty: Vec<String> = Vec::new();
+    let ok = wait_for(Duration::from_secs(25), || {
+        vm.flush();
+        empty.clear();
+        for (title, q) in &queries {
+            let r = vm.query_range(q, end - 900, end, "15s");
+            assert_eq!(r["status"], "success", "{title}: {q}: {r}");
+            if r["data"]["result"].as_array().is_none_or(|a| a.is_empty()) {
+                empty.push(format!("{title}: {q}"));
+            }
+        }
+        empty.is_empty().then_some(())
+    });
+    assert!(
+        ok.is_some(),
+        "panels without rows:\n{}\n{}",
+        empty.join("\n"),
+        sink_status(&agent, "rw")
+    );
+    // The variables' queries (Grafana's label_values) through the label API.
+    let (code, body) =
+        get(&vm.url("/api/v1/label/device_id/values?match[]=edgewatch_agent_uptime_s")).unwrap();
+    assert!(code == 200 && body.contains("jet-7"), "{body}");
+    let (code, body) =
+        get(&vm.url("/api/v1/label/model/values?match[]=inference_wall_ms")).unwrap();
+    assert!(
+        code == 200 && body.contains("m0") && body.contains("m1"),
+        "{body}"
+    );
+}
+
+#[test]
+fn victoriametrics_gets_an_evicted_span_from_the_rollup_tier_as_tagged_series() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let top = rw_sink(
+        &format!("http://127.0.0.1:{port}/api/v1/write"),
+        "max_points = 4\n",
+    );
+    let agent = agent_with(dir.path(), &top);
+    crate::forward::evict_unsent_old_span(&agent, dir.path());
+    wait_for(Duration::from_secs(10), || {
+        (sink_status(&agent, "rw")["evicted_unforwarded_points"] == 600).then_some(())
+    })
+    .expect("eviction counted for the sink");
+    let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
+    wait_for(Duration::from_secs(30), || {
+        let s = sink_status(&agent, "rw");
+        (s["backlog_points"] == 0 && s["fallback_points"] == 10 && s["forwarded_points"] == 600)
+            .then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()));
+    let got = vm.export("{__name__=~\"m_v.*\"}");
+    let series = |name: &str, rollup: bool| {
+        let key = if rollup {
+            format!("{name}{{device_id=\"jet-7\",edgewatch_rollup=\"60s\",k=\"v\",site=\"lab\"}}")
+        } else {
+            format!("{name}{{device_id=\"jet-7\",k=\"v\",site=\"lab\"}}")
+        };
+        got.get(&key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key} in {:?}", got.keys()))
+    };
+    // The rest came raw; the evicted 10 minutes as one sample per minute and statistic.
+    let raw = series("m_v", false);
+    assert_eq!(raw.len(), 600);
+    assert_eq!(raw[0].1, 600.0);
+    let count = series("m_v_count", true);
+    assert_eq!(count.len(), 10);
+    assert_eq!(count.iter().map(|x| x.1).sum::<f64>(), 600.0);
+    assert_eq!(series("m_v_mean", true)[0].1, 29.5);
+    assert_eq!(series("m_v_min", true)[0].1, 0.0);
+    assert_eq!(series("m_v_max", true)[9].1, 599.0);
+}
+
+#[test]
+fn basic_auth_refused_pauses_the_sink_and_the_right_password_delivers() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = VictoriaMetrics::start_with(&dir.path().join("vm"), port, Some(("edge", "s3cret")));
+    let url = format!("http://127.0.0.1:{port}/api/v1/write");
+    let wrong = rw_sink(&url, "username = \"edge\"\npassword = \"nope\"\n");
+    let agent = agent_with(&dir.path().join("a"), &wrong);
+    let want = write_inferences(&agent, 0, 50, now_ns() - 60 * 1_000_000_000);
+    let s = wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "rw");
+        (s["paused"] == true && s["backlog_points"] == 50).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "rw")));
+    assert!(
+        s["last_error"].as_str().unwrap_or("").contains("401"),
+        "{s}"
+    );
+    assert_eq!(s["backlog_points"], 50, "{s}");
+    assert!(!agent.log_text().contains("nope"), "the password is logged");
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    // The same store, the right password: the kept backlog arrives.
+    let right = rw_sink(&url, "username = \"edge\"\npassword = \"s3cret\"\n");
+    let agent = agent_with(&dir.path().join("a"), &right);
+    wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "rw");
+        (s["forwarded_points"] == 50 && s["backlog_points"] == 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "rw")));
+    assert_same(&vm.export("{__name__=~\"inference_.+\"}"), &want);
+}
