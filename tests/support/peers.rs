@@ -737,6 +737,11 @@ impl Alertmanager {
 }
 
 impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 /// Samples read back from a TSDB: series (`name{k="v",...}`, labels sorted) to distinct
 /// (ms, value) pairs in time order.
