@@ -1219,6 +1219,8 @@ mod tests {
                         max_rate_pps: 511,
                         evicted_unforwarded_points: 512,
                         fallback_points: 513,
+                        forward: "raw".into(),
+                        rollup_cursor_ns: None,
                     },
                     // Nothing sent, nothing failed, no backlog: those series are absent.
                     status::Sink {
