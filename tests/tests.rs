@@ -12,6 +12,9 @@ mod durability;
 mod energy;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
+/// Bandwidth-aware forwarding (`forward = "rollup:1m"`, fallback percentiles) and reconnect
+/// storms (reconnect jitter, five agents against one 429 receiver).
+mod forward_rollup;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
 /// and real Influx client libraries.
 mod ingest;
