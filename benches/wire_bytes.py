@@ -34,6 +34,8 @@ import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NS = 1_000_000_000
+# Every process started here, stopped (by its own PID) however the run ends.
+CHILDREN = []
 
 
 def free_port():
@@ -75,6 +77,7 @@ class Agent:
         self.log = open(os.path.join(work, "agent.log"), "w")
         self.proc = subprocess.Popen([binary, "run", "--config", cfg], stdout=subprocess.DEVNULL,
                                      stderr=self.log, env={**os.environ, "RUST_LOG": "info"})
+        CHILDREN.append(self.proc)
         wait(lambda: http("GET", self.url("/health"))[0] == 200, 20, "the agent")
 
     def url(self, path):
@@ -122,18 +125,24 @@ def newest_sample(binary, work):
                         f"[tegrastats]\nenabled = true\npath = \"/nonexistent\"\nreplay = \"{log}\"\ninterval = \"1s\"\n")
     cfg = cfg.replace("[nvml]", "[host]\nenabled = true\ninterval = \"10s\"\n[rollup]\nenabled = false\n[nvml]")
     a = Agent(binary, work, cfg)
-    time.sleep(12)
+    # Two host samples (the first has no CPU deltas yet) and twenty tegrastats ones.
+    time.sleep(22)
     now = time.time_ns()
     shapes = {"tegrastats": {}, "host": {}}
     meas = a.get("/api/v1/fields")
     names = sorted({m["measurement"] for m in meas.get("fields", meas if isinstance(meas, list) else [])})
     for m in names:
-        q = urllib.parse.urlencode({"measurement": m, "from": now - 15 * NS, "to": now + NS})
+        q = urllib.parse.urlencode({"measurement": m, "from": now - 30 * NS, "to": now + NS})
         res = a.get(f"/api/v1/query?{q}")
         for s in res["series"]:
             if not s["points"]:
                 continue
-            kind = "host" if m.startswith("host_") else "tegrastats"
+            if m in ("host", "thermal") or m.startswith("host_"):
+                kind = "host"
+            elif m.startswith("jetson_"):
+                kind = "tegrastats"
+            else:
+                continue
             key = (m, tuple(sorted(s["tags"].items())))
             shapes[kind].setdefault(key, {})[s["field"]] = s["points"][-1][1]
     a.stop()
@@ -257,6 +266,7 @@ bind-address = "127.0.0.1:{rpc}"
   enabled = false
 """)
     p = subprocess.Popen(["influxd", "-config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    CHILDREN.append(p)
     wait(lambda: http("GET", f"http://127.0.0.1:{port}/ping")[0] == 204, 30, "influxd")
     http("POST", f"http://127.0.0.1:{port}/query?" + urllib.parse.urlencode({"q": "CREATE DATABASE edge"}))
     return p, port
@@ -269,6 +279,7 @@ def start_mosquitto(work):
     with open(cfg, "w") as f:
         f.write(f"user root\nlistener {port} 127.0.0.1\nallow_anonymous true\n")
     p = subprocess.Popen(["mosquitto", "-c", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    CHILDREN.append(p)
     wait(lambda: socket.create_connection(("127.0.0.1", port)), 10, "mosquitto")
     return p, port
 
@@ -350,6 +361,10 @@ def main():
                       f"{r['down_bytes'] / 1e6:>9.3f} {r['up_bytes'] / max(r['points'], 1):>8.1f}", flush=True)
         print(json.dumps(rows))
     finally:
+        for p in CHILDREN:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
 
