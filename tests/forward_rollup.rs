@@ -488,3 +488,62 @@ fn five_agents_against_a_429_receiver_follow_retry_after_then_drain_everything_a
     }
     drop(agents);
 }
+
+#[test]
+fn rollup_sink_over_mqtt_publishes_each_final_minute_once() {
+    if !require(Peer::Mosquitto) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let _broker = Mosquitto::start(&dir.path().join("mq"), port, None);
+    let sub = Sub::start_subscribed(port, "ew/rollup", "sub-r", &dir.path().join("sub.txt"), None);
+    let cfg = format!(
+        "{ROLLING}[[sink]]\ntype = \"mqtt\"\nname = \"mq\"\nurl = \"mqtt://127.0.0.1:{port}\"\n\
+         topic = \"ew/rollup\"\nforward = \"rollup:1m\"\nmax_points = 8\nmax_delay = \"50ms\"\n\
+         min_backoff = \"50ms\"\nmax_backoff = \"300ms\"\nreconnect_jitter = \"0s\"\n"
+    );
+    let adir = dir.path().join("agent");
+    std::fs::create_dir_all(&adir).unwrap();
+    let agent = Agent::start(&adir, &cfg);
+    // 10 minutes of two tag sets, one field: 20 rows, in batches of 4 whole minutes.
+    let now = now_ns();
+    let start = (now - 20 * MIN) / MIN * MIN;
+    let mut body = String::new();
+    for i in 0..600i64 {
+        for g in 0..2 {
+            body.push_str(&format!("m,gpu={g} v={} {}\n", i % 50, start + i * 1_000_000_000));
+        }
+    }
+    body.push_str(&format!("mark v=1 {now}\n"));
+    let (code, resp) = post(&agent.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{resp}");
+    wait_for(Duration::from_secs(20), || {
+        let s = sink_status(&agent, "mq");
+        (s["forwarded_points"] == 20 && s["backlog_points"] == 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "mq"), agent.log_text()));
+    let got = wait_for(Duration::from_secs(10), || {
+        let lines: Vec<String> = sub
+            .text()
+            .lines()
+            .filter(|l| l.contains("edgewatch_rollup=60s"))
+            .map(str::to_string)
+            .collect();
+        (lines.len() >= 20).then_some(lines)
+    })
+    .unwrap_or_else(|| panic!("{}", sub.text()));
+    let keys: BTreeSet<(String, i64)> = got
+        .iter()
+        .map(|l| (l.split(' ').next().unwrap().to_string(), line_ts(l)))
+        .collect();
+    assert_eq!((got.len(), keys.len()), (20, 20), "{got:#?}");
+    for l in &got {
+        assert!(l.starts_with("m,") && l.contains("v_count=60i") && l.contains("v_p99="), "{l}");
+    }
+    assert!(!sub.text().contains("mark"), "the marker's minute is not final");
+    assert!(
+        !sub.text().lines().any(|l| l.starts_with("m,") && !l.contains("edgewatch_rollup")),
+        "no raw point"
+    );
+}
