@@ -10,7 +10,7 @@ on loopback and the agent drains. The proxy counts the TCP payload bytes in each
 (device -> receiver is what a metered uplink bills; the receiver's answers are shown too).
 
 Receivers are real: InfluxDB 1.x (`influxd`) and mosquitto. Sink types (`--sinks`):
-influxdb-gzip, influxdb-plain, mqtt-line, mqtt-json; modes (`--modes`): raw, rollup:1m.
+influxdb-gzip, influxdb-plain, mqtt-line, mqtt-line-gzip, mqtt-json; modes (`--modes`): raw, rollup:1m.
 Each sink type is one entry of SINKS below (receiver + sink keys): a new sink type (e.g.
 `prometheus_remote_write` against VictoriaMetrics) is one more entry and one receiver.
 
@@ -290,6 +290,7 @@ SINKS = {
     "influxdb-gzip": (start_influxd, 'type = "influxdb"\nurl = "http://127.0.0.1:@PORT@"\nversion = 1\ndatabase = "edge"\ngzip = true\n'),
     "influxdb-plain": (start_influxd, 'type = "influxdb"\nurl = "http://127.0.0.1:@PORT@"\nversion = 1\ndatabase = "edge"\ngzip = false\n'),
     "mqtt-line": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "line"\n'),
+    "mqtt-line-gzip": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "line"\ngzip = true\n'),
     "mqtt-json": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "json"\n'),
 }
 

@@ -615,4 +615,68 @@ mod tests {
         assert_eq!(other.from, 2 * MIN);
         assert_eq!(other.rows.points.len(), 6);
     }
+
+    /// A rollup-mode sink: whole final buckets in order, its own cursor (raw eviction and
+    /// chunk merging ignore it), replays counted, its unsent rows counted when the tier
+    /// evicts them, and a switch from raw mode starting at the newest bucket sent raw.
+    #[test]
+    fn a_rollup_feed_reads_final_buckets_whole_and_counts_evicted_rows() {
+        let (dir, _src, mut raw) = store_with_an_eviction_gap();
+        // Sink `s` (raw) sent a point at 2.5 min; the tier saw points up to 7 min.
+        raw.ack(3, 1, 1, 2 * MIN + 30_000_000_000, 1).unwrap();
+        drop(raw);
+        let (conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let state = tiers::State {
+            cursor: 9,
+            watermark: 7 * MIN,
+            ..tiers::State::default()
+        };
+        tiers::put_state(&conn, &path, 60, &state).unwrap();
+        let feed = Feed::Rollup {
+            tier_s: 60,
+            lateness_ns: 2 * MIN,
+        };
+        // Final: buckets ending by 5 min (0..=4 min): the five stored. A fresh sink reads
+        // from the oldest row; 3 rows a batch = one whole bucket (2 rows) per batch.
+        let mut src = Source::open_feed(dir.path(), ident(), feed).unwrap();
+        let (mut cur, d) = Cursor::open_feed(dir.path(), "r", feed).unwrap();
+        assert_eq!((d.cursor, d.rollup_tier), (i64::MIN, 60));
+        assert_eq!(src.backlog(d.cursor).unwrap(), (10, 5, Some(0)));
+        let c = src.read(d.cursor, 3).unwrap();
+        assert_eq!((c.first, c.last, c.full, c.points.len()), (0, 0, true, 2));
+        let p = &c.points[0];
+        assert!(p.series.prefix.contains("edgewatch_rollup=60s"), "{}", p.series.prefix);
+        assert_eq!(p.fields[0].0.as_ref(), "a_mean");
+        let c = src.read(0, 100).unwrap();
+        assert_eq!((c.first, c.last, c.full, c.points.len()), (MIN, 4 * MIN, false, 8));
+        // A batch through 2 min in flight, then a crash: counted once; the cursor stays.
+        cur.mark_inflight(2 * MIN).unwrap();
+        cur.ack(MIN, 1, 4, MIN, 1).unwrap();
+        drop(cur);
+        let (mut cur, d) = Cursor::open_feed(dir.path(), "r", feed).unwrap();
+        assert_eq!((d.cursor, d.replayed, d.forwarded), (MIN, 1, 4));
+        assert_eq!(src.backlog(d.cursor).unwrap(), (6, 3, Some(2 * MIN)));
+        // Raw eviction takes nothing from it; the tier's eviction of unsent rows is counted.
+        let gone = chunks::ChunkSize {
+            id: 7,
+            n: 5,
+            bytes: 1,
+        };
+        let lost = sinks::record_eviction(&conn, &path, &[gone]).unwrap();
+        assert_eq!(lost.iter().map(|l| l.sink.as_str()).collect::<Vec<_>>(), ["s"]);
+        tiers::delete_oldest(&conn, &path, 60, 2 * MIN, 100).unwrap();
+        let d = cur.load().unwrap();
+        assert_eq!(d.evicted_points, 2, "the 2 min rows were not sent");
+        let c = src.read(d.cursor, 100).unwrap();
+        assert_eq!((c.first, c.last), (3 * MIN, 4 * MIN), "goes on with what is left");
+        cur.ack(c.last, 2, 4, c.last, 2).unwrap();
+        assert_eq!(src.read(4 * MIN, 100).unwrap().last, 0, "nothing final left");
+        // Sink `s` switched to rollup mode starts at the bucket of its newest raw point.
+        let (_, d) = Cursor::open_feed(dir.path(), "s", feed).unwrap();
+        assert_eq!(d.cursor, 2 * MIN - 1);
+        assert_eq!(src.read(d.cursor, 100).unwrap().first, 3 * MIN, "2 min is evicted");
+        // ... and back to raw: its raw cursor is where it was.
+        let (_, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!((d.cursor, d.rollup_tier), (3, 0));
+    }
 }
