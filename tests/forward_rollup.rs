@@ -497,7 +497,13 @@ fn rollup_sink_over_mqtt_publishes_each_final_minute_once() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let _broker = Mosquitto::start(&dir.path().join("mq"), port, None);
-    let sub = Sub::start_subscribed(port, "ew/rollup", "sub-r", &dir.path().join("sub.txt"), None);
+    let sub = Sub::start_subscribed(
+        port,
+        "ew/rollup",
+        "sub-r",
+        &dir.path().join("sub.txt"),
+        None,
+    );
     let cfg = format!(
         "{ROLLING}[[sink]]\ntype = \"mqtt\"\nname = \"mq\"\nurl = \"mqtt://127.0.0.1:{port}\"\n\
          topic = \"ew/rollup\"\nforward = \"rollup:1m\"\nmax_points = 8\nmax_delay = \"50ms\"\n\
@@ -512,7 +518,11 @@ fn rollup_sink_over_mqtt_publishes_each_final_minute_once() {
     let mut body = String::new();
     for i in 0..600i64 {
         for g in 0..2 {
-            body.push_str(&format!("m,gpu={g} v={} {}\n", i % 50, start + i * 1_000_000_000));
+            body.push_str(&format!(
+                "m,gpu={g} v={} {}\n",
+                i % 50,
+                start + i * 1_000_000_000
+            ));
         }
     }
     body.push_str(&format!("mark v=1 {now}\n"));
@@ -539,11 +549,19 @@ fn rollup_sink_over_mqtt_publishes_each_final_minute_once() {
         .collect();
     assert_eq!((got.len(), keys.len()), (20, 20), "{got:#?}");
     for l in &got {
-        assert!(l.starts_with("m,") && l.contains("v_count=60i") && l.contains("v_p99="), "{l}");
+        assert!(
+            l.starts_with("m,") && l.contains("v_count=60i") && l.contains("v_p99="),
+            "{l}"
+        );
     }
-    assert!(!sub.text().contains("mark"), "the marker's minute is not final");
     assert!(
-        !sub.text().lines().any(|l| l.starts_with("m,") && !l.contains("edgewatch_rollup")),
+        !sub.text().contains("mark"),
+        "the marker's minute is not final"
+    );
+    assert!(
+        !sub.text()
+            .lines()
+            .any(|l| l.starts_with("m,") && !l.contains("edgewatch_rollup")),
         "no raw point"
     );
 }

@@ -645,10 +645,17 @@ mod tests {
         let c = src.read(d.cursor, 3).unwrap();
         assert_eq!((c.first, c.last, c.full, c.points.len()), (0, 0, true, 2));
         let p = &c.points[0];
-        assert!(p.series.prefix.contains("edgewatch_rollup=60s"), "{}", p.series.prefix);
+        assert!(
+            p.series.prefix.contains("edgewatch_rollup=60s"),
+            "{}",
+            p.series.prefix
+        );
         assert_eq!(p.fields[0].0.as_ref(), "a_mean");
         let c = src.read(0, 100).unwrap();
-        assert_eq!((c.first, c.last, c.full, c.points.len()), (MIN, 4 * MIN, false, 8));
+        assert_eq!(
+            (c.first, c.last, c.full, c.points.len()),
+            (MIN, 4 * MIN, false, 8)
+        );
         // A batch through 2 min in flight, then a crash: counted once; the cursor stays.
         cur.mark_inflight(2 * MIN).unwrap();
         cur.ack(MIN, 1, 4, MIN, 1).unwrap();
@@ -663,18 +670,33 @@ mod tests {
             bytes: 1,
         };
         let lost = sinks::record_eviction(&conn, &path, &[gone]).unwrap();
-        assert_eq!(lost.iter().map(|l| l.sink.as_str()).collect::<Vec<_>>(), ["s"]);
+        assert_eq!(
+            lost.iter().map(|l| l.sink.as_str()).collect::<Vec<_>>(),
+            ["s"]
+        );
         tiers::delete_oldest(&conn, &path, 60, 2 * MIN, 100).unwrap();
         let d = cur.load().unwrap();
         assert_eq!(d.evicted_points, 2, "the 2 min rows were not sent");
         let c = src.read(d.cursor, 100).unwrap();
-        assert_eq!((c.first, c.last), (3 * MIN, 4 * MIN), "goes on with what is left");
+        assert_eq!(
+            (c.first, c.last),
+            (3 * MIN, 4 * MIN),
+            "goes on with what is left"
+        );
         cur.ack(c.last, 2, 4, c.last, 2).unwrap();
-        assert_eq!(src.read(4 * MIN, 100).unwrap().last, 0, "nothing final left");
+        assert_eq!(
+            src.read(4 * MIN, 100).unwrap().last,
+            0,
+            "nothing final left"
+        );
         // Sink `s` switched to rollup mode starts at the bucket of its newest raw point.
         let (_, d) = Cursor::open_feed(dir.path(), "s", feed).unwrap();
         assert_eq!(d.cursor, 2 * MIN - 1);
-        assert_eq!(src.read(d.cursor, 100).unwrap().first, 3 * MIN, "2 min is evicted");
+        assert_eq!(
+            src.read(d.cursor, 100).unwrap().first,
+            3 * MIN,
+            "2 min is evicted"
+        );
         // ... and back to raw: its raw cursor is where it was.
         let (_, d) = Cursor::open(dir.path(), "s").unwrap();
         assert_eq!((d.cursor, d.rollup_tier), (3, 0));
