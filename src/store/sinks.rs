@@ -5,7 +5,9 @@
 //! (a batch's bookkeeping, its cursor move and its fallback progress commit together); and,
 //! for the rollup job and the status page, which raw chunks each sink had not forwarded yet
 //! when eviction took them ([`record_eviction`], inside the eviction's transaction, and
-//! [`evictions`]).
+//! [`evictions`]). A sink in rollup mode (`rollup_tier > 0`, migration 0010) keeps its place
+//! in that tier (`rollup_cursor_bucket`) through the same moves; raw eviction skips it and
+//! tier eviction counts the rows it had not sent ([`record_rollup_eviction`]).
 //!
 //! Never decides when a cursor moves: the forwarder calls [`ack`] only after the remote end
 //! acknowledged.

@@ -1,6 +1,7 @@
 //! The rollup tiers' tables: bucket rows (`rollups`: one [`Acc`] per tier, series and
 //! bucket) and each tier's cursor and watermark (`rollup_state`). Reads for the query engine
-//! (only the columns a query needs, see [`Need`]) and the forwarder's eviction fallback;
+//! (only the columns a query needs, see [`Need`]), the forwarder's eviction fallback and
+//! rollup-mode sinks ([`named_rows`], [`pending`]);
 //! reads and writes for the rollup job, inside its transactions.
 //!
 //! Never folds points or decides what to evict: the rollup job does (`crate::rollup`); the
