@@ -21,6 +21,10 @@ mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),
 /// the incident API of the real agent, the Alerts tab and incident page in Chromium.
 mod incidents;
+
+/// Bandwidth-aware forwarding (`forward = "rollup:1m"`, fallback percentiles) and reconnect
+/// storms (reconnect jitter, five agents against one 429 receiver).
+mod forward_rollup;
 /// HTTP (InfluxDB 1.x and 2.x APIs) and UDP ingest, partial writes, limits, backpressure,
 /// and real Influx client libraries.
 mod ingest;

@@ -294,6 +294,12 @@ impl Config {
             origin: origin.to_string(),
             message,
         })?;
+        crate::forward::config::validate_modes(&cfg.sink, &cfg.rollup.tiers).map_err(
+            |message| ConfigError::File {
+                origin: origin.to_string(),
+                message,
+            },
+        )?;
         crate::collect::scrape::config::validate_all(&cfg.scrape).map_err(|message| {
             ConfigError::File {
                 origin: origin.to_string(),

@@ -43,6 +43,73 @@ pub enum Format {
     Json,
 }
 
+// -- Bandwidth-aware forwarding: the `forward` key's value (src/forward/rollup.rs uses it) --
+/// The tiers a sink may forward: name and resolution in seconds.
+pub const TIERS: [(&str, i64); 2] = [("1m", 60), ("1h", 3600)];
+
+/// What a sink forwards (`forward` in `[[sink]]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ForwardMode {
+    /// Every raw point (default).
+    #[default]
+    Raw,
+    /// One point per series, field and bucket of the rollup tier of this resolution
+    /// (seconds).
+    Rollup(i64),
+}
+
+impl ForwardMode {
+    /// The tier's resolution in seconds; `None` in raw mode.
+    pub fn tier_s(self) -> Option<i64> {
+        match self {
+            ForwardMode::Raw => None,
+            ForwardMode::Rollup(s) => Some(s),
+        }
+    }
+
+    /// The tier's name (`1m`) in rollup mode.
+    pub fn tier_name(self) -> Option<&'static str> {
+        let s = self.tier_s()?;
+        TIERS.iter().find(|t| t.1 == s).map(|t| t.0)
+    }
+}
+
+impl TryFrom<String> for ForwardMode {
+    type Error = String;
+
+    fn try_from(v: String) -> Result<Self, String> {
+        if v == "raw" {
+            return Ok(ForwardMode::Raw);
+        }
+        if let Some(t) = v.strip_prefix("rollup:") {
+            if let Some((_, s)) = TIERS.iter().find(|(n, _)| *n == t) {
+                return Ok(ForwardMode::Rollup(*s));
+            }
+        }
+        Err(format!(
+            "forward = {v:?}: expected \"raw\", \"rollup:1m\" or \"rollup:1h\""
+        ))
+    }
+}
+
+impl From<ForwardMode> for String {
+    fn from(m: ForwardMode) -> String {
+        m.to_string()
+    }
+}
+
+impl std::fmt::Display for ForwardMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.tier_name() {
+            None => f.write_str("raw"),
+            Some(n) => write!(f, "rollup:{n}"),
+        }
+    }
+}
+
+// -- end `forward` --
+
 /// One `[[sink]]` table. Keys that do not apply to the sink's `type` are errors.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +146,18 @@ pub struct SinkConfig {
     /// Longest retry delay; also how often a paused (401/403) sink tries again.
     #[serde(default = "d_max_backoff")]
     pub max_backoff: Delay,
+    // -- Bandwidth-aware forwarding and reconnect storms (src/forward/rollup.rs) --
+    /// What the sink forwards: `raw` (every point, default) or `rollup:1m` / `rollup:1h`
+    /// (one point per series, field and final bucket of that tier: mean, min, max, count,
+    /// p50, p90, p99, tagged `edgewatch_rollup`).
+    #[serde(default, skip_serializing_if = "is_raw")]
+    pub forward: ForwardMode,
+    /// When the link returns after failures, and at start with a backlog, the first send
+    /// waits a random delay in `[0, reconnect_jitter)` so a fleet coming back together does
+    /// not hit the receiver in the same second; 0 = off.
+    #[serde(default = "d_reconnect_jitter")]
+    pub reconnect_jitter: Delay,
+    // -- end bandwidth-aware forwarding --
     /// gzip payloads (default: on for InfluxDB, off for MQTT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gzip: Option<bool>,
@@ -171,6 +250,14 @@ fn d_min_backoff() -> Delay {
 }
 fn d_max_backoff() -> Delay {
     Interval(Duration::from_secs(60))
+}
+fn is_raw(m: &ForwardMode) -> bool {
+    *m == ForwardMode::Raw
+}
+/// 10 s: 100 devices returning together start about 10 per second, at a cost of at most
+/// 10 s more delay after an outage that lasted longer (see README, Forwarding).
+fn d_reconnect_jitter() -> Delay {
+    Interval(Duration::from_secs(10))
 }
 
 impl SinkConfig {
@@ -361,6 +448,12 @@ impl SinkConfig {
         self.backoff().delay(failures.saturating_sub(1), jitter)
     }
 
+    /// The wait before the first send after the link returns (or at start with a backlog),
+    /// `jitter` in `[0, 1)`: uniform in `[0, reconnect_jitter)`.
+    pub fn reconnect_delay(&self, jitter: f64) -> Duration {
+        self.reconnect_jitter.0.mul_f64(jitter.clamp(0.0, 1.0))
+    }
+
     /// Whether payloads are gzipped.
     pub fn gzip(&self) -> bool {
         self.gzip.unwrap_or(self.kind == SinkKind::Influxdb)
@@ -392,6 +485,27 @@ pub fn host_port(url: &str) -> Result<(String, String, u16), String> {
         return Err(format!("url {url:?} has no host"));
     }
     Ok((scheme.to_string(), host, port))
+}
+
+/// Checks that every rollup-mode sink's tier is one of `[rollup] tiers` (`tiers`: their
+/// configured names); the message names the sink, the key and the tiers.
+pub fn validate_modes(sinks: &[SinkConfig], tiers: &[String]) -> Result<(), String> {
+    for s in sinks {
+        let Some(tier_s) = s.forward.tier_s() else {
+            continue;
+        };
+        let found = tiers.iter().any(|t| {
+            humantime::parse_duration(t)
+                .is_ok_and(|d| d.as_secs() as i64 == tier_s && d.subsec_nanos() == 0)
+        });
+        if !found {
+            return Err(format!(
+                "[[sink]] {:?}: forward = \"{}\" needs a {tier_s}s tier in [rollup] tiers {tiers:?}",
+                s.name, s.forward
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks every sink and that names are unique.
@@ -493,6 +607,38 @@ mod tests {
         let c = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nmin_backoff = \"100ms\"\nmax_backoff = \"1s\"\n").unwrap();
         assert_eq!(c.retry_delay(2, 0.0), Duration::from_millis(100));
         assert_eq!(c.retry_delay(9, 0.0), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn forward_mode_and_reconnect_jitter() {
+        let base = "type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\n";
+        let c = parse(base).unwrap();
+        assert_eq!(c.forward, super::ForwardMode::Raw);
+        assert_eq!(c.reconnect_jitter.0, Duration::from_secs(10));
+        assert_eq!(c.reconnect_delay(0.0), Duration::ZERO);
+        assert_eq!(c.reconnect_delay(0.5), Duration::from_secs(5));
+        assert!(c.reconnect_delay(0.999_999) < Duration::from_secs(10));
+        let c = parse(&format!(
+            "{base}forward = \"rollup:1m\"\nreconnect_jitter = \"0s\"\n"
+        ))
+        .unwrap();
+        assert_eq!(c.forward.tier_s(), Some(60));
+        assert_eq!(c.reconnect_delay(0.9), Duration::ZERO);
+        // Another spelling: the key, the value, the line and what is accepted.
+        let e = parse(&format!("{base}forward = \"rollup:60s\"\n")).unwrap_err();
+        assert!(
+            e.contains("forward") && e.contains("rollup:60s") && e.contains("line 5"),
+            "{e}"
+        );
+        assert!(e.contains("\"rollup:1m\""), "{e}");
+        // The tier must exist.
+        let c = parse(&format!("{base}forward = \"rollup:1h\"\n")).unwrap();
+        let e = validate_modes(std::slice::from_ref(&c), &["1m".into()]).unwrap_err();
+        assert!(
+            e.contains("\"m\"") && e.contains("rollup:1h") && e.contains("3600s"),
+            "{e}"
+        );
+        assert!(validate_modes(&[c], &["1m".into(), "1h".into()]).is_ok());
     }
 
     #[test]

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{self, Point};
-use super::store::{Cursor, Source};
 use super::{
-    batch_ready, classify_http, nap, refresh_backlog, Outcome, RateLimit, RateMeter, SinkCtx,
+    batch_ready, classify_http, nap, refresh_backlog, Outcome, RateLimit, RateMeter, Reconnect,
+    SinkCtx,
 };
 use crate::backoff::Jitter;
 
@@ -204,9 +204,7 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
     // Opening can fail while the store is busy: retry with backoff until stopped.
     let mut failures = 0u32;
     let (mut src, mut cur, d) = loop {
-        match Source::open(&ctx.dir, ctx.identity.clone())
-            .and_then(|s| Cursor::open(&ctx.dir, &name).map(|(c, d)| (s, c, d)))
-        {
+        match super::open_store(&ctx) {
             Ok((s, c, d)) => break (s, c, d),
             Err(e) => {
                 tracing::warn!(sink = %name, error = %e, "forwarder cannot open the store");
@@ -236,6 +234,9 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
     let mut retrying = false;
     let mut fb: Option<Fallback> = None;
+    // Reconnect storms: the first send at start with a backlog, and the first after the link
+    // answers again, wait a random part of `reconnect_jitter`.
+    let mut reconnect = Reconnect::at_start(src.backlog(cursor).map_or(0, |b| b.0));
     while !stop.is_cancelled() {
         refresh_backlog(
             &src,
@@ -345,6 +346,12 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
         if !wait.is_zero() && !nap(&stop, wait) {
             break;
         }
+        if let Some(d) = reconnect.take(&ctx.cfg, jitter.sample()) {
+            tracing::info!(sink = %name, wait_ms = d.as_millis() as u64, "link back with a backlog: spreading the first send (reconnect_jitter)");
+            if !nap(&stop, d) {
+                break;
+            }
+        }
         if retrying {
             let _ = cur.count_replay();
         }
@@ -354,6 +361,10 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
             let _ = cur.mark_inflight(last);
         }
         let outcome = wire.send(&agent, &payload);
+        match &outcome {
+            Outcome::Retry { reason } if reason.starts_with("cannot reach") => reconnect.failed(),
+            _ => reconnect.answered(),
+        }
         let now = crate::now_ns();
         let n = points.len() as i64;
         let ts_max = points.iter().map(|p| p.ts).max().unwrap_or(0);

@@ -7,9 +7,12 @@
 //! while new chunks keep arriving behind them.
 //!
 //! Layout: [`config`] (the `[[sink]]` table), [`encode`] (line protocol, JSON, gzip; pure),
-//! [`store`] (read chunks, move the cursor, dead letters), `influx` (a blocking thread per
-//! sink, `ureq`; its loop is shared by every HTTP sink), [`remote_write`] (protobuf + snappy
-//! through that loop), `mqtt` (a task per sink, `rumqttc`). The decisions — what an HTTP answer
+//! [`store`] (read chunks, move the cursor, dead letters), [`rollup`] (`forward =
+//! "rollup:1m"`: a tier's final buckets instead of raw chunks, through the same loops; the
+//! point a rollup row becomes), `influx` (a blocking thread per sink, `ureq`; its loop is
+//! shared by every HTTP sink), [`remote_write`] (protobuf + snappy through that loop), `mqtt`
+//! (a task per sink, `rumqttc`). A sink's first send after its link returns (and at start
+//! with a backlog) waits a random part of `reconnect_jitter` ([`Reconnect`]). The decisions — what an HTTP answer
 //! means, whether a partial batch should wait, the rate limit — are pure functions here with
 //! time as an argument; how long to back off is [`crate::backoff`], through
 //! [`SinkConfig::retry_delay`].
@@ -22,6 +25,7 @@ pub mod encode;
 mod influx;
 mod mqtt;
 pub mod remote_write;
+pub mod rollup;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -190,9 +194,15 @@ impl SinkStatus {
         self.0.update(f);
     }
 
-    /// A copy of the state.
+    /// A copy of the state. In rollup mode the loops' cursor is a bucket start: it is shown
+    /// as `rollup_cursor_ns`, and `cursor_chunk_id` as 0.
     pub fn get(&self) -> Sink {
-        self.0.snapshot()
+        let mut s = self.0.snapshot();
+        if s.forward != "raw" && !s.forward.is_empty() {
+            s.rollup_cursor_ns = Some(s.cursor_chunk_id);
+            s.cursor_chunk_id = 0;
+        }
+        s
     }
 
     fn error(&self, e: &str) {
@@ -269,8 +279,64 @@ pub(crate) struct SinkCtx {
     pub device_id: String,
     pub identity: Vec<(String, String)>,
     pub status: Arc<SinkStatus>,
-    /// Finest rollup tier (seconds), for the eviction fallback.
+    /// Finest rollup tier (seconds), for the eviction fallback (`None` in rollup mode).
     pub fallback_tier_s: Option<i64>,
+    /// What the sink reads: raw chunks, or a rollup tier (`forward`).
+    pub feed: store::Feed,
+}
+
+/// Opens the sink's reading side and its cursor row for `ctx.feed` (every sink type's loop
+/// starts here, so `forward = "rollup:1m"` applies to any of them).
+pub(crate) fn open_store(
+    ctx: &SinkCtx,
+) -> Result<(store::Source, store::Cursor, store::Durable), crate::store::StoreError> {
+    let s = store::Source::open_feed(&ctx.dir, ctx.identity.clone(), ctx.feed)?;
+    let (c, d) = store::Cursor::open_feed(&ctx.dir, &ctx.cfg.name, ctx.feed)?;
+    Ok((s, c, d))
+}
+
+/// Spreads a fleet's return (reconnect storms): whether the next send must first wait
+/// [`SinkConfig::reconnect_delay`]: at start when there is a backlog, and once the link
+/// answers again after it could not be reached (HTTP: a request got an answer after
+/// connection failures; MQTT: CONNACK after the connection died). Pure; each loop keeps
+/// one. A receiver that answers (429/503, `Retry-After`) is not "down": its answer governs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reconnect {
+    /// A wait is owed before the next send.
+    pub owed: bool,
+    /// The link could not be reached since the last answer.
+    pub down: bool,
+}
+
+impl Reconnect {
+    /// At start: a wait is owed when `backlog_points > 0`.
+    pub fn at_start(backlog_points: i64) -> Reconnect {
+        Reconnect {
+            owed: backlog_points > 0,
+            down: false,
+        }
+    }
+
+    /// The link could not be reached.
+    pub fn failed(&mut self) {
+        self.down = true;
+    }
+
+    /// The link answered: after a failure, a wait is owed before the next send.
+    pub fn answered(&mut self) {
+        if std::mem::take(&mut self.down) {
+            self.owed = true;
+        }
+    }
+
+    /// The wait to take before this send, `jitter` in `[0, 1)`, once per return (`None`:
+    /// none owed, or `reconnect_jitter = "0s"`).
+    pub fn take(&mut self, cfg: &SinkConfig, jitter: f64) -> Option<Duration> {
+        if !std::mem::take(&mut self.owed) {
+            return None;
+        }
+        Some(cfg.reconnect_delay(jitter)).filter(|d| !d.is_zero())
+    }
 }
 
 /// Sleeps `d`, waking early (returning false) when `stop` is cancelled.
@@ -368,7 +434,8 @@ impl FallbackSpan {
 /// acknowledged to the oldest raw point still pending after the evicted chunks (or to the
 /// end, when none is left). Every bucket that starts in that span is returned, one point
 /// per series, field and bucket, tagged `edgewatch_rollup=<tier>s`, with fields
-/// `<field>_mean`, `_min`, `_max` and `_count` (see [`store::Cursor::fallback_points`]),
+/// `<field>_mean`, `_min`, `_max`, `_count`, `_p50`, `_p90` and `_p99` (see
+/// [`store::Cursor::fallback_points`]),
 /// ordered by bucket then series. A span is sent in several batches; each acknowledged
 /// batch records the last row it carried, and a span resumed after a restart starts after
 /// that row, so a crash sends again only the batches that were in flight.
@@ -436,6 +503,7 @@ pub fn start(
     fallback_tier_s: Option<i64>,
     stop: CancellationToken,
 ) -> Forwarders {
+    let lateness_ns = i64::try_from(cfg.rollup.lateness.0.as_nanos()).unwrap_or(i64::MAX);
     let (device_id, ident) = identity(cfg);
     let mut status = ForwardStatus {
         device_id: device_id.clone(),
@@ -449,7 +517,15 @@ pub fn start(
             s.kind = sc.kind.name().into();
             s.url = sc.url.clone();
             s.max_rate_pps = sc.max_rate;
+            s.forward = sc.forward.to_string();
         });
+        let feed = match sc.forward.tier_s() {
+            None => store::Feed::Raw,
+            Some(tier_s) => store::Feed::Rollup {
+                tier_s,
+                lateness_ns,
+            },
+        };
         status.sinks.push(st.clone());
         let ctx = SinkCtx {
             cfg: sc.clone(),
@@ -457,7 +533,9 @@ pub fn start(
             device_id: device_id.clone(),
             identity: ident.clone(),
             status: st,
-            fallback_tier_s,
+            // A rollup-mode sink reads the tier itself: raw eviction leaves it no gap.
+            fallback_tier_s: fallback_tier_s.filter(|_| feed == store::Feed::Raw),
+            feed,
         };
         let stop = stop.clone();
         let h = match sc.kind {
@@ -580,6 +658,45 @@ mod tests {
         assert!(!batch_ready(10, 100, ms(10), ms(100)));
         assert!(batch_ready(10, 100, ms(100), ms(100)));
         assert!(batch_ready(100, 100, ms(0), ms(100)));
+    }
+
+    #[test]
+    fn a_return_after_failures_waits_a_jittered_delay_once() {
+        let cfg: SinkConfig = toml::from_str(
+            "type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nreconnect_jitter = \"8s\"\n",
+        )
+        .unwrap();
+        // No backlog at start, no failure: no wait.
+        let mut r = Reconnect::at_start(0);
+        assert_eq!(r.take(&cfg, 0.5), None);
+        // A backlog at start: one wait, uniform over [0, 8 s).
+        let mut r = Reconnect::at_start(10);
+        assert_eq!(r.take(&cfg, 0.25), Some(Duration::from_secs(2)));
+        assert_eq!(r.take(&cfg, 0.25), None, "once");
+        // Failures alone owe nothing; the first answer after them does, once.
+        r.failed();
+        r.failed();
+        assert_eq!(r.take(&cfg, 0.75), None, "no wait while the link is down");
+        r.answered();
+        r.answered();
+        assert_eq!(r.take(&cfg, 0.75), Some(Duration::from_secs(6)));
+        assert_eq!(r.take(&cfg, 0.75), None);
+        // Spread: 1000 draws from the one jitter generator cover the window evenly.
+        let mut j = crate::backoff::Jitter::new(7, "s");
+        let mut bins = [0u32; 8];
+        for _ in 0..1000 {
+            let mut r = Reconnect::at_start(1);
+            let d = r.take(&cfg, j.sample()).unwrap_or_default();
+            assert!(d < Duration::from_secs(8));
+            bins[d.as_secs() as usize] += 1;
+        }
+        assert!(bins.iter().all(|&b| (80..=170).contains(&b)), "{bins:?}");
+        // Zero window: off.
+        let off: SinkConfig = toml::from_str(
+            "type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nreconnect_jitter = \"0s\"\n",
+        )
+        .unwrap();
+        assert_eq!(Reconnect::at_start(5).take(&off, 0.9), None);
     }
 
     #[test]

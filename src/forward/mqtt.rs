@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::encode::{self, Point};
 use super::store::{Cursor, Source};
-use super::{batch_ready, config::Format, RateLimit, RateMeter, SinkCtx};
+use super::{batch_ready, config::Format, RateLimit, RateMeter, Reconnect, SinkCtx};
 use crate::backoff::Jitter;
 
 /// What the connection task reports.
@@ -298,14 +298,16 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         let dir = ctx.dir.clone();
         let ident = ctx.identity.clone();
         let name = name.clone();
+        let feed = ctx.feed;
         move || {
-            let s = Source::open(&dir, ident)?;
-            let (c, d) = Cursor::open(&dir, &name)?;
-            Ok::<_, crate::store::StoreError>((s, c, d))
+            let s = Source::open_feed(&dir, ident, feed)?;
+            let (c, d) = Cursor::open_feed(&dir, &name, feed)?;
+            let backlog = s.backlog(d.cursor).map_or(0, |b| b.0);
+            Ok::<_, crate::store::StoreError>((s, c, d, backlog))
         }
     })
     .await;
-    let (src, cur, d) = match opened {
+    let (src, cur, d, backlog) = match opened {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => {
             ctx.status.error(&e.to_string());
@@ -348,6 +350,10 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         .clamp(Duration::from_millis(20), Duration::from_millis(500));
     let mut last_refresh: Option<Instant> = None;
     let mut fb: Option<FallbackJob> = None;
+    // Reconnect storms: after CONNACK, at start with a backlog and after the link died,
+    // publishing waits a random part of `reconnect_jitter` (until `hold`).
+    let mut reconnect = Reconnect::at_start(backlog);
+    let mut hold: Option<Instant> = None;
 
     'connections: while !stop.is_cancelled() {
         if let Some(job) = fb.as_mut() {
@@ -382,6 +388,11 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                         s.last_error = None;
                     });
                     tracing::info!(sink = %name, "mqtt connected");
+                    reconnect.answered();
+                    if let Some(d) = reconnect.take(&ctx.cfg, jitter.sample()) {
+                        tracing::info!(sink = %name, wait_ms = d.as_millis() as u64, "link back with a backlog: spreading the first publish (reconnect_jitter)");
+                        hold = Some(Instant::now() + d);
+                    }
                     unassigned.push_back(None);
                     let _ = client
                         .publish(&status_topic, QoS::AtLeastOnce, true, "online")
@@ -538,6 +549,10 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 ctx.status.update(|s| s.drain_rate_pps = r);
             }
             // Publish more while the window has room.
+            if hold.is_some_and(|h| Instant::now() < h) {
+                continue;
+            }
+            hold = None;
             while connected && inflight.len() < window && !stop.is_cancelled() {
                 if let Some(job) = fb.as_mut() {
                     let all = &job.span.rows.points;
@@ -684,6 +699,8 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         conn_task.abort();
         let reason = down.unwrap_or_else(|| "connection closed".into());
         failures += 1;
+        reconnect.failed();
+        hold = None;
         logged += 1;
         if logged.is_power_of_two() {
             tracing::warn!(sink = %name, error = %reason, count = logged, unacked_batches = lost, "mqtt link down; backing off");

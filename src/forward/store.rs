@@ -5,6 +5,10 @@
 //! ingest writer and the rollup job. Every statement is a typed function of `crate::store`
 //! ([`sinks`], [`chunks`], [`dict`], [`tiers`]); this file turns rows into points and
 //! issues no SQL. It never reads the ingest queue.
+//!
+//! A sink in rollup mode (`forward = "rollup:1m"`, [`Feed::Rollup`]) reads the rows of that
+//! tier instead of chunks, through the same [`Source::read`] and the same [`Cursor`] moves:
+//! its cursor is then the start of the last bucket acknowledged (see [`super::rollup`]).
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -34,12 +38,40 @@ pub struct Chunks {
     pub full: bool,
 }
 
-/// Reads raw chunks in id order.
+/// What a sink reads from the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Feed {
+    /// Raw chunks, by chunk id (`forward = "raw"`).
+    #[default]
+    Raw,
+    /// The final buckets of a rollup tier, by bucket (`forward = "rollup:1m"`).
+    Rollup {
+        /// The tier's resolution, seconds (its `rollups.tier` key).
+        tier_s: i64,
+        /// `[rollup] lateness`, ns: when a bucket is final.
+        lateness_ns: i64,
+    },
+}
+
+impl Feed {
+    /// The rollup tier (seconds), 0 for raw chunks: the mode recorded in the sink's row.
+    pub fn tier_s(self) -> i64 {
+        match self {
+            Feed::Raw => 0,
+            Feed::Rollup { tier_s, .. } => tier_s,
+        }
+    }
+}
+
+/// Reads raw chunks in id order (or, in rollup mode, tier rows in bucket order).
 pub struct Source {
     db: Reader,
     identity: Vec<(String, String)>,
     tagsets: HashMap<i64, Arc<Series>>,
     fields: HashMap<i64, Arc<str>>,
+    feed: Feed,
+    /// Rollup mode: the forwarded tag sets by series key (with `edgewatch_rollup`).
+    rollup_series: HashMap<String, Arc<Series>>,
 }
 
 /// A chunk row as read, before its tag set is looked up.
@@ -55,12 +87,88 @@ struct Raw {
 impl Source {
     /// Opens `dir`'s store read-only; `identity` tags are added to every point.
     pub fn open(dir: &Path, identity: Vec<(String, String)>) -> Result<Source, StoreError> {
+        Self::open_feed(dir, identity, Feed::Raw)
+    }
+
+    /// [`Source::open`] reading `feed`.
+    pub fn open_feed(
+        dir: &Path,
+        identity: Vec<(String, String)>,
+        feed: Feed,
+    ) -> Result<Source, StoreError> {
+        let identity = match feed {
+            Feed::Raw => identity,
+            Feed::Rollup { tier_s, .. } => super::rollup::rollup_identity(&identity, tier_s),
+        };
         Ok(Source {
             db: Reader::open(dir)?,
             identity,
             tagsets: HashMap::new(),
             fields: HashMap::new(),
+            feed,
+            rollup_series: HashMap::new(),
         })
+    }
+
+    /// Rollup mode's [`Source::read`]: whole final buckets after bucket `after`, oldest
+    /// first, until `max_points` rows (at least one bucket); `first`/`last` are bucket starts.
+    fn read_rollup(
+        &mut self,
+        tier_s: i64,
+        lateness_ns: i64,
+        after: i64,
+        max_points: usize,
+    ) -> Result<Chunks, StoreError> {
+        let (conn, path) = (self.db.conn(), self.db.path());
+        let state = tiers::state(conn, path, tier_s)?;
+        let res_ns = tier_s.saturating_mul(1_000_000_000);
+        let Some(through) = super::rollup::final_through(state.watermark, lateness_ns, res_ns)
+        else {
+            return Ok(Chunks::default());
+        };
+        if through <= after {
+            return Ok(Chunks::default());
+        }
+        let max_points = max_points.clamp(1, 100_000);
+        let to = through.saturating_add(1);
+        let mut rows = tiers::named_rows(
+            conn,
+            path,
+            tier_s,
+            i64::MIN,
+            to,
+            Some((after, i64::MAX)),
+            Some(max_points + 1),
+        )?;
+        let buckets: Vec<i64> = rows.iter().map(|r| r.bucket).collect();
+        let full = match super::rollup::whole_buckets(&buckets, max_points) {
+            Some((keep, full)) => {
+                rows.truncate(keep);
+                full
+            }
+            None => {
+                let b = buckets[0];
+                rows = tiers::named_rows(conn, path, tier_s, b, b.saturating_add(1), None, None)?;
+                true
+            }
+        };
+        let mut out = Chunks {
+            full,
+            ..Chunks::default()
+        };
+        for r in &rows {
+            let series = self
+                .rollup_series
+                .entry(r.key.clone())
+                .or_insert_with(|| Arc::new(series(&r.key, &self.identity)))
+                .clone();
+            out.points.push(super::rollup::row_point(r, series));
+        }
+        if let (Some(f), Some(l)) = (rows.first(), rows.last()) {
+            out.first = f.bucket;
+            out.last = l.bucket;
+        }
+        Ok(out)
     }
 
     /// Loads the dictionary entries not known yet (entries are never deleted or renamed).
@@ -79,7 +187,22 @@ impl Source {
 
     /// Reads whole chunks with id > `after`, oldest first, until `max_points` points (at
     /// least one chunk).
+    ///
+    /// In rollup mode: whole final buckets of the tier after bucket `after` instead (see
+    /// [`Feed::Rollup`]); `last` is then the last bucket's start, and an empty read has
+    /// `last == 0` as a raw one does.
     pub fn read(&mut self, after: i64, max_points: usize) -> Result<Chunks, StoreError> {
+        if let Feed::Rollup {
+            tier_s,
+            lateness_ns,
+        } = self.feed
+        {
+            let mut c = self.read_rollup(tier_s, lateness_ns, after, max_points)?;
+            if c.points.is_empty() {
+                c.last = 0;
+            }
+            return Ok(c);
+        }
         let (conn, path) = (self.db.conn(), self.db.path());
         // Chunks stamped by a clock that is not set yet wait (see crate::clock).
         let hold = clockfix::hold_from(conn).ctx(path)?.unwrap_or(i64::MAX);
@@ -183,8 +306,24 @@ impl Source {
         Ok(out)
     }
 
-    /// Backlog after `cursor`: (points, chunks, ts_min of the oldest chunk).
+    /// Backlog after `cursor`: (points, chunks, ts_min of the oldest chunk). In rollup mode:
+    /// (rows, buckets, the oldest bucket) of the final buckets not sent yet.
     pub fn backlog(&self, cursor: i64) -> Result<(i64, i64, Option<i64>), StoreError> {
+        if let Feed::Rollup {
+            tier_s,
+            lateness_ns,
+        } = self.feed
+        {
+            let (conn, path) = (self.db.conn(), self.db.path());
+            let state = tiers::state(conn, path, tier_s)?;
+            let res_ns = tier_s.saturating_mul(1_000_000_000);
+            return match super::rollup::final_through(state.watermark, lateness_ns, res_ns) {
+                Some(through) if through > cursor => {
+                    tiers::pending(conn, path, tier_s, cursor, through)
+                }
+                _ => Ok((0, 0, None)),
+            };
+        }
         let b = chunks::backlog(self.db.conn(), self.db.path(), cursor, i64::MAX)?;
         Ok((b.points, b.chunks, b.oldest_ts))
     }
@@ -211,8 +350,14 @@ impl Cursor {
     /// flight when the agent last stopped (raw, or parts of an eviction-fallback span),
     /// counts them as replayed (see [`sinks::open_row`]).
     pub fn open(dir: &Path, name: &str) -> Result<(Cursor, Durable), StoreError> {
+        Self::open_feed(dir, name, Feed::Raw)
+    }
+
+    /// [`Cursor::open`] for a sink reading `feed`: records the mode in the sink's row (see
+    /// [`sinks::set_mode`]); the cursor returned is the sink's place in that feed.
+    pub fn open_feed(dir: &Path, name: &str, feed: Feed) -> Result<(Cursor, Durable), StoreError> {
         let (mut conn, path) = crate::store::open(dir, Mode::Cursor)?;
-        let d = sinks::open_row(&mut conn, &path, name)?;
+        let d = sinks::open_row_in(&mut conn, &path, name, feed.tier_s())?;
         let c = Cursor {
             conn,
             path,
@@ -296,8 +441,8 @@ impl Cursor {
     /// `tier_s` from `from_ns` (inclusive) to `to_ns` (exclusive), after the row `after`
     /// (bucket, series id) when a span is resumed, ordered by bucket then series id, as
     /// points of measurement `<measurement>` with fields `<field>_mean`, `_min`, `_max`,
-    /// `_count` and the tag `edgewatch_rollup=<tier>s`, so consumers can tell them from raw
-    /// points.
+    /// `_count`, `_p50`, `_p90`, `_p99` (see [`super::rollup::row_point`]) and the tag
+    /// `edgewatch_rollup=<tier>s`, so consumers can tell them from raw points.
     pub fn fallback_points(
         &self,
         tier_s: i64,
@@ -306,9 +451,8 @@ impl Cursor {
         after: Option<(i64, i64)>,
         identity: &[(String, String)],
     ) -> Result<RollupRows, StoreError> {
-        let rows = tiers::named_rows(&self.conn, &self.path, tier_s, from_ns, to_ns, after)?;
-        let mut ident = identity.to_vec();
-        ident.push(("edgewatch_rollup".into(), format!("{tier_s}s")));
+        let rows = tiers::named_rows(&self.conn, &self.path, tier_s, from_ns, to_ns, after, None)?;
+        let ident = super::rollup::rollup_identity(identity, tier_s);
         let mut cache: HashMap<String, Arc<Series>> = HashMap::new();
         let mut out = RollupRows::default();
         for r in rows {
@@ -316,21 +460,7 @@ impl Cursor {
                 .entry(r.key.clone())
                 .or_insert_with(|| Arc::new(series(&r.key, &ident)))
                 .clone();
-            use crate::model::Value::*;
-            let field = &r.field;
-            out.points.push(Point {
-                series: s,
-                ts: r.bucket,
-                fields: vec![
-                    (
-                        format!("{field}_mean").into(),
-                        F64(r.sum / r.count.max(1) as f64),
-                    ),
-                    (format!("{field}_min").into(), F64(r.min)),
-                    (format!("{field}_max").into(), F64(r.max)),
-                    (format!("{field}_count").into(), I64(r.count)),
-                ],
-            });
+            out.points.push(super::rollup::row_point(&r, s));
             out.keys.push((r.bucket, r.series_id));
         }
         Ok(out)
@@ -484,5 +614,91 @@ mod tests {
         assert!(!other.resumed);
         assert_eq!(other.from, 2 * MIN);
         assert_eq!(other.rows.points.len(), 6);
+    }
+
+    /// A rollup-mode sink: whole final buckets in order, its own cursor (raw eviction and
+    /// chunk merging ignore it), replays counted, its unsent rows counted when the tier
+    /// evicts them, and a switch from raw mode starting at the newest bucket sent raw.
+    #[test]
+    fn a_rollup_feed_reads_final_buckets_whole_and_counts_evicted_rows() {
+        let (dir, _src, mut raw) = store_with_an_eviction_gap();
+        // Sink `s` (raw) sent a point at 2.5 min; the tier saw points up to 7 min.
+        raw.ack(3, 1, 1, 2 * MIN + 30_000_000_000, 1).unwrap();
+        drop(raw);
+        let (conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let state = tiers::State {
+            cursor: 9,
+            watermark: 7 * MIN,
+            ..tiers::State::default()
+        };
+        tiers::put_state(&conn, &path, 60, &state).unwrap();
+        let feed = Feed::Rollup {
+            tier_s: 60,
+            lateness_ns: 2 * MIN,
+        };
+        // Final: buckets ending by 5 min (0..=4 min): the five stored. A fresh sink reads
+        // from the oldest row; 3 rows a batch = one whole bucket (2 rows) per batch.
+        let mut src = Source::open_feed(dir.path(), ident(), feed).unwrap();
+        let (mut cur, d) = Cursor::open_feed(dir.path(), "r", feed).unwrap();
+        assert_eq!((d.cursor, d.rollup_tier), (i64::MIN, 60));
+        assert_eq!(src.backlog(d.cursor).unwrap(), (10, 5, Some(0)));
+        let c = src.read(d.cursor, 3).unwrap();
+        assert_eq!((c.first, c.last, c.full, c.points.len()), (0, 0, true, 2));
+        let p = &c.points[0];
+        assert!(
+            p.series.prefix.contains("edgewatch_rollup=60s"),
+            "{}",
+            p.series.prefix
+        );
+        assert_eq!(p.fields[0].0.as_ref(), "a_mean");
+        let c = src.read(0, 100).unwrap();
+        assert_eq!(
+            (c.first, c.last, c.full, c.points.len()),
+            (MIN, 4 * MIN, false, 8)
+        );
+        // A batch through 2 min in flight, then a crash: counted once; the cursor stays.
+        cur.mark_inflight(2 * MIN).unwrap();
+        cur.ack(MIN, 1, 4, MIN, 1).unwrap();
+        drop(cur);
+        let (mut cur, d) = Cursor::open_feed(dir.path(), "r", feed).unwrap();
+        assert_eq!((d.cursor, d.replayed, d.forwarded), (MIN, 1, 4));
+        assert_eq!(src.backlog(d.cursor).unwrap(), (6, 3, Some(2 * MIN)));
+        // Raw eviction takes nothing from it; the tier's eviction of unsent rows is counted.
+        let gone = chunks::ChunkSize {
+            id: 7,
+            n: 5,
+            bytes: 1,
+        };
+        let lost = sinks::record_eviction(&conn, &path, &[gone]).unwrap();
+        assert_eq!(
+            lost.iter().map(|l| l.sink.as_str()).collect::<Vec<_>>(),
+            ["s"]
+        );
+        tiers::delete_oldest(&conn, &path, 60, 2 * MIN, 100).unwrap();
+        let d = cur.load().unwrap();
+        assert_eq!(d.evicted_points, 2, "the 2 min rows were not sent");
+        let c = src.read(d.cursor, 100).unwrap();
+        assert_eq!(
+            (c.first, c.last),
+            (3 * MIN, 4 * MIN),
+            "goes on with what is left"
+        );
+        cur.ack(c.last, 2, 4, c.last, 2).unwrap();
+        assert_eq!(
+            src.read(4 * MIN, 100).unwrap().last,
+            0,
+            "nothing final left"
+        );
+        // Sink `s` switched to rollup mode starts at the bucket of its newest raw point.
+        let (_, d) = Cursor::open_feed(dir.path(), "s", feed).unwrap();
+        assert_eq!(d.cursor, 2 * MIN - 1);
+        assert_eq!(
+            src.read(d.cursor, 100).unwrap().first,
+            3 * MIN,
+            "2 min is evicted"
+        );
+        // ... and back to raw: its raw cursor is where it was.
+        let (_, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!((d.cursor, d.rollup_tier), (3, 0));
     }
 }

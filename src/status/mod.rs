@@ -255,6 +255,16 @@ pub struct Sink {
     /// `prometheus_remote_write` (counted when their batch was acknowledged or refused).
     #[serde(default)]
     pub skipped_string_values: i64,
+
+    /// What the sink forwards: `raw` or `rollup:1m` / `rollup:1h` (bandwidth-aware
+    /// forwarding). In rollup mode the backlog counts the tier's final rows (`backlog_points`)
+    /// and buckets (`backlog_chunks`) not sent yet, and `evicted_unforwarded_points` the rows
+    /// retention or the budget deleted before they were sent.
+    #[serde(default)]
+    pub forward: String,
+    /// Rollup mode: start of the last bucket acknowledged, ns (`null` in raw mode).
+    #[serde(default)]
+    pub rollup_cursor_ns: Option<i64>,
 }
 
 /// The collectors.

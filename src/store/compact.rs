@@ -5,7 +5,7 @@
 //! rollup job's.
 //!
 //! What it never breaks: only chunks at or below every consumer's cursor are merged (each
-//! tier's `rollup_state.cursor`, each sink's `cursor_chunk_id`, and below the clock hold),
+//! tier's `rollup_state.cursor`, each raw-mode sink's `cursor_chunk_id`, and below the clock hold),
 //! so a merged chunk is on the same side of every cursor as the chunks it replaces; it
 //! keeps the largest of their ids (ids are never reused) and their points in id order, so
 //! every reader sees the same points. A legacy chunk is re-encoded under its own id with
@@ -74,7 +74,7 @@ impl Pass {
 fn horizon(tx: &Connection, path: &Path) -> Result<i64, StoreError> {
     tx.query_row(
         "SELECT MIN(c) FROM (SELECT cursor AS c FROM rollup_state \
-         UNION ALL SELECT cursor_chunk_id FROM sinks \
+         UNION ALL SELECT cursor_chunk_id FROM sinks WHERE rollup_tier = 0 \
          UNION ALL SELECT first_chunk_id - 1 FROM clock_fix)",
         [],
         |r| r.get::<_, Option<i64>>(0),

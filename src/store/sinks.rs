@@ -5,7 +5,9 @@
 //! (a batch's bookkeeping, its cursor move and its fallback progress commit together); and,
 //! for the rollup job and the status page, which raw chunks each sink had not forwarded yet
 //! when eviction took them ([`record_eviction`], inside the eviction's transaction, and
-//! [`evictions`]).
+//! [`evictions`]). A sink in rollup mode (`rollup_tier > 0`, migration 0010) keeps its place
+//! in that tier (`rollup_cursor_bucket`) through the same moves; raw eviction skips it and
+//! tier eviction counts the rows it had not sent ([`record_rollup_eviction`]).
 //!
 //! Never decides when a cursor moves: the forwarder calls [`ack`] only after the remote end
 //! acknowledged.
@@ -40,7 +42,9 @@ pub fn record_eviction(
     evicted: &[ChunkSize],
 ) -> Result<Vec<Lost>, StoreError> {
     let cursors: Vec<(String, i64)> = tx
-        .prepare_cached("SELECT name, cursor_chunk_id FROM sinks")
+        // A rollup-mode sink (`rollup_tier > 0`) holds no raw chunks: raw eviction takes
+        // nothing from it (its loss is counted by `record_rollup_eviction`).
+        .prepare_cached("SELECT name, cursor_chunk_id FROM sinks WHERE rollup_tier = 0")
         .and_then(|mut st| {
             st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
                 .and_then(|rows| rows.collect())
@@ -116,18 +120,82 @@ pub fn ensure(conn: &Connection, path: &Path, name: &str) -> Result<(), StoreErr
     .ctx(path)
 }
 
+/// Records which feed sink `name` forwards: rollup tier `tier` (its resolution in seconds),
+/// or raw chunks (0). A sink entering rollup mode starts at the bucket holding the newest
+/// point it acknowledged before (that bucket is sent whole: overlap rather than a hole, as
+/// the eviction fallback does), or at the oldest row for a sink that never sent anything;
+/// a sink already in rollup mode (on any tier) keeps its place in time. Its raw cursor is
+/// kept as it is: a sink switched back to raw resumes raw forwarding where it stopped.
+pub fn set_mode(conn: &Connection, path: &Path, name: &str, tier: i64) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE sinks SET rollup_cursor_bucket = CASE \
+           WHEN ?2 > 0 AND (rollup_tier = 0 OR rollup_cursor_bucket IS NULL) THEN \
+             CASE WHEN forwarded_ts_max > 0 \
+               THEN forwarded_ts_max - (forwarded_ts_max % (?2 * 1000000000)) - 1 \
+               ELSE -9223372036854775808 END \
+           ELSE rollup_cursor_bucket END, \
+         rollup_tier = ?2 WHERE name = ?1",
+        params![name, tier],
+    )
+    .map(|_| ())
+    .ctx(path)
+}
+
+/// Retention or the disk budget is about to delete the rows of tier `tier` with
+/// `bucket <= upto`: counts, for every sink forwarding that tier, the rows among them it has
+/// not sent yet (`rollup_evicted_rows`, shown as `evicted_unforwarded_points`), inside the
+/// eviction's transaction. The sink's reads skip the gap on their own (they read the next
+/// bucket that exists).
+pub fn record_rollup_eviction(
+    tx: &Connection,
+    path: &Path,
+    tier: i64,
+    upto: i64,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE sinks SET rollup_evicted_rows = rollup_evicted_rows + \
+           (SELECT COUNT(*) FROM rollups r WHERE r.tier = ?1 \
+            AND r.bucket > COALESCE(sinks.rollup_cursor_bucket, -9223372036854775808) \
+            AND r.bucket <= ?2) \
+         WHERE rollup_tier = ?1 \
+         AND COALESCE(rollup_cursor_bucket, -9223372036854775808) < ?2",
+    )
+    .and_then(|mut st| st.execute(params![tier, upto]))
+    .map(|_| ())
+    .ctx(path)
+}
+
 /// Creates sink `name`'s row if needed and counts as replayed what was in flight when the
 /// agent last stopped: a raw batch (`inflight_through_chunk_id` above the cursor) and the
 /// batches of an eviction-fallback span (`sink_fallback.inflight`), in one `BEGIN IMMEDIATE`
 /// transaction; returns the row.
 pub fn open_row(conn: &mut Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
+    open_row_in(conn, path, name, 0)
+}
+
+/// [`open_row`] for a sink that forwards rollup tier `tier` (resolution in seconds; 0 = raw
+/// chunks): records the mode first (see [`set_mode`]), so the sink's cursor in the returned
+/// row is its place in that feed.
+pub fn open_row_in(
+    conn: &mut Connection,
+    path: &Path,
+    name: &str,
+    tier: i64,
+) -> Result<Durable, StoreError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
     ensure(&tx, path, name)?;
+    set_mode(&tx, path, name, tier)?;
     tx.execute(
         "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
-         WHERE name = ?1 AND inflight_through_chunk_id > cursor_chunk_id",
+         WHERE name = ?1 AND rollup_tier = 0 AND inflight_through_chunk_id > cursor_chunk_id",
+        params![name],
+    )
+    .ctx(path)?;
+    tx.execute(
+        "UPDATE sinks SET replayed_batches = replayed_batches + 1, rollup_inflight_bucket = NULL \
+         WHERE name = ?1 AND rollup_tier > 0 AND rollup_inflight_bucket > rollup_cursor_bucket",
         params![name],
     )
     .ctx(path)?;
@@ -175,6 +243,10 @@ pub struct Durable {
     /// While an eviction-fallback span is being sent: how far it got; `None` before the
     /// first acknowledgement or when no span is in progress.
     pub fallback_pos: Option<FallbackPos>,
+    /// The rollup tier the sink forwards (resolution in seconds), 0 for raw chunks. In
+    /// rollup mode `cursor` is the start (ns) of the last bucket acknowledged and
+    /// `evicted_points` counts the tier's rows evicted before they were sent.
+    pub rollup_tier: i64,
 }
 
 /// The place reached in an eviction-fallback span.
@@ -205,10 +277,13 @@ pub struct FallbackProgress {
 /// Sink `name`'s row, with its place in an eviction-fallback span if one is in progress.
 pub fn load(conn: &Connection, path: &Path, name: &str) -> Result<Durable, StoreError> {
     conn.prepare_cached(
-        "SELECT s.cursor_chunk_id, s.batch_seq, s.forwarded_points, s.dead_letter_points, \
-         s.replayed_batches, s.evicted_unforwarded_points, s.evicted_through_chunk_id, \
+        "SELECT CASE WHEN s.rollup_tier > 0 \
+           THEN COALESCE(s.rollup_cursor_bucket, -9223372036854775808) ELSE s.cursor_chunk_id END, \
+         s.batch_seq, s.forwarded_points, s.dead_letter_points, s.replayed_batches, \
+         CASE WHEN s.rollup_tier > 0 THEN s.rollup_evicted_rows ELSE s.evicted_unforwarded_points END, \
+         s.evicted_through_chunk_id, \
          s.fallback_points, s.fallback_through_chunk_id, s.last_success_ns, s.forwarded_ts_max, \
-         f.span_from, f.bucket, f.series_id FROM sinks s \
+         f.span_from, f.bucket, f.series_id, s.rollup_tier FROM sinks s \
          LEFT JOIN sink_fallback f ON f.sink = s.name \
          WHERE s.name = ?1",
     )
@@ -230,13 +305,15 @@ pub fn load(conn: &Connection, path: &Path, name: &str) -> Result<Durable, Store
                     (Some(from), Some(b), Some(s)) => Some(FallbackPos { from, row: (b, s) }),
                     _ => None,
                 },
+                rollup_tier: r.get(14)?,
             })
         })
     })
     .ctx(path)
 }
 
-/// Records that batches through chunk `through` are being sent (one small write).
+/// Records that batches through chunk `through` (rollup mode: bucket `through`) are being
+/// sent (one small write).
 pub fn mark_inflight(
     conn: &Connection,
     path: &Path,
@@ -244,7 +321,10 @@ pub fn mark_inflight(
     through: i64,
 ) -> Result<(), StoreError> {
     conn.execute(
-        "UPDATE sinks SET inflight_through_chunk_id = ?2 WHERE name = ?1",
+        "UPDATE sinks SET \
+         inflight_through_chunk_id = CASE WHEN rollup_tier > 0 THEN inflight_through_chunk_id ELSE ?2 END, \
+         rollup_inflight_bucket = CASE WHEN rollup_tier > 0 THEN ?2 ELSE rollup_inflight_bucket END \
+         WHERE name = ?1",
         params![name, through],
     )
     .map(|_| ())
@@ -266,14 +346,17 @@ pub struct Ack {
     pub now_ns: i64,
 }
 
-/// The remote end acknowledged everything through chunk `a.through`: moves the cursor, in
-/// one short transaction.
+/// The remote end acknowledged everything through chunk `a.through` (rollup mode: every row
+/// of the buckets through `a.through`): moves the cursor, in one short transaction.
 pub fn ack(conn: &mut Connection, path: &Path, name: &str, a: &Ack) -> Result<(), StoreError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
     tx.execute(
-        "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
+        "UPDATE sinks SET \
+         cursor_chunk_id = CASE WHEN rollup_tier > 0 THEN cursor_chunk_id ELSE MAX(cursor_chunk_id, ?2) END, \
+         rollup_cursor_bucket = CASE WHEN rollup_tier > 0 THEN MAX(rollup_cursor_bucket, ?2) ELSE rollup_cursor_bucket END, \
+         batch_seq = MAX(batch_seq, ?3), \
          forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
          forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
         params![name, a.through, a.seq, a.points, a.now_ns, a.ts_max],
@@ -324,13 +407,18 @@ pub fn dead_letter(
     )
     .ctx(path)?;
     tx.execute(
-        "UPDATE sinks SET cursor_chunk_id = MAX(cursor_chunk_id, ?2), batch_seq = MAX(batch_seq, ?3), \
+        "UPDATE sinks SET \
+         cursor_chunk_id = CASE WHEN rollup_tier > 0 THEN cursor_chunk_id ELSE MAX(cursor_chunk_id, ?2) END, \
+         rollup_cursor_bucket = CASE WHEN rollup_tier > 0 AND ?5 THEN MAX(rollup_cursor_bucket, ?2) \
+           ELSE rollup_cursor_bucket END, \
+         batch_seq = MAX(batch_seq, ?3), \
          dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
         params![
             name,
             if d.fallback.is_some() { 0 } else { d.through },
             d.seq,
-            d.points
+            d.points,
+            d.fallback.is_none()
         ],
     )
     .ctx(path)?;

@@ -84,6 +84,16 @@ pub fn downgrade_to_v3(dir: &Path) {
     c.execute("DELETE FROM schema_migrations WHERE version >= 4", [])
         .unwrap();
     c.execute("DROP TABLE clock_fix", []).unwrap();
+    // Migration 0010's columns (bandwidth-aware forwarding).
+    for col in [
+        "rollup_tier",
+        "rollup_cursor_bucket",
+        "rollup_inflight_bucket",
+        "rollup_evicted_rows",
+    ] {
+        c.execute(&format!("ALTER TABLE sinks DROP COLUMN {col}"), [])
+            .unwrap();
+    }
     c.pragma_update(None, "user_version", 3).unwrap();
 }
 

@@ -1,6 +1,7 @@
 //! The rollup tiers' tables: bucket rows (`rollups`: one [`Acc`] per tier, series and
 //! bucket) and each tier's cursor and watermark (`rollup_state`). Reads for the query engine
-//! (only the columns a query needs, see [`Need`]) and the forwarder's eviction fallback;
+//! (only the columns a query needs, see [`Need`]), the forwarder's eviction fallback and
+//! rollup-mode sinks ([`named_rows`], [`pending`]);
 //! reads and writes for the rollup job, inside its transactions.
 //!
 //! Never folds points or decides what to evict: the rollup job does (`crate::rollup`); the
@@ -326,6 +327,9 @@ pub fn delete_oldest(
         }
         None => last_bucket,
     };
+    // Rows a rollup-mode sink had not sent yet are counted against it (see
+    // `sinks::record_rollup_eviction`), in this transaction.
+    super::sinks::record_rollup_eviction(tx, path, key, upto)?;
     let n = tx
         .execute(
             "DELETE FROM rollups WHERE tier = ?1 AND bucket <= ?2",
@@ -336,7 +340,7 @@ pub fn delete_oldest(
 }
 
 /// One bucket row with the names of its series: what a forwarder sends in place of evicted
-/// raw data.
+/// raw data, or, for a rollup-mode sink (`forward = "rollup:1m"`), instead of raw data.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedRow {
     /// The tag set's canonical key.
@@ -355,11 +359,18 @@ pub struct NamedRow {
     pub min: f64,
     /// Largest.
     pub max: f64,
+    /// The 0.5, 0.9 and 0.99 quantiles from the row's sketch (within the sketch's relative
+    /// accuracy, the values the query engine answers for `p50`/`p90`/`p99` over this one
+    /// bucket); `None` when the sketch is empty or does not decode.
+    pub quantiles: Option<[f64; 3]>,
 }
+
+/// The quantiles [`NamedRow::quantiles`] carries.
+pub const NAMED_QUANTILES: [f64; 3] = [0.5, 0.9, 0.99];
 
 /// The rows of tier `key` with `from <= bucket < to`, ordered by bucket then series id,
 /// starting after the row `after` (bucket, series id) when given: a read that stopped can
-/// resume where it was.
+/// resume where it was. At most `limit` rows when given.
 pub fn named_rows(
     conn: &Connection,
     path: &Path,
@@ -367,29 +378,67 @@ pub fn named_rows(
     from: i64,
     to: i64,
     after: Option<(i64, i64)>,
+    limit: Option<usize>,
 ) -> Result<Vec<NamedRow>, StoreError> {
     let mut st = conn
         .prepare_cached(
-            "SELECT t.key, s.field, r.bucket, r.series_id, r.count, r.sum, r.min, r.max FROM rollups r \
+            "SELECT t.key, s.field, r.bucket, r.series_id, r.count, r.sum, r.min, r.max, r.sketch \
+             FROM rollups r \
              JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
              WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 \
              AND (r.bucket > ?4 OR (r.bucket = ?4 AND r.series_id > ?5)) \
-             ORDER BY r.bucket, r.series_id",
+             ORDER BY r.bucket, r.series_id LIMIT ?6",
         )
         .ctx(path)?;
     let (after_bucket, after_series) = after.unwrap_or((i64::MIN, i64::MIN));
-    st.query_map(params![key, from, to, after_bucket, after_series], |r| {
-        Ok(NamedRow {
-            key: r.get(0)?,
-            field: r.get(1)?,
-            bucket: r.get(2)?,
-            series_id: r.get(3)?,
-            count: r.get(4)?,
-            sum: r.get(5)?,
-            min: r.get(6)?,
-            max: r.get(7)?,
+    let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    st.query_map(
+        params![key, from, to, after_bucket, after_series, limit],
+        |r| {
+            let quantiles = r
+                .get_ref(8)?
+                .as_blob()
+                .ok()
+                .and_then(|b| Sketch::decode(b).ok())
+                .and_then(|sk| {
+                    let q = NAMED_QUANTILES.map(|q| sk.quantile(q));
+                    Some([q[0]?, q[1]?, q[2]?])
+                });
+            Ok(NamedRow {
+                key: r.get(0)?,
+                field: r.get(1)?,
+                bucket: r.get(2)?,
+                series_id: r.get(3)?,
+                count: r.get(4)?,
+                sum: r.get(5)?,
+                min: r.get(6)?,
+                max: r.get(7)?,
+                quantiles,
+            })
+        },
+    )
+    .and_then(|rows| rows.collect())
+    .ctx(path)
+}
+
+/// Rows of tier `key` with `after < bucket <= through`: (rows, distinct buckets, the oldest
+/// bucket). What a rollup-mode sink has not sent yet (one range of the `(tier, bucket)`
+/// index).
+pub fn pending(
+    conn: &Connection,
+    path: &Path,
+    key: i64,
+    after: i64,
+    through: i64,
+) -> Result<(i64, i64, Option<i64>), StoreError> {
+    conn.prepare_cached(
+        "SELECT COUNT(*), COUNT(DISTINCT bucket), MIN(bucket) FROM rollups \
+         WHERE tier = ?1 AND bucket > ?2 AND bucket <= ?3",
+    )
+    .and_then(|mut st| {
+        st.query_row(params![key, after, through], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })
     })
-    .and_then(|rows| rows.collect())
     .ctx(path)
 }

@@ -1267,6 +1267,9 @@ mod tests {
                         evicted_unforwarded_points: 512,
                         fallback_points: 513,
                         skipped_string_values: 0,
+
+                        forward: "raw".into(),
+                        rollup_cursor_ns: None,
                     },
                     // Nothing sent, nothing failed, no backlog: those series are absent.
                     status::Sink {

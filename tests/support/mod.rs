@@ -435,3 +435,4 @@ pub fn promtool_check(text: &str) {
 }
 
 pub mod peers;
+pub mod throttle;

@@ -142,6 +142,13 @@ pub fn agent_on(dir: &Path, top_and_sinks: &str, port: u16) -> Agent {
         Some(i) => top_and_sinks.split_at(i),
         None => (top_and_sinks, ""),
     };
+    // Sinks here send at once when their link returns: tests time their drains, and
+    // tests/forward_rollup.rs checks the spread (`reconnect_jitter`) with its own values.
+    let tables = if tables.contains("reconnect_jitter") {
+        tables.to_string()
+    } else {
+        tables.replace("[[sink]]\n", "[[sink]]\nreconnect_jitter = \"0s\"\n")
+    };
     let text = format!(
         "{top}\n[http]\nlisten = \"{http}\"\n[udp]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n{QUIET}{tables}\n",
         data.display()
