@@ -284,13 +284,25 @@ def start_mosquitto(work):
     return p, port
 
 
+def start_victoriametrics(work):
+    port = free_port()
+    os.makedirs(work, exist_ok=True)
+    p = subprocess.Popen(["victoria-metrics", f"-httpListenAddr=127.0.0.1:{port}",
+                          f"-storageDataPath={work}/vm", "-retentionPeriod=100y"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    CHILDREN.append(p)
+    wait(lambda: http("GET", f"http://127.0.0.1:{port}/health")[0] == 200, 30, "victoria-metrics")
+    return p, port
+
+
 # Sink types: the receiver to start and the sink's keys (`@PORT@`: the proxy's port).
-# A new sink type (prometheus_remote_write -> VictoriaMetrics) is one more entry here.
+# A new sink type is one more entry here.
 SINKS = {
     "influxdb-gzip": (start_influxd, 'type = "influxdb"\nurl = "http://127.0.0.1:@PORT@"\nversion = 1\ndatabase = "edge"\ngzip = true\n'),
     "influxdb-plain": (start_influxd, 'type = "influxdb"\nurl = "http://127.0.0.1:@PORT@"\nversion = 1\ndatabase = "edge"\ngzip = false\n'),
     "mqtt-line": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "line"\n'),
     "mqtt-line-gzip": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "line"\ngzip = true\n'),
+    "remote-write": (start_victoriametrics, 'type = "prometheus_remote_write"\nurl = "http://127.0.0.1:@PORT@/api/v1/write"\n'),
     "mqtt-json": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "json"\n'),
 }
 
