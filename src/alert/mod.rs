@@ -13,3 +13,8 @@ pub mod config;
 pub mod event;
 pub mod incident;
 pub mod notify;
+pub mod eval;
+pub mod observe;
+pub mod rules;
+pub mod task;
+pub mod view;
