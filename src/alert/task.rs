@@ -291,6 +291,11 @@ impl Evaluator {
             last_duration_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
             rule_errors,
             store_error,
+            active: items
+                .iter()
+                .filter(|i| i.state != "inactive")
+                .cloned()
+                .collect(),
         };
         (items, status)
     }

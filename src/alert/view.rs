@@ -56,6 +56,9 @@ pub struct AlertsStatus {
     pub rule_errors: Vec<RuleError>,
     /// The last failure to record state in the store, if the last evaluation had one.
     pub store_error: Option<String>,
+    /// The pending and firing instances (`/metrics` exports them as `ALERTS`).
+    #[serde(default)]
+    pub active: Vec<AlertItem>,
 }
 
 /// The snapshot shared between the evaluator and the readers.

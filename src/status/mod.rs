@@ -37,6 +37,10 @@ pub struct Status {
     pub forward: Forward,
     /// The collectors.
     pub collectors: Collectors,
+    /// The alert evaluator: rules, instances pending and firing, the last evaluation
+    /// (`null`: not evaluated yet). Declared beside its owner, `alert::view`.
+    #[serde(default)]
+    pub alerts: Option<crate::alert::view::AlertsStatus>,
 }
 
 /// The agent itself.
