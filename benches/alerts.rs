@@ -159,8 +159,10 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let mut cfg = Config::default();
-    cfg.alert = (0..RULES).map(rule).collect();
+    let cfg = Config {
+        alert: (0..RULES).map(rule).collect(),
+        ..Config::default()
+    };
     let rules = edgewatch::alert::rules::compile(&cfg.alerts, &cfg.alert);
     let n_rules = rules.len();
     let setup = Setup {

@@ -360,11 +360,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         };
         tasks.push((
             "alert evaluator",
-            tokio::spawn(crate::alert::task::run(
-                setup,
-                alerts_view,
-                sources.clone(),
-            )),
+            tokio::spawn(crate::alert::task::run(setup, alerts_view, sources.clone())),
         ));
     }
     drop(handle);

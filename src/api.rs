@@ -319,7 +319,9 @@ pub const MAX_ALERT_HISTORY: usize = 10_000;
 /// `GET /api/v1/alerts` (the instances of the last evaluation, from memory) and
 /// `GET /api/v1/alerts/history?from=&to=` (transitions, from the store; default the last
 /// 24 h).
-fn alert_routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
+fn alert_routes(
+    ctx: ApiCtx,
+) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
     let with = warp::any().map(move || ctx.clone());
     let list = warp::path!("api" / "v1" / "alerts")
         .and(warp::get())
@@ -364,7 +366,9 @@ fn alert_routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp:
                             })
                         })
                         .collect();
-                    body::json(json!({ "from": from, "to": to, "truncated": truncated, "history": rows }))
+                    body::json(
+                        json!({ "from": from, "to": to, "truncated": truncated, "history": rows }),
+                    )
                 }
                 Err(resp) => resp,
             }

@@ -30,9 +30,9 @@ fn alerts(agent: &Agent) -> Vec<Value> {
 
 /// The instances of `rule` (by name) whose labels include `labels`.
 fn instance(agent: &Agent, rule: &str, labels: &[(&str, &str)]) -> Option<Value> {
-    alerts(agent).into_iter().find(|a| {
-        a["name"] == rule && labels.iter().all(|(k, v)| a["labels"][*k] == *v)
-    })
+    alerts(agent)
+        .into_iter()
+        .find(|a| a["name"] == rule && labels.iter().all(|(k, v)| a["labels"][*k] == *v))
 }
 
 fn state_of(agent: &Agent, rule: &str, labels: &[(&str, &str)]) -> String {
@@ -247,10 +247,16 @@ fn a_spike_fires_after_for_and_resolves_per_group() {
     assert_eq!(kinds, ["pending", "firing", "resolved"], "{h:?}");
     let t = |s: &str| humantime::parse_rfc3339(s).unwrap();
     let held = t(&h[1].1).duration_since(t(&h[0].1)).unwrap();
-    assert!(held >= Duration::from_secs(2), "fired after {held:?}, for = 2s");
+    assert!(
+        held >= Duration::from_secs(2),
+        "fired after {held:?}, for = 2s"
+    );
 
     let events = outbox(&agent.dir);
-    let st: Vec<&str> = events.iter().map(|e| e["status"].as_str().unwrap()).collect();
+    let st: Vec<&str> = events
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
     assert_eq!(st, ["firing", "resolved"], "{events:?}");
     let (f, r) = (&events[0], &events[1]);
     assert_eq!(f["fingerprint"], r["fingerprint"]);
@@ -291,7 +297,11 @@ fn a_firing_alert_survives_kill_9_and_still_resolves() {
     feed.follow(&agent);
     // A few evaluations after the restart.
     wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"].as_u64().unwrap_or(0) >= 3).then_some(())
+        (agent.status()["alerts"]["evaluations"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 3)
+            .then_some(())
     })
     .expect("evaluations after restart");
     let after = wait_state(&agent, "Hot", &[], "firing", 5);
@@ -305,7 +315,10 @@ fn a_firing_alert_survives_kill_9_and_still_resolves() {
     feed.wait_writes(2);
     wait_state(&agent, "Hot", &[], "inactive", 15);
     let events = outbox(&agent.dir);
-    let st: Vec<&str> = events.iter().map(|e| e["status"].as_str().unwrap()).collect();
+    let st: Vec<&str> = events
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect();
     assert_eq!(st, ["firing", "resolved"]);
     assert_eq!(events[0]["starts_at_ns"], events[1]["starts_at_ns"]);
 }
@@ -370,7 +383,10 @@ fn ratio_of_and_the_builtin_latency_ratio() {
             body.push_str(&format!("inference,model=tail wall_ms={v} {}\n", t + i));
             body.push_str(&format!("inference,model=flat wall_ms=10 {}\n", t + i));
         }
-        assert_eq!(post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0, 204);
+        assert_eq!(
+            post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
+            204
+        );
         let a = instance(&agent, "TailRatio", &[("model", "tail")]);
         let b = instance(&agent, "InferenceLatencyRatioHigh", &[("model", "tail")]);
         if let (Some(a), Some(b)) = (a, b) {
@@ -384,7 +400,10 @@ fn ratio_of_and_the_builtin_latency_ratio() {
     let (a, b) = fired.unwrap_or_else(|| panic!("not firing: {:?}", alerts(&agent)));
     assert_eq!(a["value"], 10.0, "{a}");
     assert_eq!(b["value"], 10.0, "{b}");
-    assert_eq!(state_of(&agent, "TailRatio", &[("model", "flat")]), "inactive");
+    assert_eq!(
+        state_of(&agent, "TailRatio", &[("model", "flat")]),
+        "inactive"
+    );
     assert_eq!(
         state_of(&agent, "InferenceLatencyRatioHigh", &[("model", "flat")]),
         "inactive"
@@ -412,7 +431,11 @@ fn builtins_stay_quiet_on_an_ordinary_agent() {
     let feed = Feeder::start(&agent);
     feed.set("inference,model=a wall_ms", 10.0);
     wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"].as_u64().unwrap_or(0) >= 3).then_some(())
+        (agent.status()["alerts"]["evaluations"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 3)
+            .then_some(())
     })
     .expect("evaluations");
     assert_eq!(firing_builtins(&agent), vec![]);
@@ -440,7 +463,13 @@ fn builtins_fire_on_a_stale_sink_and_rejected_points() {
     assert_eq!(post(&agent.url("/write"), b"m v=1\n", &[]).unwrap().0, 204);
     let (code, _) = post(&agent.url("/write"), b"m v=\n", &[]).unwrap();
     assert_ne!(code, 204);
-    let sink = wait_state(&agent, "SinkBacklogStale", &[("sink", "dead")], "firing", 15);
+    let sink = wait_state(
+        &agent,
+        "SinkBacklogStale",
+        &[("sink", "dead")],
+        "firing",
+        15,
+    );
     assert!(sink["value"].as_f64().unwrap() > 2.0, "{sink}");
     wait_state(&agent, "AgentDroppingPoints", &[], "firing", 10);
     assert_eq!(state_of(&agent, "StoreNearDiskBudget", &[]), "inactive");
@@ -478,7 +507,10 @@ fn builtins_fire_on_nvml_throttling_and_temperature() {
          gpu 1 temperature 40\ngpu 1 temp_slowdown 90\ngpu 1 throttle_reasons 5\n",
     )
     .unwrap();
-    let cfg = BASE.replace("[nvml]\nenabled = false\n", "[nvml]\ninterval = \"200ms\"\n");
+    let cfg = BASE.replace(
+        "[nvml]\nenabled = false\n",
+        "[nvml]\ninterval = \"200ms\"\n",
+    );
     let agent = Agent::start_with_env(
         dir.path(),
         &format!("{cfg}builtin = true\nbuiltin_for = \"0s\"\n"),
@@ -489,10 +521,19 @@ fn builtins_fire_on_nvml_throttling_and_temperature() {
     );
     let t = wait_state(&agent, "GpuThrottling", &[("gpu", "0")], "firing", 15);
     assert_eq!(t["value"], 1.0);
-    let m = wait_state(&agent, "GpuTemperatureNearSlowdown", &[("gpu", "0")], "firing", 15);
+    let m = wait_state(
+        &agent,
+        "GpuTemperatureNearSlowdown",
+        &[("gpu", "0")],
+        "firing",
+        15,
+    );
     assert_eq!(m["value"], 3.0);
     // GPU 1: idle (0x1) and power cap (0x4) are not a slowdown; 50 °C of margin.
-    assert_eq!(state_of(&agent, "GpuThrottling", &[("gpu", "1")]), "inactive");
+    assert_eq!(
+        state_of(&agent, "GpuThrottling", &[("gpu", "1")]),
+        "inactive"
+    );
     assert_eq!(
         state_of(&agent, "GpuTemperatureNearSlowdown", &[("gpu", "1")]),
         "inactive"
@@ -516,9 +557,21 @@ fn builtin_fires_on_a_hot_jetson_zone() {
         dir.path(),
         &format!("{cfg}builtin = true\nbuiltin_for = \"0s\"\njetson_temp_limit_c = 50.5\n"),
     );
-    let cpu = wait_state(&agent, "JetsonTemperatureHigh", &[("zone", "cpu")], "firing", 15);
+    let cpu = wait_state(
+        &agent,
+        "JetsonTemperatureHigh",
+        &[("zone", "cpu")],
+        "firing",
+        15,
+    );
     assert!(cpu["value"].as_f64().unwrap() > 50.5, "{cpu}");
-    wait_state(&agent, "JetsonTemperatureHigh", &[("zone", "tj")], "firing", 10);
+    wait_state(
+        &agent,
+        "JetsonTemperatureHigh",
+        &[("zone", "tj")],
+        "firing",
+        10,
+    );
     for zone in ["soc0", "soc1", "soc2"] {
         assert_eq!(
             state_of(&agent, "JetsonTemperatureHigh", &[("zone", zone)]),
@@ -536,8 +589,16 @@ fn malformed_rules_are_refused_with_key_and_line() {
     for (bad, key, line) in [
         (good.replace("agg = \"max\"", "agg = \"p1000x\""), "agg", 5),
         (good.replace("op = \">\"", "op = \"~\""), "op", 7),
-        (good.replace("window = \"1m\"", "window = \"1 fortnite\""), "window", 6),
-        (good.replace("threshold = 1", "threshold = 1\nthreshhold = 2"), "threshhold", 9),
+        (
+            good.replace("window = \"1m\"", "window = \"1 fortnite\""),
+            "window",
+            6,
+        ),
+        (
+            good.replace("threshold = 1", "threshold = 1\nthreshhold = 2"),
+            "threshhold",
+            9,
+        ),
         (good.replace("name = \"A\"", "name = \"a-b\""), "name", 2),
         (format!("{good}{good}"), "name", 10),
     ] {
@@ -551,6 +612,9 @@ fn malformed_rules_are_refused_with_key_and_line() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{bad}");
         assert!(err.contains(key), "{key}: {err}");
-        assert!(err.contains(&format!("line {line}")), "{key} line {line}: {err}");
+        assert!(
+            err.contains(&format!("line {line}")),
+            "{key} line {line}: {err}"
+        );
     }
 }

@@ -271,7 +271,10 @@ pub fn validate_all(
             ));
         }
         if r.field.trim().is_empty() {
-            return Err(format!("{which}{}: key `field` must not be empty", at("field")));
+            return Err(format!(
+                "{which}{}: key `field` must not be empty",
+                at("field")
+            ));
         }
         if r.group_by.iter().any(|k| k.trim().is_empty()) {
             return Err(format!(
@@ -348,7 +351,11 @@ fn name_line(text: &str, name: &str, key: &str, nth: usize) -> Option<usize> {
     lines
         .iter()
         .find(|(_, l)| key_of(l).as_deref() == Some(key))
-        .or_else(|| lines.iter().find(|(_, l)| key_of(l).as_deref() == Some("name")))
+        .or_else(|| {
+            lines
+                .iter()
+                .find(|(_, l)| key_of(l).as_deref() == Some("name"))
+        })
         .map(|(n, _)| *n)
         .or(Some(*start))
 }
@@ -412,11 +419,31 @@ labels = { team = "vision" }
         let cases = [
             ("agg = \"p99\"", "agg = \"median\"", "agg", "invalid agg"),
             ("op = \">\"", "op = \"=>\"", "op", "unknown variant"),
-            ("window = \"5m\"", "window = \"5 parsecs\"", "window", "invalid duration"),
+            (
+                "window = \"5m\"",
+                "window = \"5 parsecs\"",
+                "window",
+                "invalid duration",
+            ),
             ("for = \"1m\"", "for = \"soon\"", "for", "invalid duration"),
-            ("no_data = \"ok\"", "no_data = \"maybe\"", "no_data", "unknown variant"),
-            ("severity = \"warning\"", "sevrity = \"warning\"", "sevrity", "unknown field"),
-            ("name = \"InferenceP99High\"", "name = \"9lives\"", "name", "invalid alert name"),
+            (
+                "no_data = \"ok\"",
+                "no_data = \"maybe\"",
+                "no_data",
+                "unknown variant",
+            ),
+            (
+                "severity = \"warning\"",
+                "sevrity = \"warning\"",
+                "sevrity",
+                "unknown field",
+            ),
+            (
+                "name = \"InferenceP99High\"",
+                "name = \"9lives\"",
+                "name",
+                "invalid alert name",
+            ),
         ];
         for (from, to, key, what) in cases {
             let text = RULE.replace(from, to);

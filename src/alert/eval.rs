@@ -295,7 +295,10 @@ mod tests {
                 (Inactive, Some(Transition::Resolved))
             ]
         );
-        assert_eq!(run(&cond(0, 0, NoData::Keep), &[Nd]), vec![(Inactive, None)]);
+        assert_eq!(
+            run(&cond(0, 0, NoData::Keep), &[Nd]),
+            vec![(Inactive, None)]
+        );
         // firing: silence is the alert.
         assert_eq!(
             run(&cond(1, 0, NoData::Firing), &[Nd, Nd, V(1.0)]),

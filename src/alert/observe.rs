@@ -163,9 +163,7 @@ pub fn series(
             if !v.is_finite() {
                 continue;
             }
-            best.entry(key)
-                .and_modify(|b| *b = b.max(v))
-                .or_insert(v);
+            best.entry(key).and_modify(|b| *b = b.max(v)).or_insert(v);
         }
     }
     Ok(best.into_iter().collect())
@@ -204,10 +202,7 @@ pub fn observe(
         Watch::DroppedPoints { window_ns } => {
             let total = crate::stats::Stats::get(&inputs.stats.points_dropped)
                 + crate::stats::Stats::get(&inputs.stats.points_rejected);
-            vec![(
-                Labels::new(),
-                drops.observe(now, total, *window_ns) as f64,
-            )]
+            vec![(Labels::new(), drops.observe(now, total, *window_ns) as f64)]
         }
         Watch::SinkBacklogAge => inputs
             .forward
@@ -234,7 +229,11 @@ pub fn observe(
         }
         Watch::ClockUnset => vec![(
             Labels::new(),
-            if now < inputs.clock_floor_ns { 1.0 } else { 0.0 },
+            if now < inputs.clock_floor_ns {
+                1.0
+            } else {
+                0.0
+            },
         )],
     })
 }

@@ -237,7 +237,8 @@ impl Evaluator {
                     event = Some(self.event(rule, &labels, &fp, &inst, EventStatus::Firing, now));
                 } else if t == Some(Transition::Resolved) {
                     let fired = prev_merged(&prev, &inst);
-                    event = Some(self.event(rule, &labels, &fp, &fired, EventStatus::Resolved, now));
+                    event =
+                        Some(self.event(rule, &labels, &fp, &fired, EventStatus::Resolved, now));
                 }
                 // Rows change on a transition, and each evaluation while active (value,
                 // last time the condition held: `keep_firing_for` across a restart).
@@ -267,8 +268,12 @@ impl Evaluator {
                 }
             }
         }
-        let store_error = match crate::store::alerts::record(&mut self.conn, &self.db, &changes, now)
-        {
+        let store_error = match crate::store::alerts::record(
+            &mut self.conn,
+            &self.db,
+            &changes,
+            now,
+        ) {
             Ok(()) => {
                 self.entries = next;
                 None

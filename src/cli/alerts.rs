@@ -91,8 +91,9 @@ pub fn run(a: AlertsArgs) -> anyhow::Result<ExitCode> {
         serde_json::to_writer_pretty(&mut out, &v)?;
         writeln!(out)?;
     } else {
-        let ans: Answer = serde_json::from_str(&body)
-            .with_context(|| format!("{url} did not answer an alert list this edgewatch can read"))?;
+        let ans: Answer = serde_json::from_str(&body).with_context(|| {
+            format!("{url} did not answer an alert list this edgewatch can read")
+        })?;
         out.write_all(render(&ans.alerts).as_bytes())?;
     }
     out.flush()?;

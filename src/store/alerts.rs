@@ -233,8 +233,8 @@ mod tests {
     #[test]
     fn instances_history_and_outbox_move_together() {
         let dir = tempfile::tempdir().unwrap();
-        let (_w, _) = super::super::open(dir.path(), super::super::Mode::Writer(Synchronous::Full))
-            .unwrap();
+        let (_w, _) =
+            super::super::open(dir.path(), super::super::Mode::Writer(Synchronous::Full)).unwrap();
         let (mut conn, path) = super::super::open(dir.path(), super::super::Mode::Cursor).unwrap();
         let labels = BTreeMap::from([("model".to_string(), "a".to_string())]);
         let firing = Stored {
