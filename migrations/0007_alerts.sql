@@ -4,7 +4,7 @@
 -- still sent. An instance that goes back to inactive loses its row; `alert_history` keeps
 -- every transition with the value that caused it. Times are Unix ns; `labels` is the
 -- instance's group labels as a JSON object.
-CREATE TABLE alert_instances (
+CREATE TABLE IF NOT EXISTS alert_instances (
     rule            TEXT NOT NULL,
     fingerprint     TEXT NOT NULL,
     labels          TEXT NOT NULL,
@@ -18,7 +18,7 @@ CREATE TABLE alert_instances (
     PRIMARY KEY (rule, fingerprint)
 );
 
-CREATE TABLE alert_history (
+CREATE TABLE IF NOT EXISTS alert_history (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
     ts_ns       INTEGER NOT NULL,
     rule        TEXT NOT NULL,
@@ -29,4 +29,4 @@ CREATE TABLE alert_history (
     value       REAL,
     incident_id INTEGER
 );
-CREATE INDEX alert_history_ts ON alert_history (ts_ns);
+CREATE INDEX IF NOT EXISTS alert_history_ts ON alert_history (ts_ns);
