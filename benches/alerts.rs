@@ -159,10 +159,16 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let cfg = Config {
-        alert: (0..RULES).map(rule).collect(),
+    // BENCH_BUILTIN=0 leaves the built-ins out; BENCH_RULES=N sets how many user rules.
+    let user: usize = std::env::var("BENCH_RULES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RULES);
+    let mut cfg = Config {
+        alert: (0..user).map(rule).collect(),
         ..Config::default()
     };
+    cfg.alerts.builtin = std::env::var("BENCH_BUILTIN").as_deref() != Ok("0");
     let rules = edgewatch::alert::rules::compile(&cfg.alerts, &cfg.alert);
     let n_rules = rules.len();
     let setup = Setup {
@@ -209,8 +215,8 @@ fn main() {
     let (wm, cm) = (med(&mut wall), med(&mut cpu));
     let share = cm / 1e3 / INTERVAL_S * 100.0;
     println!(
-        "{n_rules} rules ({RULES} + {} built-in), {firing} instances firing: one cycle median {wm:.1} ms wall (max {max:.1}), {cm:.1} ms CPU over {} cycles",
-        n_rules - RULES,
+        "{n_rules} rules ({user} + {} built-in), {firing} instances firing: one cycle median {wm:.1} ms wall (max {max:.1}), {cm:.1} ms CPU over {} cycles",
+        n_rules - user,
         wall.len()
     );
     println!(
