@@ -11,7 +11,19 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::config::values::{Delay, Interval};
-use crate::engine::Agg;
+
+/// Every built-in rule's name, in the order they are evaluated (defined in `rules.rs`; named
+/// here so `disable` can be checked without `config` importing the engine).
+pub const BUILTIN_NAMES: &[&str] = &[
+    "GpuThrottling",
+    "GpuTemperatureNearSlowdown",
+    "JetsonTemperatureHigh",
+    "InferenceLatencyRatioHigh",
+    "AgentDroppingPoints",
+    "SinkBacklogStale",
+    "StoreNearDiskBudget",
+    "ClockNotSet",
+];
 
 /// `[alerts]`
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -103,21 +115,30 @@ pub fn is_name(s: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// An aggregate name the query engine has, kept as written (`p99`, `mean`, ...).
+/// An aggregate name the query engine has (`engine::Agg::parse` accepts exactly these; a
+/// test in `rules.rs` holds the two together), kept as written (`p99`, `mean`, ...). Checked
+/// here without importing the engine, which imports `config`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct AggName {
     /// As written.
     pub name: String,
-    /// Parsed.
-    pub agg: Agg,
 }
 
 impl TryFrom<String> for AggName {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
-        let agg = Agg::parse(&s)?;
-        Ok(AggName { name: s, agg })
+        let known = matches!(
+            s.as_str(),
+            "mean" | "avg" | "min" | "max" | "sum" | "count" | "rate" | "last"
+        ) || crate::store::bucket::parse_percentile(&s).is_some();
+        if known {
+            Ok(AggName { name: s })
+        } else {
+            Err(format!(
+                "invalid agg {s:?}: expected mean, min, max, sum, count, rate, last or a percentile like p50, p99, p999"
+            ))
+        }
     }
 }
 
@@ -297,10 +318,10 @@ pub fn validate_all(
         let _ = i;
     }
     for name in &alerts.disable {
-        if !crate::alert::rules::BUILTIN_NAMES.contains(&name.as_str()) {
+        if !BUILTIN_NAMES.contains(&name.as_str()) {
             return Err(format!(
                 "[alerts]: key `disable`: {name:?} is not a built-in rule (they are: {})",
-                crate::alert::rules::BUILTIN_NAMES.join(", ")
+                BUILTIN_NAMES.join(", ")
             ));
         }
     }
@@ -398,8 +419,8 @@ labels = { team = "vision" }
         assert_eq!(c.alerts.interval.0.as_secs(), 1);
         let r = &c.alert[0];
         assert_eq!(r.name.0, "InferenceP99High");
-        assert_eq!(r.agg.agg, Agg::Quantile(0.99));
-        assert_eq!(r.ratio_of.as_ref().map(|a| a.agg), Some(Agg::Quantile(0.5)));
+        assert_eq!(r.agg.name, "p99");
+        assert_eq!(r.ratio_of.as_ref().map(|a| a.name.as_str()), Some("p50"));
         assert_eq!(r.op, Op::Gt);
         assert_eq!(r.for_.0.as_secs(), 60);
         assert_eq!(r.no_data, NoData::Ok);

@@ -6,22 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use super::config::{AlertRuleConfig, AlertsConfig, NoData, Op};
+use super::config::{AggName, AlertRuleConfig, AlertsConfig, NoData, Op};
 use crate::engine::Agg;
 
 const NS: i64 = 1_000_000_000;
 
-/// Every built-in rule's name, in the order they are evaluated.
-pub const BUILTIN_NAMES: &[&str] = &[
-    "GpuThrottling",
-    "GpuTemperatureNearSlowdown",
-    "JetsonTemperatureHigh",
-    "InferenceLatencyRatioHigh",
-    "AgentDroppingPoints",
-    "SinkBacklogStale",
-    "StoreNearDiskBudget",
-    "ClockNotSet",
-];
+pub use super::config::BUILTIN_NAMES;
 
 /// An aggregate of one or more fields of a measurement over a window, through the query
 /// engine.
@@ -156,6 +146,12 @@ pub fn fmt_value(v: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
+/// The engine's aggregate of a name `config` accepted (the same set: see the test); the
+/// fallback is unreachable for a loaded config.
+fn agg(a: &AggName) -> Agg {
+    Agg::parse(&a.name).unwrap_or(Agg::Mean)
+}
+
 fn ns(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
@@ -171,8 +167,8 @@ impl From<&AlertRuleConfig> for Rule {
                 tags: c.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 group_by: c.group_by.clone(),
                 exclude: Vec::new(),
-                agg: c.agg.agg,
-                ratio_of: c.ratio_of.as_ref().map(|a| a.agg),
+                agg: agg(&c.agg),
+                ratio_of: c.ratio_of.as_ref().map(agg),
                 window_ns: ns(c.window.0),
             }),
             op: c.op,
@@ -353,6 +349,21 @@ mod tests {
         let mut a = c.alerts.clone();
         a.builtin = false;
         assert_eq!(compile(&a, &[]).len(), 0);
+    }
+
+    /// The config accepts exactly the aggregate names the engine parses.
+    #[test]
+    fn config_and_engine_agree_on_agg_names() {
+        for name in [
+            "mean", "avg", "min", "max", "sum", "count", "rate", "last", "p50", "p99", "p999",
+            "p0", "p100", "median", "p", "p1000x", "P99", "", "p9.9", "stddev",
+        ] {
+            assert_eq!(
+                AggName::try_from(name.to_string()).is_ok(),
+                Agg::parse(name).is_ok(),
+                "{name}"
+            );
+        }
     }
 
     #[test]
