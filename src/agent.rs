@@ -190,6 +190,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         &crate::forward::identity(&cfg).0,
         forward_stop.clone(),
     );
+
+    // The alert evaluator's snapshot for the readers (the task starts with the others).
+    let alerts_view = Arc::new(crate::alert::view::AlertsView::default());
     let api_ctx = crate::api::ApiCtx {
         notify: Arc::new(notifiers.status.clone()),
         forward: Arc::new(forwarders.status.clone()),
@@ -208,6 +211,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         db_path: db_path.clone(),
         latest,
         http: Arc::new(cfg.http.clone()),
+        alerts: alerts_view.clone(),
     };
     // What the health collector reads, taken before the routes own the context (the context
     // holds an ingest handle: it must go with the server, or the queue never closes).
@@ -344,6 +348,29 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 scrape_status,
                 sources.clone(),
             )),
+        ));
+    }
+    // The alert evaluator: its own connections, its own rows; stops with the sources.
+    let alert_rules = crate::alert::rules::compile(&cfg.alerts, &cfg.alert);
+    if !alert_rules.is_empty() {
+        let setup = crate::alert::task::Setup {
+            rules: alert_rules,
+            interval: cfg.alerts.interval.0,
+            data_dir: cfg.storage.data_dir.clone(),
+            plan: plan.clone(),
+            inputs: crate::alert::observe::Inputs {
+                stats: stats.clone(),
+                forward: Arc::new(forwarders.status.clone()),
+                db_path: db_path.clone(),
+                max_bytes: plan.max_bytes,
+                clock_floor_ns: plan.clock_floor_ns,
+            },
+            identity: crate::forward::identity(&cfg).1,
+            base_url: format!("http://{http_addr}"),
+        };
+        tasks.push((
+            "alert evaluator",
+            tokio::spawn(crate::alert::task::run(setup, alerts_view, sources.clone())),
         ));
     }
     drop(handle);

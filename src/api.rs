@@ -72,6 +72,9 @@ pub struct ApiCtx {
     pub http: Arc<crate::config::HttpConfig>,
     /// The alert notifiers (`notify` in the status).
     pub notify: Arc<crate::alert::notify::NotifyStatus>,
+
+    /// The alert evaluator's last evaluation (`/api/v1/alerts`, `alerts` in the status).
+    pub alerts: Arc<crate::alert::view::AlertsView>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -362,6 +365,73 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .unify()
         .or(incident)
         .unify()
+
+        .or(alert_routes(ctx))
+        .unify()
+}
+
+/// Most history rows one `/api/v1/alerts/history` answer holds (the oldest first; ask again
+/// from the last one's time for more).
+pub const MAX_ALERT_HISTORY: usize = 10_000;
+
+/// `GET /api/v1/alerts` (the instances of the last evaluation, from memory) and
+/// `GET /api/v1/alerts/history?from=&to=` (transitions, from the store; default the last
+/// 24 h).
+fn alert_routes(
+    ctx: ApiCtx,
+) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
+    let with = warp::any().map(move || ctx.clone());
+    let list = warp::path!("api" / "v1" / "alerts")
+        .and(warp::get())
+        .and(with.clone())
+        .map(|ctx: ApiCtx| {
+            warp::reply::json(&json!({ "alerts": ctx.alerts.alerts() })).into_response()
+        });
+    let history = warp::path!("api" / "v1" / "alerts" / "history")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with)
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let now = crate::now_ns();
+            let get = |k: &str| q.get(k).map(String::as_str).filter(|v| !v.is_empty());
+            let (from, to) = match get("from") {
+                None if get("to").is_none() => (now - 86_400 * 1_000_000_000, now),
+                _ => match crate::engine::request::time_range(get("from"), get("to"), now) {
+                    Ok(r) => r,
+                    Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+                },
+            };
+            match with_reader(&ctx, move |r| {
+                crate::store::alerts::history(r.conn(), r.path(), from, to, MAX_ALERT_HISTORY)
+            })
+            .await
+            {
+                Ok(rows) => {
+                    let truncated = rows.len() >= MAX_ALERT_HISTORY;
+                    let rows: Vec<serde_json::Value> = rows
+                        .into_iter()
+                        .map(|h| {
+                            json!({
+                                "time": crate::alert::view::rfc3339(h.ts_ns),
+                                "ts_ns": h.ts_ns,
+                                "name": h.rule,
+                                "fingerprint": h.fingerprint,
+                                "labels": h.labels,
+                                "transition": h.transition,
+                                "state": h.state,
+                                "value": h.value,
+                                "incident_id": h.incident_id,
+                            })
+                        })
+                        .collect();
+                    body::json(
+                        json!({ "from": from, "to": to, "truncated": truncated, "history": rows }),
+                    )
+                }
+                Err(resp) => resp,
+            }
+        });
+    history.or(list).unify()
 }
 
 async fn status(ctx: ApiCtx) -> Response {
@@ -438,6 +508,8 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             jetson: ctx.jetson.snapshot(),
         },
         notify: ctx.notify.snapshot(),
+
+        alerts: Some(ctx.alerts.status()).filter(|a| a.evaluations > 0 || a.rules > 0),
     }
 }
 

@@ -41,6 +41,8 @@ enum Command {
     Status(cli::status::StatusArgs),
     /// Run rollup, retention and the disk budget once, then exit (safe while the agent runs).
     Maintain(cli::maintain::MaintainArgs),
+    /// Show the running agent's alerts: every rule's instances, firing first.
+    Alerts(cli::alerts::AlertsArgs),
 }
 
 fn init_logging(level: &str) {
@@ -94,5 +96,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => cli::status::run(args),
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Query(args) => cli::query::run(args),
+        Command::Alerts(args) => cli::alerts::run(args),
     }
 }

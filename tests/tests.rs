@@ -4,6 +4,10 @@
 
 mod support;
 
+/// Alert rules on the real binary: fire/resolve, restart, no_data, ratio_of, the built-ins,
+/// malformed rules.
+mod alerts;
+
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;
 /// The Grafana fleet dashboard (dashboards/influxdb-fleet.json): every variable's and

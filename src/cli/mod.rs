@@ -2,6 +2,7 @@
 //! thin call into the library that turns the answer into output and an exit code. Never
 //! imported by the library.
 
+pub mod alerts;
 pub mod check_config;
 pub mod gpus;
 pub mod maintain;

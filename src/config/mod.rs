@@ -312,6 +312,12 @@ impl Config {
                 message,
             }
         })?;
+        crate::alert::config::validate_all(&cfg.alerts, &cfg.alert, text).map_err(|message| {
+            ConfigError::File {
+                origin: origin.to_string(),
+                message,
+            }
+        })?;
         Ok(cfg)
     }
 

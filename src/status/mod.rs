@@ -41,6 +41,11 @@ pub struct Status {
     /// The alert notifiers (`[[notify]]`).
     #[serde(default)]
     pub notify: notify::Notify,
+
+    /// The alert evaluator: rules, instances pending and firing, the last evaluation
+    /// (`null`: not evaluated yet). Declared beside its owner, `alert::view`.
+    #[serde(default)]
+    pub alerts: Option<crate::alert::view::AlertsStatus>,
 }
 
 /// The agent itself.

@@ -18,6 +18,7 @@
 //! because the database runs in WAL mode. This module never touches the network and never
 //! decides policy (what to roll up, evict, forward or hold): its callers do.
 
+pub mod alerts;
 pub mod bucket;
 pub mod chunks;
 pub mod clockfix;

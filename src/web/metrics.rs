@@ -1010,7 +1010,50 @@ pub fn render_health(status: &Status, commits: Option<&prometheus::Histogram>) -
         // A clone shares the writer's buckets; a name clash only leaves it out.
         let _ = s.reg.register(Box::new(h.clone()));
     }
-    s.encode()
+    let mut text = s.encode();
+    if let Some(a) = &status.alerts {
+        text.push_str(&alerts_exposition(&a.active));
+    }
+    text
+}
+
+/// `ALERTS{alertname, alertstate, ...labels} 1` for every pending and firing instance, as
+/// Prometheus exports its own alerts. Written by hand: the instances of different rules
+/// carry different label names, which a `GaugeVec` (fixed label names) cannot hold. Empty
+/// when nothing is pending or firing (Prometheus then has no `ALERTS` series either).
+pub fn alerts_exposition(active: &[crate::alert::view::AlertItem]) -> String {
+    let mut out: Vec<u8> = Vec::new();
+    if active.is_empty() {
+        return String::new();
+    }
+    out.extend_from_slice(
+        b"# HELP ALERTS Alert instances pending or firing on this device (1 each).\n# TYPE ALERTS gauge\n",
+    );
+    let mut seen = BTreeSet::new();
+    for a in active {
+        let mut labels: BTreeMap<String, &str> = BTreeMap::new();
+        for (k, v) in &a.labels {
+            labels.insert(label_name(k), v);
+        }
+        labels.insert("alertname".into(), &a.name);
+        labels.insert("alertstate".into(), &a.state);
+        let mut line: Vec<u8> = b"ALERTS{".to_vec();
+        for (i, (k, v)) in labels.iter().enumerate() {
+            if i > 0 {
+                line.push(b',');
+            }
+            line.extend_from_slice(k.as_bytes());
+            line.extend_from_slice(b"=\"");
+            let _ = escape(&mut line, v, true);
+            line.push(b'"');
+        }
+        line.extend_from_slice(b"} 1\n");
+        // Two instances whose labels sanitize alike would be a duplicate series.
+        if seen.insert(line.clone()) {
+            out.extend_from_slice(&line);
+        }
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// The whole exposition from values in hand (pure): the agent's health, then one gauge
@@ -1304,6 +1347,7 @@ mod tests {
                 scrape: vec![],
                 jetson: status::Jetson::default(),
             },
+            alerts: None,
         }
     }
 
