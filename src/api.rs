@@ -365,7 +365,6 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .unify()
         .or(incident)
         .unify()
-
         .or(alert_routes(ctx))
         .unify()
 }
