@@ -281,6 +281,17 @@ impl Evaluator {
         ) {
             Ok(()) => {
                 self.entries = next;
+                // The incidents of instances that resolved (recorded above) are closed too; a
+                // failure is logged and the alert's resolve goes on regardless.
+                let resolved = changes
+                    .iter()
+                    .filter(|c| c.transition == Some(Transition::Resolved))
+                    .filter_map(|c| c.event.as_ref()?.incident_id);
+                for id in resolved {
+                    if let Err(e) = super::incident::resolve(&self.setup.data_dir, id, now) {
+                        tracing::warn!(incident = id, error = %e, "cannot mark the incident resolved");
+                    }
+                }
                 None
             }
             Err(e) => {
