@@ -7,6 +7,9 @@ mod support;
 /// Alert rules on the real binary: fire/resolve, restart, no_data, ratio_of, the built-ins,
 /// malformed rules.
 mod alerts;
+/// The alert chain end to end: `/write` -> evaluator -> incident -> outbox -> a real
+/// Alertmanager (up, down, agent kill -9), and a real firing alert in Chromium.
+mod alerts_e2e;
 
 /// Commands, config files and errors: `--version`, `--help`, `check-config`, `query`.
 mod cli;

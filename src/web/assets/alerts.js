@@ -89,14 +89,17 @@ async function loadAlerts() {
   if (hist === null || hist === undefined) {
     box.append(el('div', { class: 'empty', id: 'alerts-history' }, hist === null ? 'No alert history on this agent.' : 'Cannot read the alert history right now.'));
   } else {
-    const tr = (hist.transitions || []).slice().sort((a, b) => String(b.at).localeCompare(String(a.at)));
+    // The API's rows are `{time, name, labels, transition, value}` (`history`); `transitions`
+    // of `{at, from, to}` are read too.
+    const tr = (hist.transitions || (hist.history || []).map((h) => ({ ...h, at: h.time, to: h.transition })))
+      .slice().sort((a, b) => String(b.at).localeCompare(String(a.at)));
     if (!tr.length) box.append(el('div', { class: 'empty', id: 'alerts-history' }, 'No transitions in this range.'));
     else {
       box.append(alertsTable('alerts-history', tr, [
         ['at', (t) => when(t.at)],
         ['alert', (t) => t.name],
         ['labels', (t) => labelText(t.labels)],
-        ['change', (t) => el('span', { class: t.to === 'firing' ? 'bad' : t.to === 'pending' ? 'warn' : 'good' }, `${t.from} → ${t.to}`)],
+        ['change', (t) => el('span', { class: t.to === 'firing' ? 'bad' : t.to === 'pending' ? 'warn' : 'good' }, t.from ? `${t.from} → ${t.to}` : t.to)],
         ['value', (t) => (t.value == null ? null : num(t.value))],
       ]));
     }
