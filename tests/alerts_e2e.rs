@@ -19,8 +19,9 @@ use crate::support::*;
 const RULE: &str = "InferenceP99High";
 const MS: i64 = 1_000_000;
 
-/// No collectors, 1 s evaluations, no built-ins, a per-model p99 rule over 2 s that fires
-/// after 2 s, and `[tags]`.
+/// No collectors, 1 s evaluations, no built-ins, a per-model p99 rule over 4 s that fires
+/// after 2 s (a 4 s window: a writer slowed by a loaded machine leaves no empty window), and
+/// `[tags]`.
 const BASE: &str = r#"[host]
 enabled = false
 [tegrastats]
@@ -40,7 +41,7 @@ measurement = "inference"
 field = "wall_ms"
 group_by = ["model"]
 agg = "p99"
-window = "2s"
+window = "4s"
 op = ">"
 threshold = 50.0
 for = "2s"
