@@ -94,7 +94,7 @@ impl Cycle {
         measurement: &str,
         field: &str,
         tags: &[(String, String)],
-    ) -> Result<Vec<(SeriesRef, &BTreeMap<String, String>)>, EngineError> {
+    ) -> Result<Vec<(SeriesRef, &Labels)>, EngineError> {
         let (conn, path) = (reader.conn(), reader.path());
         if !self.tagsets.contains_key(measurement) {
             let sets = dict::tagsets(conn, path, Some(measurement))?;
