@@ -6,14 +6,15 @@
 //! rejected points), the forwarders' status (backlog age), the store's size against the
 //! budget, and the clock. Read-only; it never decides a state.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::rules::{Rule, SeriesSpec, Watch};
-use crate::engine::{collect, need_of, value, Agg, EngineError, StepAcc};
+use crate::engine::{collect_window, need_of, value, Agg, EngineError, SeriesRef, StepAcc};
 use crate::rollup::Plan;
 use crate::stats::Stats;
+use crate::store::dict::{self, Tagset};
 use crate::store::tiers::Need;
 use crate::store::Reader;
 
@@ -73,6 +74,61 @@ pub fn step_for(window_ns: i64) -> i64 {
     }
 }
 
+/// What one evaluation cycle resolves once for all its rules: the tag sets of each
+/// measurement (read and parsed once, not once per rule) and each (tag set, field)'s numeric
+/// series id. Lives for one cycle only, so a tag set or field that appears is seen by the
+/// next cycle (measured: the per-rule lookup over the measurement's 1,000 tag sets was most
+/// of a cycle, benches/alerts.rs).
+#[derive(Default)]
+pub struct Cycle {
+    tagsets: HashMap<String, Vec<Tagset>>,
+    series: HashMap<(i64, String), Option<i64>>,
+}
+
+impl Cycle {
+    /// The numeric series of `field` of every tag set of `measurement` whose tags include
+    /// `tags`, with the tag set's tags.
+    fn matching(
+        &mut self,
+        reader: &Reader,
+        measurement: &str,
+        field: &str,
+        tags: &[(String, String)],
+    ) -> Result<Vec<(SeriesRef, &Labels)>, EngineError> {
+        let (conn, path) = (reader.conn(), reader.path());
+        if !self.tagsets.contains_key(measurement) {
+            let sets = dict::tagsets(conn, path, Some(measurement))?;
+            self.tagsets.insert(measurement.to_string(), sets);
+        }
+        let sets = &self.tagsets[measurement];
+        let mut out = Vec::new();
+        for set in sets {
+            if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
+                continue;
+            }
+            let key = (set.id, field.to_string());
+            let sid = match self.series.get(&key) {
+                Some(s) => *s,
+                None => {
+                    let s = dict::numeric_series(conn, path, set.id, field)?;
+                    self.series.insert(key, s);
+                    s
+                }
+            };
+            if let Some(sid) = sid {
+                out.push((
+                    SeriesRef {
+                        tagset: set.id,
+                        sid,
+                    },
+                    &set.tags,
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// One group's accumulated data.
 #[derive(Default)]
 struct Group {
@@ -101,6 +157,7 @@ fn agg_of(agg: Agg, g: &Group) -> Option<f64> {
 
 /// The value of a series rule per group.
 pub fn series(
+    cycle: &mut Cycle,
     reader: &Reader,
     plan: &Plan,
     s: &SeriesSpec,
@@ -114,32 +171,20 @@ pub fn series(
     };
     let mut best: BTreeMap<Labels, f64> = BTreeMap::new();
     for field in &s.fields {
-        let c = collect(
-            reader,
-            plan,
-            &s.measurement,
-            field,
-            &s.tags,
-            from,
-            now,
-            step,
-            need,
-            now,
-        )?;
+        let mut found = cycle.matching(reader, &s.measurement, field, &s.tags)?;
+        found.retain(|(_, tags)| !s.exclude.iter().any(|(k, v)| tags.get(k) == Some(v)));
+        let refs: Vec<SeriesRef> = found.iter().map(|(r, _)| *r).collect();
+        let accs = collect_window(reader, plan, &refs, from, now, step, need, now)?;
         let mut groups: BTreeMap<Labels, Group> = BTreeMap::new();
-        for (tags, steps) in c.sets {
-            if s.exclude.iter().any(|(k, v)| tags.get(k) == Some(v)) {
+        for ((_, tags), one) in found.iter().zip(accs) {
+            let Some(one) = one else {
                 continue;
-            }
+            };
             let key: Labels = s
                 .group_by
                 .iter()
                 .filter_map(|k| tags.get(k).map(|v| (k.clone(), v.clone())))
                 .collect();
-            let mut one = StepAcc::default();
-            for (_, st) in steps {
-                merge_into(&mut one, st);
-            }
             // A rate is per series (a counter each), summed over the group.
             let dt = one.acc.last.0 - one.acc.first.0;
             let rate = (one.acc.count > 0 && dt > 0)
@@ -171,6 +216,7 @@ pub fn series(
 
 /// The value of `rule` per instance at `now` (empty: no data).
 pub fn observe(
+    cycle: &mut Cycle,
     rule: &Rule,
     reader: &Reader,
     plan: &Plan,
@@ -179,7 +225,7 @@ pub fn observe(
     now: i64,
 ) -> Result<Vec<(Labels, f64)>, EngineError> {
     Ok(match &rule.watch {
-        Watch::Series(s) => series(reader, plan, s, now)?,
+        Watch::Series(s) => series(cycle, reader, plan, s, now)?,
         Watch::GpuTempMargin { window_ns } => {
             let spec = |field: &str| SeriesSpec {
                 measurement: "gpu".into(),
@@ -191,10 +237,10 @@ pub fn observe(
                 ratio_of: None,
                 window_ns: *window_ns,
             };
-            let temp: BTreeMap<Labels, f64> = series(reader, plan, &spec("temp_c"), now)?
+            let temp: BTreeMap<Labels, f64> = series(cycle, reader, plan, &spec("temp_c"), now)?
                 .into_iter()
                 .collect();
-            series(reader, plan, &spec("temp_slowdown_c"), now)?
+            series(cycle, reader, plan, &spec("temp_slowdown_c"), now)?
                 .into_iter()
                 .filter_map(|(k, slow)| temp.get(&k).map(|t| (k, slow - t)))
                 .collect()

@@ -171,8 +171,11 @@ impl Evaluator {
         let mut rule_errors = Vec::new();
         let mut next: BTreeMap<(String, String), Entry> = BTreeMap::new();
         let mut changes: Vec<Change> = Vec::new();
+        // Tag-set lookups shared by every rule of this cycle.
+        let mut cycle = super::observe::Cycle::default();
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             let observed = match observe(
+                &mut cycle,
                 rule,
                 &self.reader,
                 &self.setup.plan,

@@ -43,7 +43,9 @@ mod steps;
 pub use config::InferenceConfig;
 pub use inference::{inference, knee, ratio, InferenceQuery};
 pub use request::{parse_step, DEFAULT_LIMIT, DEFAULT_RANGE_NS};
-pub use source::{choose_source, collect, need_of, Collected, Need, Source};
+pub use source::{
+    choose_source, collect, collect_window, need_of, Collected, Need, SeriesRef, Source,
+};
 pub use steps::{rates, value, StepAcc, Steps};
 
 const NS: i64 = 1_000_000_000;

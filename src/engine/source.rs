@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
-use super::{Agg, EngineError, Steps, MAX_STEPS};
+use super::{Agg, EngineError, StepAcc, Steps, MAX_STEPS};
 use crate::rollup::{Plan, Tier};
 use crate::store::bucket::{bucket_start, numeric};
 use crate::store::chunks::{self, Scan};
@@ -113,47 +113,15 @@ pub fn collect(
         let Some(sid) = dict::numeric_series(conn, path, set.id, field)? else {
             continue;
         };
-        let mut steps = Steps::default();
-        if let Some(t) = tier {
-            let lo = bucket_start(from, t.res_ns);
-            tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
-                let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
-                let slot = &mut steps.at(bucket_start(bucket, step_ns)).acc;
-                if slot.count == 0 {
-                    *slot = acc;
-                } else {
-                    slot.merge(&acc);
-                }
-                Ok::<_, EngineError>(())
-            })?;
-        }
-        // Raw points: all of them for the raw source, else only chunks the tier has not
-        // rolled up yet.
-        let exact = tier.is_none();
-        let scan = Scan {
-            tagset: Some(set.id),
-            after: Some(cursor),
-            ts_from: Some(from),
-            ts_to: Some(to),
-            ..Scan::default()
+        let mut steps = ByStep {
+            steps: Steps::default(),
+            step_ns,
         };
-        chunks::scan(conn, path, &scan, |c| {
-            c.decode(path, |ts, s, v| {
-                if s != sid || ts < from || ts > to {
-                    return;
-                }
-                if let Some(f) = numeric(&v) {
-                    let step = steps.at(bucket_start(ts, step_ns));
-                    step.acc.add(ts, f);
-                    if exact {
-                        step.exact.get_or_insert_with(Vec::new).push(f);
-                    }
-                }
-            })?;
-            Ok(ControlFlow::Continue(()))
-        })?;
-        if !steps.is_empty() {
-            sets.push((set.tags, steps));
+        read_series(
+            reader, tier, cursor, set.id, sid, from, to, need, &mut steps,
+        )?;
+        if !steps.steps.is_empty() {
+            sets.push((set.tags, steps.steps));
         }
     }
     Ok(Collected {
@@ -161,6 +129,144 @@ pub fn collect(
         from,
         sets,
     })
+}
+
+/// Where [`read_series`] puts a point or a rollup row starting at a time.
+trait Slots {
+    fn at(&mut self, t: i64) -> &mut StepAcc;
+}
+
+/// One slot per step (what [`collect`] returns).
+struct ByStep {
+    steps: Steps,
+    step_ns: i64,
+}
+
+impl Slots for ByStep {
+    fn at(&mut self, t: i64) -> &mut StepAcc {
+        self.steps.at(bucket_start(t, self.step_ns))
+    }
+}
+
+/// One slot for the whole range (what [`collect_window`] returns).
+impl Slots for StepAcc {
+    fn at(&mut self, _t: i64) -> &mut StepAcc {
+        self
+    }
+}
+
+/// Reads series `sid` (of tag set `tagset`) over `[from, to]` into `slots`: the tier's rows
+/// (when `tier`) plus the raw chunks after `cursor`, or every raw point (exact values kept).
+#[allow(clippy::too_many_arguments)]
+fn read_series(
+    reader: &Reader,
+    tier: Option<&Tier>,
+    cursor: i64,
+    tagset: i64,
+    sid: i64,
+    from: i64,
+    to: i64,
+    need: Need,
+    slots: &mut impl Slots,
+) -> Result<(), EngineError> {
+    let (conn, path) = (reader.conn(), reader.path());
+    if let Some(t) = tier {
+        let lo = bucket_start(from, t.res_ns);
+        tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
+            let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
+            let slot = &mut slots.at(bucket).acc;
+            if slot.count == 0 {
+                *slot = acc;
+            } else {
+                slot.merge(&acc);
+            }
+            Ok::<_, EngineError>(())
+        })?;
+    }
+    // Raw points: all of them for the raw source, else only chunks the tier has not
+    // rolled up yet.
+    let exact = tier.is_none();
+    let scan = Scan {
+        tagset: Some(tagset),
+        after: Some(cursor),
+        ts_from: Some(from),
+        ts_to: Some(to),
+        ..Scan::default()
+    };
+    chunks::scan(conn, path, &scan, |c| {
+        c.decode(path, |ts, s, v| {
+            if s != sid || ts < from || ts > to {
+                return;
+            }
+            if let Some(f) = numeric(&v) {
+                let step = slots.at(ts);
+                step.acc.add(ts, f);
+                if exact {
+                    step.exact.get_or_insert_with(Vec::new).push(f);
+                }
+            }
+        })?;
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(())
+}
+
+/// A series resolved by the caller (once for many reads): its tag set and numeric series ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SeriesRef {
+    /// `tagsets.id`.
+    pub tagset: i64,
+    /// `series.id`.
+    pub sid: i64,
+}
+
+/// What [`collect`] would read for each of `series` from the same source and range (`from`
+/// rounded down to `step_ns`, the source picked for `step_ns`), folded into one [`StepAcc`]
+/// per series instead of one per step (for a caller that wants the window's total, e.g. an
+/// alert rule). `None` where a series has no data in the range.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_window(
+    reader: &Reader,
+    plan: &Plan,
+    series: &[SeriesRef],
+    from: i64,
+    to: i64,
+    step_ns: i64,
+    need: Need,
+    now: i64,
+) -> Result<Vec<Option<StepAcc>>, EngineError> {
+    if step_ns <= 0 {
+        return Err(EngineError::BadQuery("`step` must be positive".into()));
+    }
+    let from = bucket_start(from, step_ns);
+    if to < from {
+        return Err(EngineError::BadQuery(format!(
+            "`from` is after `to` ({to})"
+        )));
+    }
+    if (to - from) / step_ns > MAX_STEPS {
+        return Err(EngineError::BadQuery(format!(
+            "{} steps requested, at most {MAX_STEPS}: use a larger `step` or a shorter range",
+            (to - from) / step_ns
+        )));
+    }
+    let tier = match choose_source(plan, step_ns, from, now) {
+        Source::Raw => None,
+        Source::Tier(i) => Some(&plan.tiers[i]),
+    };
+    let cursor: i64 = match tier {
+        Some(t) => tiers::state(reader.conn(), reader.path(), t.key())?.cursor,
+        None => 0,
+    };
+    let mut out = Vec::with_capacity(series.len());
+    for s in series {
+        let mut acc = StepAcc::default();
+        read_series(
+            reader, tier, cursor, s.tagset, s.sid, from, to, need, &mut acc,
+        )?;
+        out.push((acc.acc.count > 0 || acc.exact.is_some()).then_some(acc));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
