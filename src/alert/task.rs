@@ -20,6 +20,10 @@ use super::eval::{step, Condition, Instance, Observation, State, Transition};
 use super::event::{incident_path, AlertEvent, EventStatus, Firing};
 use super::observe::{observe, DropHistory, Inputs, Labels};
 use super::rules::{fmt_value, Rule};
+
+/// Most incidents opened in one evaluation (each takes a triage snapshot, ~0.3 s); instances
+/// beyond it in the same cycle fire without one.
+pub const MAX_INCIDENTS_PER_CYCLE: usize = 8;
 use super::view::{rfc3339, AlertItem, AlertsStatus, AlertsView, RuleError};
 use crate::rollup::Plan;
 use crate::store::alerts::{Change, Stored};
@@ -166,6 +170,7 @@ impl Evaluator {
     }
 
     /// One evaluation at `now`: every rule, every instance; returns what the readers see.
+    /// At most [`MAX_INCIDENTS_PER_CYCLE`] instances that fire in it get an incident.
     pub fn evaluate(&mut self, now: i64) -> (Vec<AlertItem>, AlertsStatus) {
         let started = Instant::now();
         let mut rule_errors = Vec::new();
@@ -173,6 +178,11 @@ impl Evaluator {
         let mut changes: Vec<Change> = Vec::new();
         // Tag-set lookups shared by every rule of this cycle.
         let mut cycle = super::observe::Cycle::default();
+        // A snapshot costs a few queries and a /proc sample (~0.3 s): a storm of instances
+        // firing together (a new rule over a whole fleet of series) opens incidents for the
+        // first few and fires the rest without one, rather than stalling the evaluation.
+        let mut incident_budget = MAX_INCIDENTS_PER_CYCLE;
+        let mut incidents_skipped = 0usize;
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             let observed = match observe(
                 &mut cycle,
@@ -236,7 +246,13 @@ impl Evaluator {
                 let (mut inst, t) = step(&prev, obs, &cond, now);
                 let mut event = None;
                 if t == Some(Transition::Firing) {
-                    inst.incident_id = self.open_incident(rule, &labels, &inst, now);
+                    inst.incident_id = if incident_budget > 0 {
+                        incident_budget -= 1;
+                        self.open_incident(rule, &labels, &inst, now)
+                    } else {
+                        incidents_skipped += 1;
+                        None
+                    };
                     event = Some(self.event(rule, &labels, &fp, &inst, EventStatus::Firing, now));
                 } else if t == Some(Transition::Resolved) {
                     let fired = prev_merged(&prev, &inst);
@@ -275,6 +291,13 @@ impl Evaluator {
                     );
                 }
             }
+        }
+        if incidents_skipped > 0 {
+            tracing::warn!(
+                skipped = incidents_skipped,
+                opened = MAX_INCIDENTS_PER_CYCLE,
+                "more instances fired in one evaluation than incidents are opened per cycle; the rest fire without an incident"
+            );
         }
         let store_error = match crate::store::alerts::record(
             &mut self.conn,
