@@ -104,9 +104,13 @@ fn alertmanager_gets_live_events_with_their_labels_and_the_agents_times() {
             event("SlowBatch", EventStatus::Resolved, b0, Some(b1)),
         ],
     );
-    let alerts = wait_for(Duration::from_secs(10), || {
+    // A resolved alert leaves Alertmanager's list once its endsAt has passed.
+    let alerts = wait_for(Duration::from_secs(20), || {
         let a = am.alerts();
-        (am.received("resolved") >= 1 && find(&a, "GpuHot").is_some()).then_some(a)
+        (am.received("resolved") >= 1
+            && find(&a, "GpuHot").is_some()
+            && find(&a, "SlowBatch").is_none())
+        .then_some(a)
     })
     .unwrap_or_else(|| panic!("alertmanager never got the events:\n{}", agent.log_text()));
     let hot = find(&alerts, "GpuHot").unwrap();
