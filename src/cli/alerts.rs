@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use edgewatch::alert::view::AlertItem;
 
@@ -62,28 +62,8 @@ pub fn run(a: AlertsArgs) -> anyhow::Result<ExitCode> {
             .map(|c| c.http.token.expose().to_string())
             .filter(|t| !t.is_empty())
     });
-    let url = format!("{}/api/v1/alerts", base.trim_end_matches('/'));
-    let agent = ureq::AgentBuilder::new()
-        .timeout(std::time::Duration::from_secs(10))
-        .build();
-    let mut req = agent.get(&url);
-    if let Some(t) = &token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
-    }
-    let body = match req.call() {
-        Ok(r) => r.into_string().context("reading the alerts")?,
-        Err(ureq::Error::Status(code @ (401 | 403), _)) => bail!(
-            "{url} answered {code}: the agent wants a token (--token, or [http] token in --config)"
-        ),
-        Err(ureq::Error::Status(code, r)) => {
-            let b = r.into_string().unwrap_or_default();
-            bail!("{url} answered {code}: {}", b.trim())
-        }
-        Err(e) => bail!(
-            "cannot reach the agent at {base} ({e}); is `edgewatch run` running there? \
-             (--url, or --config for its [http] listen)"
-        ),
-    };
+    let (url, body) =
+        super::status::fetch(&base, "/api/v1/alerts", token.as_deref(), "the alerts")?;
     let mut out = std::io::stdout().lock();
     if a.json {
         let v: serde_json::Value =

@@ -73,28 +73,12 @@ fn status_command(
             .map(|c| c.http.token.expose().to_string())
             .filter(|t| !t.is_empty())
     });
-    let url = format!("{}/api/v1/status", base.trim_end_matches('/'));
-    let agent = ureq::AgentBuilder::new()
-        .timeout(std::time::Duration::from_secs(10))
-        .build();
-    let mut req = agent.get(&url);
-    if let Some(t) = &token {
-        req = req.set("Authorization", &format!("Bearer {t}"));
-    }
-    let body = match req.call() {
-        Ok(r) => r.into_string().context("reading the status document")?,
-        Err(ureq::Error::Status(code @ (401 | 403), _)) => bail!(
-            "{url} answered {code}: the agent wants a token (--token, or [http] token in --config)"
-        ),
-        Err(ureq::Error::Status(code, r)) => {
-            let b = r.into_string().unwrap_or_default();
-            bail!("{url} answered {code}: {}", b.trim())
-        }
-        Err(e) => bail!(
-            "cannot reach the agent at {base} ({e}); is `edgewatch run` running there? \
-             (--url, or --config for its [http] listen)"
-        ),
-    };
+    let (url, body) = fetch(
+        &base,
+        "/api/v1/status",
+        token.as_deref(),
+        "the status document",
+    )?;
     let mut out = std::io::stdout().lock();
     if json {
         // As the agent sent it: an agent of another version may have keys this one lacks.
@@ -405,4 +389,38 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
         "  (FALLBACK: rollup points sent / raw points evicted before this sink sent them)"
     );
     o
+}
+
+/// GETs `path` from the agent at `base` (with `token` as a bearer token) and returns the URL
+/// and the body; a refused token, an error answer and an unreachable agent each get a clear
+/// message. `what` names the document in a read error. Shared by `status` and `alerts`.
+pub(crate) fn fetch(
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    what: &str,
+) -> anyhow::Result<(String, String)> {
+    let url = format!("{}{path}", base.trim_end_matches('/'));
+    let agent = ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(10))
+        .build();
+    let mut req = agent.get(&url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    let body = match req.call() {
+        Ok(r) => r.into_string().with_context(|| format!("reading {what}"))?,
+        Err(ureq::Error::Status(code @ (401 | 403), _)) => bail!(
+            "{url} answered {code}: the agent wants a token (--token, or [http] token in --config)"
+        ),
+        Err(ureq::Error::Status(code, r)) => {
+            let b = r.into_string().unwrap_or_default();
+            bail!("{url} answered {code}: {}", b.trim())
+        }
+        Err(e) => bail!(
+            "cannot reach the agent at {base} ({e}); is `edgewatch run` running there? \
+             (--url, or --config for its [http] listen)"
+        ),
+    };
+    Ok((url, body))
 }
