@@ -174,6 +174,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let tegrastats_status = Arc::new(crate::collect::tegrastats::TegrastatsStatus::default());
     let scrape_status = Arc::new(crate::collect::scrape::ScrapeStatus::new(&cfg.scrape));
     let jetson_status = Arc::new(crate::collect::jetson::JetsonStatus::default());
+    // A peer whose TLS files do not read or parse cannot send until they are fixed: say so
+    // clearly now (its data is kept; its status shows the same reason).
+    for e in peer_setup_errors(&cfg) {
+        tracing::error!(error = %e, "a sink or notifier cannot connect until this is fixed");
+    }
     // Forwarders: their own store connections, their own token (stopped with the sources).
     let forward_stop = CancellationToken::new();
     let forwarders = crate::forward::start(
@@ -188,6 +193,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         &cfg.notify,
         &cfg.storage.data_dir,
         &crate::forward::identity(&cfg).0,
+        crate::alert::notify::outbox_bound(&cfg.alerts),
         forward_stop.clone(),
     );
 
@@ -417,6 +423,24 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.
+/// What keeps a configured sink or notifier from ever connecting, found by reading its files
+/// (an MQTT `ca_file`, `cert_file` or `key_file` that does not read or parse), one message
+/// per peer naming its table. `check-config` refuses such a config; `run` logs each at start.
+pub fn peer_setup_errors(cfg: &Config) -> Vec<String> {
+    use crate::deliver::mqtt::check;
+    let sinks = cfg.sink.iter().filter_map(|s| {
+        check(&s.url, &s.tls_files())
+            .err()
+            .map(|e| format!("[[sink]] {:?}: {e}", s.name))
+    });
+    let notifiers = cfg.notify.iter().filter_map(|n| {
+        check(&n.url, &n.tls_files())
+            .err()
+            .map(|e| format!("[[notify]] {:?}: {e}", n.name))
+    });
+    sinks.chain(notifiers).collect()
+}
+
 pub async fn wait_for_signal() {
     #[cfg(unix)]
     {

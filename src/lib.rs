@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod clock;
 pub mod collect;
 pub mod config;
+pub mod deliver;
 pub mod engine;
 pub mod forward;
 pub mod ingest;

@@ -945,3 +945,106 @@ fn while_the_clock_is_not_set_writes_are_kept_and_held_then_all_forwarded() {
     let v = influx.query("edge", "SELECT last(v) FROM m");
     assert_eq!(v["results"][0]["series"][0]["values"][0][1], 499, "{v}");
 }
+
+/// Regression (review defect 4): a chunk larger than the receiver's body limit was re-read
+/// and re-sent whole, forever, with no pause. Against a real InfluxDB with `max-body-size`
+/// of 4 KiB: a 600-point chunk (about 30 KB of line protocol) is split until its parts fit
+/// and arrives whole; a single point over the limit is dead-lettered with the 413; what
+/// follows is forwarded; the sink never loops hot.
+#[test]
+fn a_chunk_over_the_receivers_body_limit_is_split_and_a_point_over_it_dead_lettered() {
+    if !require(Peer::Influxdb) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let influx = Influxd::start_limited(&dir.path().join("influx"), port, 4096);
+    influx_create_db(&influx, "edge");
+    let top = format!(
+        "device_id = \"jet-1\"\n{}",
+        influx_sink(
+            "influx",
+            &format!("http://127.0.0.1:{port}"),
+            "gzip = false\n"
+        )
+    );
+    let agent = agent_with(dir.path(), &top);
+    // One write is one chunk.
+    write_points(&agent, "m", 0, 600, T0);
+    let big = format!("m,k=v s=\"{}\" {}\n", "x".repeat(6000), T0 + 700_000);
+    let (code, resp) = post(&agent.url("/write?db=x"), big.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{resp}");
+    write_points(&agent, "m", 600, 50, T0);
+    let ok = wait_for(Duration::from_secs(30), || {
+        let s = sink_status(&agent, "influx");
+        (influx_count(&influx, "edge", "m") == 650 && s["backlog_points"] == 0).then_some(s)
+    });
+    let s = ok.unwrap_or_else(|| {
+        panic!(
+            "count {} {}\n{}",
+            influx_count(&influx, "edge", "m"),
+            sink_status(&agent, "influx"),
+            agent.log_text()
+        )
+    });
+    assert_eq!(s["forwarded_points"], 650, "{s}");
+    assert_eq!(s["dead_letter_points"], 1, "{s}");
+    assert_eq!(s["dead_letter_batches"], 1, "{s}");
+    // A handful of 413s while halving, not a hot loop.
+    assert!(s["errors"].as_u64().unwrap() < 40, "{s}");
+    let (conn, _) = edgewatch::store::open(&agent.dir, edgewatch::store::Mode::ReadOnly).unwrap();
+    let (status, reason): (u16, String) = conn
+        .query_row("SELECT status, reason FROM dead_letters", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(status, 413);
+    assert!(reason.contains("single point"), "{reason}");
+    // Every value arrived once, in its own time.
+    let v = influx.query("edge", "SELECT count(v), sum(v) FROM m");
+    assert_eq!(v["results"][0]["series"][0]["values"][0][1], 650, "{v}");
+    assert_eq!(
+        v["results"][0]["series"][0]["values"][0][2],
+        (0..650).sum::<i64>(),
+        "{v}"
+    );
+}
+
+/// A sink pointed at a wrong path (404) pauses with the reason and keeps its data; it
+/// delivers everything once the path is right (the receiver returns).
+#[test]
+fn a_sink_answered_404_pauses_with_the_reason_and_keeps_its_data() {
+    if !require(Peer::Influxdb) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let influx = Influxd::start(&dir.path().join("influx"));
+    influx_create_db(&influx, "edge");
+    let proxy = FaultProxy::start(influx.http);
+    for _ in 0..3 {
+        proxy.push(404, None);
+    }
+    let top = format!(
+        "device_id = \"jet-1\"\n{}",
+        influx_sink("influx", &format!("http://127.0.0.1:{}", proxy.port), "")
+    );
+    let agent = agent_with(dir.path(), &top);
+    write_points(&agent, "m", 0, 100, T0);
+    let s = wait_for(Duration::from_secs(10), || {
+        let s = sink_status(&agent, "influx");
+        (s["paused"] == true).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "influx")));
+    assert!(
+        s["last_error"].as_str().unwrap().contains("check the url"),
+        "{s}"
+    );
+    assert!(s["next_retry_ns"].is_i64(), "{s}");
+    wait_for(Duration::from_secs(15), || {
+        (influx_count(&influx, "edge", "m") == 100).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{}", sink_status(&agent, "influx")));
+    let s = sink_status(&agent, "influx");
+    assert_eq!(s["dead_letter_points"], 0, "{s}");
+    assert_eq!(s["paused"], false, "{s}");
+}

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use edgewatch::alert::event::{AlertEvent, EventStatus};
 use edgewatch::store::{self, Mode};
@@ -243,45 +243,73 @@ fn resends_keep_a_firing_alert_alive_in_alertmanager() {
 /// Answers to give, in order: (status, Retry-After).
 type Script = Arc<Mutex<VecDeque<(u16, Option<&'static str>)>>>;
 
-/// A webhook endpoint on loopback: records every request's JSON body with the status it
-/// answers: the next scripted (status, Retry-After), else 200, after `delay`.
+/// One request a [`Hook`] got.
+#[derive(Clone)]
+struct Req {
+    code: u16,
+    body: serde_json::Value,
+    /// Headers, names in lower case.
+    headers: BTreeMap<String, String>,
+    at: Instant,
+}
+
+/// A webhook endpoint on loopback: records every request (JSON body, headers, arrival time)
+/// with the status it answers: 401 when `auth` is set and the request's `Authorization`
+/// differs, else the next scripted (status, Retry-After), else 200, after `delay`. With
+/// `kill_at = (n, pid)` it SIGKILLs `pid` right after writing its n-th 200: the agent is
+/// killed after the receiver acknowledged and before it can record that.
 struct Hook {
     port: u16,
-    bodies: Arc<Mutex<Vec<(u16, serde_json::Value)>>>,
+    reqs: Arc<Mutex<Vec<Req>>>,
     script: Script,
+    auth: Arc<Mutex<Option<String>>>,
+    kill_at: Arc<Mutex<Option<(usize, u32)>>>,
 }
 
 impl Hook {
     fn start(delay: Duration) -> Hook {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let reqs: Arc<Mutex<Vec<Req>>> = Default::default();
         let script: Script = Default::default();
-        let (b, s) = (bodies.clone(), script.clone());
+        let auth: Arc<Mutex<Option<String>>> = Default::default();
+        let kill_at: Arc<Mutex<Option<(usize, u32)>>> = Default::default();
+        let (b, s, a, k) = (reqs.clone(), script.clone(), auth.clone(), kill_at.clone());
         std::thread::spawn(move || {
+            let mut oks = 0usize;
             for stream in l.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 let mut r = BufReader::new(stream.try_clone().unwrap());
-                let mut len = 0usize;
+                let mut headers = BTreeMap::new();
                 loop {
                     let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                         break;
                     }
-                    if line == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap_or(0);
+                    if let Some((k, v)) = line.split_once(':') {
+                        headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
                     }
                 }
+                let len: usize = headers
+                    .get("content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
                 let mut body = vec![0u8; len];
                 if r.read_exact(&mut body).is_err() {
                     continue;
                 }
-                let (code, ra) = s.lock().unwrap().pop_front().unwrap_or((200, None));
+                let want = a.lock().unwrap().clone();
+                let (code, ra) = match want {
+                    Some(w) if headers.get("authorization") != Some(&w) => (401, None),
+                    _ => s.lock().unwrap().pop_front().unwrap_or((200, None)),
+                };
                 if let Ok(v) = serde_json::from_slice(&body) {
-                    b.lock().unwrap().push((code, v));
+                    b.lock().unwrap().push(Req {
+                        code,
+                        body: v,
+                        headers,
+                        at: Instant::now(),
+                    });
                 }
                 std::thread::sleep(delay);
                 let extra = ra
@@ -291,12 +319,26 @@ impl Hook {
                     stream,
                     "HTTP/1.1 {code} X\r\nContent-Length: 2\r\nConnection: close\r\n{extra}\r\nno"
                 );
+                let _ = stream.flush();
+                if code == 200 {
+                    oks += 1;
+                    let mut g = k.lock().unwrap();
+                    if let Some((n, pid)) = *g {
+                        if oks == n {
+                            // SAFETY: kill(2) on the agent this test started.
+                            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+                            *g = None;
+                        }
+                    }
+                }
             }
         });
         Hook {
             port,
-            bodies,
+            reqs,
             script,
+            auth,
+            kill_at,
         }
     }
 
@@ -311,16 +353,20 @@ impl Hook {
 
     /// (answer, `seq`) of every request, in arrival order.
     fn requests(&self) -> Vec<(u16, i64)> {
-        self.bodies
+        self.reqs
             .lock()
             .unwrap()
             .iter()
-            .filter_map(|(c, b)| Some((*c, b["seq"].as_i64()?)))
+            .filter_map(|r| Some((r.code, r.body["seq"].as_i64()?)))
             .collect()
     }
 
+    fn all(&self) -> Vec<Req> {
+        self.reqs.lock().unwrap().clone()
+    }
+
     fn body(&self, i: usize) -> serde_json::Value {
-        self.bodies.lock().unwrap()[i].1.clone()
+        self.reqs.lock().unwrap()[i].body.clone()
     }
 }
 
@@ -353,19 +399,18 @@ fn webhook_kill9_mid_delivery_loses_nothing_and_keeps_order() {
         })
         .collect();
     let seqs = enqueue(&dir.path().join("data"), &evs);
+    *hook.auth.lock().unwrap() = Some("Bearer s3cret".into());
     let agent = agent_with(dir.path(), &hook_notify(hook.port));
+    // Killed right after the receiver acknowledged an event, before the agent could record
+    // it: that event goes again after the restart (the one duplicate allowed).
+    let n = hook.seqs().len() + 3;
+    *hook.kill_at.lock().unwrap() = Some((n, agent.child.id()));
     wait_for(Duration::from_secs(10), || {
-        (hook.seqs().len() >= 4).then_some(())
+        hook.kill_at.lock().unwrap().is_none().then_some(())
     })
-    .expect("delivery started");
-    // The receiver fails from now on: the event being sent is retried, never acknowledged.
-    hook.script.lock().unwrap().extend([(500, None); 1000]);
-    wait_for(Duration::from_secs(10), || {
-        (hook.requests().iter().filter(|r| r.0 == 500).count() >= 2).then_some(())
-    })
-    .expect("retrying");
+    .expect("the acknowledgement to kill after");
     agent.kill9();
-    hook.script.lock().unwrap().clear();
+    assert_eq!(hook.seqs().len(), n, "{:?}", hook.requests());
     let agent = agent_with(dir.path(), &hook_notify(hook.port));
     wait_for(Duration::from_secs(15), || {
         let got = hook.seqs();
@@ -389,6 +434,12 @@ fn webhook_kill9_mid_delivery_loses_nothing_and_keeps_order() {
         }
     }
     assert!(dups <= 1, "more than one duplicate: {got:?}");
+    // Nothing was refused: every request carried the configured bearer token.
+    assert!(
+        hook.requests().iter().all(|r| r.0 == 200),
+        "{:?}",
+        hook.requests()
+    );
     let first = hook.body(0);
     assert_eq!(first["version"], "4", "{first}");
     assert_eq!(first["receiver"], "hook", "{first}");
@@ -451,6 +502,14 @@ fn webhook_4xx_is_dead_lettered_and_reported_503_waits_its_retry_after() {
             (200, seqs[1]),
             (200, seqs[2])
         ]
+    );
+    // ... and the second try came only once the Retry-After (1 s) had passed, although the
+    // notifier's own backoff is 100 ms.
+    let all = hook.all();
+    let waited = all[2].at.duration_since(all[1].at);
+    assert!(
+        waited >= Duration::from_millis(950) && waited < Duration::from_secs(5),
+        "{waited:?}"
     );
     let (_, metrics) = get(&agent.url("/metrics")).unwrap();
     assert!(
@@ -605,4 +664,296 @@ fn bad_notify_tables_are_refused_with_key_and_line() {
         assert!(!out.status.success(), "{text}");
         assert!(err.contains(want) && err.contains("line"), "{text}: {err}");
     }
+}
+
+/// Regression (review defect 1): a notifier pointed at a wrong path (404, 405) or a receiver
+/// whose body limit is below one event (413) used to dead-letter every alert and move past
+/// it. Now it pauses on the event with the reason and delivers everything, in order, once
+/// the receiver takes it.
+#[test]
+fn a_wrong_path_or_body_limit_pauses_the_notifier_and_loses_no_alert() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Hook::start(Duration::ZERO);
+    hook.script
+        .lock()
+        .unwrap()
+        .extend([(404, None), (404, None), (405, None), (413, None)]);
+    let seqs = enqueue(
+        &dir.path().join("data"),
+        &[
+            event("A", EventStatus::Firing, t(3), None),
+            event("B", EventStatus::Firing, t(2), None),
+        ],
+    );
+    let agent = agent_with(dir.path(), &hook_notify(hook.port));
+    let paused = wait_for(Duration::from_secs(10), || {
+        let n = notifier_status(&agent, "hook");
+        (n["paused"] == true).then_some(n)
+    })
+    .unwrap_or_else(|| panic!("{}", notifier_status(&agent, "hook")));
+    let why = paused["last_error"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("HTTP 404") && why.contains("check the url"),
+        "{paused}"
+    );
+    assert_eq!(paused["dead_letters"], 0, "{paused}");
+    let n = wait_for(Duration::from_secs(15), || {
+        let n = notifier_status(&agent, "hook");
+        (n["delivered"] == 2).then_some(n)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", notifier_status(&agent, "hook"), agent.log_text()));
+    assert_eq!(n["dead_letters"], 0, "{n}");
+    assert_eq!(n["paused"], false, "{n}");
+    assert_eq!(
+        hook.requests(),
+        [
+            (404, seqs[0]),
+            (404, seqs[0]),
+            (405, seqs[0]),
+            (413, seqs[0]),
+            (200, seqs[0]),
+            (200, seqs[1])
+        ]
+    );
+    // Paused means `max_backoff` (500 ms) between tries of the same event, never a hot loop.
+    let all = hook.all();
+    for w in all[..5].windows(2) {
+        let gap = w[1].at.duration_since(w[0].at);
+        assert!(gap >= Duration::from_millis(400), "{gap:?}");
+    }
+}
+
+/// Notifier auth reaches the receiver as configured: the receiver refuses (401) any request
+/// whose `Authorization` is not the expected one, so a wrong or missing header shows as no
+/// delivery. Basic auth with extra headers, and a wrong bearer token (paused, kept).
+#[test]
+fn notifier_basic_auth_and_headers_reach_the_receiver_and_a_wrong_token_pauses() {
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Hook::start(Duration::ZERO);
+    *hook.auth.lock().unwrap() = Some("Basic ZWRnZTpwQHNz".into()); // edge:p@ss
+    enqueue(
+        &dir.path().join("data"),
+        &[event("A", EventStatus::Firing, t(2), None)],
+    );
+    let cfg = format!(
+        "device_id = \"jet-1\"\n[[notify]]\ntype = \"webhook\"\nname = \"hook\"\n\
+         url = \"http://127.0.0.1:{}/hook\"\nmin_backoff = \"100ms\"\nmax_backoff = \"300ms\"\n\
+         username = \"edge\"\npassword = \"p@ss\"\nheaders = {{ X-Scope-OrgID = \"fleet-7\" }}\n",
+        hook.port
+    );
+    let agent = agent_with(dir.path(), &cfg);
+    wait_for(Duration::from_secs(10), || {
+        (notifier_status(&agent, "hook")["delivered"] == 1).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{:?}\n{}", hook.requests(), agent.log_text()));
+    let r = &hook.all()[0];
+    assert_eq!(r.code, 200);
+    assert_eq!(
+        r.headers.get("x-scope-orgid").map(String::as_str),
+        Some("fleet-7")
+    );
+    assert_eq!(
+        r.headers.get("content-type").map(String::as_str),
+        Some("application/json")
+    );
+    drop(agent);
+
+    // A wrong bearer token: refused, paused, the event kept (not dead-lettered).
+    let dir = tempfile::tempdir().unwrap();
+    let hook = Hook::start(Duration::ZERO);
+    *hook.auth.lock().unwrap() = Some("Bearer right".into());
+    enqueue(
+        &dir.path().join("data"),
+        &[event("A", EventStatus::Firing, t(2), None)],
+    );
+    let agent = agent_with(dir.path(), &hook_notify(hook.port)); // bearer_token = "s3cret"
+    let n = wait_for(Duration::from_secs(10), || {
+        let n = notifier_status(&agent, "hook");
+        (n["paused"] == true && hook.requests().len() >= 2).then_some(n)
+    })
+    .unwrap_or_else(|| panic!("{}", notifier_status(&agent, "hook")));
+    assert!(
+        n["last_error"].as_str().unwrap().contains("credentials"),
+        "{n}"
+    );
+    assert_eq!(
+        (n["delivered"].as_i64(), n["dead_letters"].as_i64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(n["pending_events"], 1, "{n}");
+    assert!(hook
+        .all()
+        .iter()
+        .all(|r| r.headers.get("authorization").map(String::as_str) == Some("Bearer s3cret")));
+}
+
+/// Threads named `prefix*` of process `pid` (the kernel keeps 15 bytes of a thread's name).
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| {
+            d.flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|c| c.trim().starts_with(prefix))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Regression (review defect 10): each MQTT connect that timed out left its connection
+/// thread behind (rumqttc kept trying for 5 s more). Against a listener that accepts and
+/// never answers, retried every ~0.3 s, the agent keeps at most one such thread.
+#[test]
+fn mqtt_notifier_connect_timeouts_leave_no_threads_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let h = held.clone();
+    std::thread::spawn(move || {
+        for s in silent.incoming().flatten() {
+            h.lock().unwrap().push(s); // accepted, never answered
+        }
+    });
+    enqueue(
+        &dir.path().join("data"),
+        &[event("A", EventStatus::Firing, t(2), None)],
+    );
+    let cfg = format!(
+        "device_id = \"jet-1\"\n[[notify]]\ntype = \"mqtt\"\nname = \"mq\"\n\
+         url = \"mqtt://127.0.0.1:{port}\"\ntopic = \"e/{{device_id}}/alerts\"\n\
+         timeout = \"200ms\"\nmin_backoff = \"100ms\"\nmax_backoff = \"100ms\"\n"
+    );
+    let agent = agent_with(dir.path(), &cfg);
+    let pid = agent.child.id();
+    let mut most = 0;
+    let end = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < end {
+        most = most.max(threads_named(pid, "notify-mqtt-con"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let n = notifier_status(&agent, "mq");
+    assert!(
+        n["failures"].as_u64().unwrap() >= 4,
+        "it kept retrying: {n}"
+    );
+    assert!(
+        held.lock().unwrap().len() >= 4,
+        "connections reached the listener"
+    );
+    assert!(most <= 1, "{most} connection threads at once");
+    assert_eq!(n["pending_events"], 1, "{n}");
+}
+
+/// Regression (review defect 10): a CA file that does not parse was silently skipped (the
+/// connection then failed with an unrelated TLS error, or trusted less than intended). Now
+/// `check-config` refuses it naming the key and the file, for sinks and notifiers, and a
+/// running agent says so at start and in the notifier's status (its events kept).
+#[test]
+fn a_ca_file_that_does_not_parse_is_refused_at_check_and_reported_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let notify = format!(
+        "[[notify]]\ntype = \"mqtt\"\nname = \"mq\"\nurl = \"mqtts://127.0.0.1:{}\"\n\
+         topic = \"e/alerts\"\nca_file = \"{}\"\n",
+        free_port(),
+        ca.display()
+    );
+    let sink = format!(
+        "[[sink]]\ntype = \"mqtt\"\nname = \"s\"\nurl = \"mqtts://127.0.0.1:{}\"\n\
+         topic = \"e\"\nca_file = \"{}\"\n",
+        free_port(),
+        ca.display()
+    );
+    for (text, table) in [(&notify, "[[notify]] \"mq\""), (&sink, "[[sink]] \"s\"")] {
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, text).unwrap();
+        let out = std::process::Command::new(bin())
+            .arg("check-config")
+            .arg(&f)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{text}");
+        assert!(
+            err.contains(table) && err.contains("ca_file") && err.contains("ca.pem"),
+            "{err}"
+        );
+    }
+    enqueue(
+        &dir.path().join("data"),
+        &[event("A", EventStatus::Firing, t(2), None)],
+    );
+    let agent = agent_with(dir.path(), &notify);
+    let n = wait_for(Duration::from_secs(10), || {
+        let n = notifier_status(&agent, "mq");
+        n["last_error"].is_string().then_some(n)
+    })
+    .unwrap_or_else(|| panic!("{}", agent.log_text()));
+    assert!(n["last_error"].as_str().unwrap().contains("ca_file"), "{n}");
+    assert_eq!(n["paused"], true, "{n}");
+    assert_eq!(n["pending_events"], 1, "{n}");
+    assert!(agent.log_text().contains("ca_file"), "{}", agent.log_text());
+}
+
+/// Regression (review defect 7): while a notifier is disabled, the outbox grew without
+/// bound. It is now held within `[alerts] outbox_max_bytes`: the oldest events go unsent
+/// (counted, with a warning in the status), the latest event of each alert still firing
+/// stays.
+#[test]
+fn the_outbox_is_bounded_while_a_notifier_is_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut evs = vec![event("StillHot", EventStatus::Firing, t(90), None)];
+    for i in 0..100 {
+        let s = t(80 - i / 2);
+        evs.push(event(&format!("Flap{i}"), EventStatus::Firing, s, None));
+        evs.push(event(
+            &format!("Flap{i}"),
+            EventStatus::Resolved,
+            s,
+            Some(s + 1_000_000),
+        ));
+    }
+    let seqs = enqueue(&data, &evs);
+    let cfg = "device_id = \"jet-1\"\n[alerts]\noutbox_max_bytes = 20000\n\
+               [[notify]]\ntype = \"webhook\"\nname = \"off\"\nurl = \"http://127.0.0.1:9/x\"\n\
+               enabled = false\n";
+    let agent = agent_with(dir.path(), cfg);
+    let n = wait_for(Duration::from_secs(10), || {
+        let n = notifier_status(&agent, "off");
+        (n["pruned_unsent"].as_i64().unwrap_or(0) > 0).then_some(n)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", notifier_status(&agent, "off"), agent.log_text()));
+    assert!(
+        n["warning"].as_str().unwrap_or_default().contains("pruned"),
+        "{n}"
+    );
+    assert_eq!(n["position"], 0, "{n}");
+    let (conn, _) = store::open(&agent.dir, Mode::ReadOnly).unwrap();
+    let (rows, bytes, first): (i64, i64, i64) = conn
+        .query_row(
+            "SELECT COUNT(*), SUM(LENGTH(event)), MIN(seq) FROM alert_outbox",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert!(bytes <= 20_000, "{bytes} bytes in {rows} rows");
+    assert_eq!(first, seqs[0], "the firing alert's latest event is kept");
+    assert_eq!(
+        n["pruned_unsent"].as_i64().unwrap() + rows,
+        evs.len() as i64,
+        "{n}"
+    );
+    assert!(
+        agent.log_text().contains("over its bound"),
+        "{}",
+        agent.log_text()
+    );
 }

@@ -55,6 +55,11 @@ pub struct AlertsConfig {
     pub disk_budget_pct: f64,
     /// `ClockNotSet`: fires when the clock has not been set for this long.
     pub clock_unset_for: Delay,
+    /// The alert outbox's bound while a notifier is disabled or down: most bytes of stored
+    /// events (the latest event of each alert still firing is always kept).
+    pub outbox_max_bytes: u64,
+    /// ... and the oldest event kept.
+    pub outbox_max_age: Interval,
 }
 
 impl Default for AlertsConfig {
@@ -73,6 +78,8 @@ impl Default for AlertsConfig {
             sink_backlog_age: Interval(s(3600)),
             disk_budget_pct: 90.0,
             clock_unset_for: Interval(s(600)),
+            outbox_max_bytes: 16 << 20,
+            outbox_max_age: Interval(s(7 * 86_400)),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! `edgewatch check-config FILE`: loads a config file (with EDGEWATCH_* variables) and the
-//! agent's start-up listener policy, as `run` would, and prints the effective config. Never
-//! opens the store or a socket.
+//! agent's start-up listener policy, as `run` would, reads the files the peers need (MQTT
+//! TLS certificates and keys), and prints the effective config. Never opens the store or a
+//! socket.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +27,11 @@ pub fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
             "warning: [udp] allow_unauthenticated = true: UDP on {addr} takes writes \
              from any machine that can reach it, without a token"
         );
+    }
+    // Files the peers will need (MQTT TLS): read and parsed now, not at the first connect.
+    let peers = edgewatch::agent::peer_setup_errors(&cfg);
+    if !peers.is_empty() {
+        anyhow::bail!("{}: {}", file.display(), peers.join("; "));
     }
     println!("{}: ok", file.display());
     println!("{cfg:#?}");

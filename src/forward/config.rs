@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backoff::{Backoff, Spread};
 use crate::config::values::{Delay, Interval, Secret};
+use crate::deliver::Retry;
 
 /// The kind of remote end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -137,15 +137,9 @@ pub struct SinkConfig {
     /// Most points per second sent (metered links); 0 = no limit.
     #[serde(default)]
     pub max_rate: u64,
-    /// Request / connection timeout.
-    #[serde(default = "d_timeout")]
-    pub timeout: Delay,
-    /// First retry delay after a failure (doubles, with jitter).
-    #[serde(default = "d_min_backoff")]
-    pub min_backoff: Delay,
-    /// Longest retry delay; also how often a paused (401/403) sink tries again.
-    #[serde(default = "d_max_backoff")]
-    pub max_backoff: Delay,
+    /// `timeout`, `min_backoff`, `max_backoff` (also how often a paused sink tries again).
+    #[serde(flatten)]
+    pub retry: Retry,
     // -- Bandwidth-aware forwarding and reconnect storms (src/forward/rollup.rs) --
     /// What the sink forwards: `raw` (every point, default) or `rollup:1m` / `rollup:1h`
     /// (one point per series, field and final bucket of that tier: mean, min, max, count,
@@ -242,15 +236,6 @@ fn d_max_bytes() -> usize {
 fn d_max_delay() -> Delay {
     Interval(Duration::from_secs(1))
 }
-fn d_timeout() -> Delay {
-    Interval(Duration::from_secs(10))
-}
-fn d_min_backoff() -> Delay {
-    Interval(Duration::from_secs(1))
-}
-fn d_max_backoff() -> Delay {
-    Interval(Duration::from_secs(60))
-}
 fn is_raw(m: &ForwardMode) -> bool {
     *m == ForwardMode::Raw
 }
@@ -267,6 +252,9 @@ impl SinkConfig {
         let err = |m: String| Err(format!("[[sink]] {n:?}: {m}"));
         if n.is_empty() {
             return Err("[[sink]]: `name` must not be empty".into());
+        }
+        if let Err(e) = self.retry.validate() {
+            return err(e);
         }
         if self.max_points == 0 || self.max_bytes == 0 {
             return err("`max_points` and `max_bytes` must be greater than zero".into());
@@ -436,16 +424,10 @@ impl SinkConfig {
         self.version.unwrap_or(2)
     }
 
-    /// The retry policy: `min_backoff` doubling to `max_backoff`, "equal jitter" (a point in
-    /// the upper half of each delay, so devices failing together spread out).
-    pub fn backoff(&self) -> Backoff {
-        Backoff::new(self.min_backoff.0, self.max_backoff.0).with_spread(Spread::Equal)
-    }
-
     /// The wait before retry number `failures` (1 = after the first failure), `jitter` in
     /// `[0, 1)`.
     pub fn retry_delay(&self, failures: u32, jitter: f64) -> Duration {
-        self.backoff().delay(failures.saturating_sub(1), jitter)
+        self.retry.delay(failures, jitter)
     }
 
     /// The wait before the first send after the link returns (or at start with a backlog),
@@ -454,38 +436,22 @@ impl SinkConfig {
         self.reconnect_jitter.0.mul_f64(jitter.clamp(0.0, 1.0))
     }
 
+    /// The MQTT TLS files.
+    pub fn tls_files(&self) -> crate::deliver::mqtt::TlsFiles<'_> {
+        crate::deliver::mqtt::TlsFiles {
+            ca_file: self.ca_file.as_deref(),
+            cert_file: self.cert_file.as_deref(),
+            key_file: self.key_file.as_deref(),
+        }
+    }
+
     /// Whether payloads are gzipped.
     pub fn gzip(&self) -> bool {
         self.gzip.unwrap_or(self.kind == SinkKind::Influxdb)
     }
 }
 
-/// Splits `scheme://host:port[/path]` into (scheme, host, port).
-pub fn host_port(url: &str) -> Result<(String, String, u16), String> {
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| format!("url {url:?} has no scheme"))?;
-    let hostport = rest.split('/').next().unwrap_or("");
-    let default = match scheme {
-        "http" => 80,
-        "https" => 443,
-        "mqtt" => 1883,
-        "mqtts" => 8883,
-        _ => return Err(format!("url {url:?}: unknown scheme {scheme:?}")),
-    };
-    let (host, port) = match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (
-            h.trim_start_matches('[').trim_end_matches(']').to_string(),
-            p.parse::<u16>()
-                .map_err(|_| format!("url {url:?}: invalid port {p:?}"))?,
-        ),
-        _ => (hostport.to_string(), default),
-    };
-    if host.is_empty() {
-        return Err(format!("url {url:?} has no host"));
-    }
-    Ok((scheme.to_string(), host, port))
-}
+pub use crate::deliver::host_port;
 
 /// Checks that every rollup-mode sink's tier is one of `[rollup] tiers` (`tiers`: their
 /// configured names); the message names the sink, the key and the tiers.
@@ -555,6 +521,11 @@ mod tests {
             parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\ntopik = 1\n")
                 .unwrap_err();
         assert!(e.contains("topik"), "{e}");
+        let e = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nmin_backoff = \"1m\"\nmax_backoff = \"10s\"\n").unwrap_err();
+        assert!(
+            e.contains("min_backoff") && e.contains("max_backoff"),
+            "{e}"
+        );
     }
 
     #[test]

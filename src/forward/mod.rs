@@ -12,10 +12,10 @@
 //! point a rollup row becomes), `influx` (a blocking thread per sink, `ureq`; its loop is
 //! shared by every HTTP sink), [`remote_write`] (protobuf + snappy through that loop), `mqtt`
 //! (a task per sink, `rumqttc`). A sink's first send after its link returns (and at start
-//! with a backlog) waits a random part of `reconnect_jitter` ([`Reconnect`]). The decisions — what an HTTP answer
-//! means, whether a partial batch should wait, the rate limit — are pure functions here with
-//! time as an argument; how long to back off is [`crate::backoff`], through
-//! [`SinkConfig::retry_delay`].
+//! with a backlog) waits a random part of `reconnect_jitter` ([`Reconnect`]). Whether a
+//! partial batch should wait and the rate limit are pure functions here with time as an
+//! argument; what an answer means, the auth, the MQTT connection and the retry loop are the
+//! delivery core's ([`crate::deliver`]), shared with the notifiers.
 //!
 //! It never reads the ingest queue and never writes points: its only writes are its own
 //! `sinks` and `sink_fallback` rows and `dead_letters`, in short transactions.
@@ -36,88 +36,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use config::{SinkConfig, SinkKind};
 
+use crate::deliver::Report;
 use crate::status::{Forward, Sink, StatusCell};
-
-/// What to do after the remote end answered (or did not).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Stored: move the cursor.
-    Ack,
-    /// Bad data (400, 422): dead-letter the batch and move on.
-    DeadLetter {
-        /// HTTP status.
-        status: u16,
-        /// The server's reason.
-        reason: String,
-    },
-    /// Credentials refused (401, 403): keep the data, stop sending, try again rarely.
-    Pause {
-        /// What to tell the user.
-        reason: String,
-    },
-    /// The batch is too large for the server (413): send smaller batches.
-    Shrink {
-        /// The server's reason.
-        reason: String,
-    },
-    /// Overloaded (429, 503) with a `Retry-After`: wait that long.
-    RetryAfter {
-        /// How long.
-        after: Duration,
-        /// Status line.
-        reason: String,
-    },
-    /// Anything else (5xx, timeouts, connection errors): back off and retry.
-    Retry {
-        /// What failed.
-        reason: String,
-    },
-}
-
-/// The longest wait a `Retry-After` can impose (a misconfigured proxy must not silence a
-/// sink for days).
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
-
-/// Parses a `Retry-After` value, delay-seconds or an HTTP date (RFC 9110: IMF-fixdate and the
-/// two obsolete forms), into a wait from `now`: a date in the past waits zero; any wait is
-/// capped at [`MAX_RETRY_AFTER`]. `None` when it is neither.
-pub fn parse_retry_after(v: &str, now: std::time::SystemTime) -> Option<Duration> {
-    let v = v.trim();
-    let wait = match v.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs),
-        Err(_) => httpdate::parse_http_date(v)
-            .ok()?
-            .duration_since(now)
-            .unwrap_or(Duration::ZERO),
-    };
-    Some(wait.min(MAX_RETRY_AFTER))
-}
-
-/// Classifies an HTTP answer from an InfluxDB write endpoint.
-pub fn classify_http(status: u16, retry_after: Option<&str>, body: &str) -> Outcome {
-    let body = body.trim();
-    let reason = if body.is_empty() {
-        format!("HTTP {status}")
-    } else {
-        format!(
-            "HTTP {status}: {}",
-            body.chars().take(500).collect::<String>()
-        )
-    };
-    match status {
-        200..=299 => Outcome::Ack,
-        400 | 422 => Outcome::DeadLetter { status, reason },
-        401 | 403 => Outcome::Pause {
-            reason: format!("{reason} (credentials refused: check the sink's username/password or token; data is kept)"),
-        },
-        413 => Outcome::Shrink { reason },
-        429 | 503 => match retry_after.and_then(|v| parse_retry_after(v, std::time::SystemTime::now())) {
-            Some(after) => Outcome::RetryAfter { after, reason },
-            None => Outcome::Retry { reason },
-        },
-        _ => Outcome::Retry { reason },
-    }
-}
 
 /// Whether a batch of `points` should go now: full, or its oldest pending point waited
 /// `max_delay` (`waited` since the forwarder first saw it).
@@ -206,11 +126,7 @@ impl SinkStatus {
     }
 
     fn error(&self, e: &str) {
-        self.update(|s| {
-            s.last_error = Some(e.to_string());
-            s.last_error_ns = Some(crate::now_ns());
-            s.errors += 1;
-        });
+        self.failed(e, None, false);
     }
 
     fn durable(&self, d: &store::Durable) {
@@ -223,6 +139,20 @@ impl SinkStatus {
             s.evicted_unforwarded_points = d.evicted_points;
             s.fallback_points = d.fallback_points;
             s.last_success_ns = (d.last_success_ns > 0).then_some(d.last_success_ns);
+        });
+    }
+}
+
+impl Report for SinkStatus {
+    fn failed(&self, reason: &str, retry_in: Option<Duration>, paused: bool) {
+        let now = crate::now_ns();
+        self.update(|s| {
+            s.last_error = Some(reason.to_string());
+            s.last_error_ns = Some(now);
+            s.errors += 1;
+            s.paused = paused;
+            s.next_retry_ns = retry_in
+                .map(|d| now.saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)));
         });
     }
 }
@@ -336,21 +266,6 @@ impl Reconnect {
             return None;
         }
         Some(cfg.reconnect_delay(jitter)).filter(|d| !d.is_zero())
-    }
-}
-
-/// Sleeps `d`, waking early (returning false) when `stop` is cancelled.
-pub(crate) fn nap(stop: &CancellationToken, d: Duration) -> bool {
-    let end = Instant::now() + d;
-    loop {
-        if stop.is_cancelled() {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= end {
-            return true;
-        }
-        std::thread::sleep((end - now).min(Duration::from_millis(25)));
     }
 }
 
@@ -578,79 +493,6 @@ impl Forwarders {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn http_answers_map_to_actions() {
-        assert_eq!(classify_http(204, None, ""), Outcome::Ack);
-        assert!(
-            matches!(classify_http(400, None, "{\"error\":\"bad\"}"), Outcome::DeadLetter { status: 400, reason } if reason.contains("bad"))
-        );
-        assert!(matches!(
-            classify_http(422, None, ""),
-            Outcome::DeadLetter { .. }
-        ));
-        assert!(
-            matches!(classify_http(401, None, ""), Outcome::Pause { reason } if reason.contains("credentials"))
-        );
-        assert!(matches!(
-            classify_http(403, None, ""),
-            Outcome::Pause { .. }
-        ));
-        assert_eq!(
-            classify_http(429, Some("7"), ""),
-            Outcome::RetryAfter {
-                after: Duration::from_secs(7),
-                reason: "HTTP 429".into()
-            }
-        );
-        // A date in the past: retry at once, as the server asked.
-        assert_eq!(
-            classify_http(503, Some("Wed, 21 Oct 2015 07:28:00 GMT"), ""),
-            Outcome::RetryAfter {
-                after: Duration::ZERO,
-                reason: "HTTP 503".into()
-            }
-        );
-        assert!(matches!(
-            classify_http(503, Some("soon"), ""),
-            Outcome::Retry { .. }
-        ));
-        assert!(matches!(
-            classify_http(500, None, ""),
-            Outcome::Retry { .. }
-        ));
-        assert!(matches!(
-            classify_http(413, None, ""),
-            Outcome::Shrink { .. }
-        ));
-    }
-
-    #[test]
-    fn retry_after_takes_seconds_and_http_dates_and_is_capped() {
-        use std::time::UNIX_EPOCH;
-        // Wed, 21 Oct 2015 07:28:00 GMT
-        let now = UNIX_EPOCH + Duration::from_secs(1_445_412_480);
-        let p = |v| parse_retry_after(v, now);
-        assert_eq!(p(" 120 "), Some(Duration::from_secs(120)));
-        assert_eq!(p("0"), Some(Duration::ZERO));
-        assert_eq!(
-            p("Wed, 21 Oct 2015 07:29:30 GMT"),
-            Some(Duration::from_secs(90))
-        );
-        // RFC 850 and asctime forms.
-        assert_eq!(
-            p("Wednesday, 21-Oct-15 07:28:10 GMT"),
-            Some(Duration::from_secs(10))
-        );
-        assert_eq!(p("Wed Oct 21 07:28:05 2015"), Some(Duration::from_secs(5)));
-        assert_eq!(p("Wed, 21 Oct 2015 07:00:00 GMT"), Some(Duration::ZERO));
-        assert_eq!(p("999999999999"), Some(MAX_RETRY_AFTER));
-        assert_eq!(p("Thu, 22 Oct 2015 07:28:00 GMT"), Some(MAX_RETRY_AFTER));
-        assert_eq!(p("-5"), None);
-        assert_eq!(p("1.5"), None);
-        assert_eq!(p(""), None);
-        assert_eq!(p("in a minute"), None);
-    }
 
     #[test]
     fn partial_batches_wait_for_max_delay() {

@@ -12,14 +12,14 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rumqttc::{AsyncClient, Event, LastWill, MqttOptions, Outgoing, Packet, QoS, Transport};
+use rumqttc::{AsyncClient, Event, LastWill, MqttOptions, Outgoing, Packet, QoS};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{self, Point};
 use super::store::{Cursor, Source};
 use super::{batch_ready, config::Format, RateLimit, RateMeter, Reconnect, SinkCtx};
-use crate::backoff::Jitter;
+use crate::deliver::{mqtt, Outcome, Retrier};
 
 /// What the connection task reports.
 enum Ev {
@@ -60,72 +60,29 @@ fn qos(q: u8) -> QoS {
     }
 }
 
-fn tls_config(cfg: &super::SinkConfig) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = cfg
-        .ca_file
-        .clone()
-        .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
-    let pem = std::fs::read(&ca).map_err(|e| format!("cannot read ca_file {ca}: {e}"))?;
-    for c in rustls_pemfile::certs(&mut &pem[..]) {
-        let c = c.map_err(|e| format!("bad certificate in {ca}: {e}"))?;
-        let _ = roots.add(c);
-    }
-    let b = rustls::ClientConfig::builder().with_root_certificates(roots);
-    match (&cfg.cert_file, &cfg.key_file) {
-        (Some(c), Some(k)) => {
-            let cp = std::fs::read(c).map_err(|e| format!("cannot read cert_file {c}: {e}"))?;
-            let kp = std::fs::read(k).map_err(|e| format!("cannot read key_file {k}: {e}"))?;
-            let certs = rustls_pemfile::certs(&mut &cp[..])
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("bad cert_file {c}: {e}"))?;
-            let key = rustls_pemfile::private_key(&mut &kp[..])
-                .map_err(|e| format!("bad key_file {k}: {e}"))?
-                .ok_or_else(|| format!("no private key in {k}"))?;
-            b.with_client_auth_cert(certs, key)
-                .map_err(|e| format!("client certificate refused: {e}"))
-        }
-        _ => Ok(b.with_no_client_auth()),
-    }
-}
-
 fn options(ctx: &SinkCtx) -> Result<MqttOptions, String> {
     let cfg = &ctx.cfg;
-    let (scheme, host, port) = super::config::host_port(&cfg.url)?;
-    let id = cfg
-        .client_id
-        .clone()
-        .unwrap_or_else(|| format!("edgewatch-{}-{}", ctx.device_id, cfg.name));
-    let mut o = MqttOptions::new(id, host, port);
-    o.set_keep_alive(
-        cfg.keepalive
-            .map(|d| d.0)
-            .unwrap_or(Duration::from_secs(30)),
-    );
-    o.set_clean_session(cfg.clean_session.unwrap_or(false));
+    let e = mqtt::Endpoint {
+        url: &cfg.url,
+        client_id: cfg
+            .client_id
+            .clone()
+            .unwrap_or_else(|| format!("edgewatch-{}-{}", ctx.device_id, cfg.name)),
+        username: cfg.username.as_deref(),
+        password: cfg.password.as_ref(),
+        keepalive: cfg.keepalive.map_or(Duration::from_secs(30), |k| k.0),
+        clean_session: cfg.clean_session.unwrap_or(false),
+        tls: cfg.tls_files(),
+    };
+    let mut o = mqtt::options(&e).map_err(|e| e.to_string())?;
     o.set_max_packet_size(64 * 1024, cfg.max_bytes.saturating_mul(2).max(256 * 1024));
     o.set_inflight(100);
-    if let Some(u) = &cfg.username {
-        o.set_credentials(
-            u.clone(),
-            cfg.password
-                .as_ref()
-                .map(|p| p.expose().to_string())
-                .unwrap_or_default(),
-        );
-    }
     o.set_last_will(LastWill::new(
         status_topic(ctx),
         "offline",
         QoS::AtLeastOnce,
         true,
     ));
-    if scheme == "mqtts" {
-        let tls = tls_config(cfg)?;
-        o.set_transport(Transport::tls_with_config(
-            rumqttc::TlsConfiguration::Rustls(Arc::new(tls)),
-        ));
-    }
     Ok(o)
 }
 
@@ -323,8 +280,8 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     let opts = match options(&ctx) {
         Ok(o) => o,
         Err(e) => {
-            ctx.status.error(&e);
-            tracing::error!(sink = %name, error = %e, "mqtt sink is misconfigured; it is off");
+            crate::deliver::Report::failed(&*ctx.status, &e, None, true);
+            tracing::error!(sink = %name, error = %e, "mqtt sink is misconfigured; it is off (its data is kept)");
             return;
         }
     };
@@ -335,14 +292,12 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     // issue's guarantee); a larger window drains faster over high-latency links.
     let window = ctx.cfg.inflight.unwrap_or(1);
     let status_topic = status_topic(&ctx);
-    let mut jitter = Jitter::from_clock(&name);
+    let mut retry = Retrier::new("sink", &name, ctx.cfg.retry);
     let started = Instant::now();
     let mut rate = RateLimit::new(ctx.cfg.max_rate);
     let mut meter = RateMeter::default();
     let mut acked_cursor = d.cursor;
     let mut acked_seq = d.seq;
-    let mut failures = 0u32;
-    let mut logged = 0u64;
     let poll = ctx
         .cfg
         .max_delay
@@ -382,14 +337,14 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             match ev {
                 Some(Ev::Connected) => {
                     connected = true;
-                    failures = 0;
+                    retry.succeeded();
                     ctx.status.update(|s| {
                         s.connected = true;
                         s.last_error = None;
                     });
                     tracing::info!(sink = %name, "mqtt connected");
                     reconnect.answered();
-                    if let Some(d) = reconnect.take(&ctx.cfg, jitter.sample()) {
+                    if let Some(d) = reconnect.take(&ctx.cfg, retry.jitter()) {
                         tracing::info!(sink = %name, wait_ms = d.as_millis() as u64, "link back with a backlog: spreading the first publish (reconnect_jitter)");
                         hold = Some(Instant::now() + d);
                     }
@@ -698,14 +653,15 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
         closing.cancel();
         conn_task.abort();
         let reason = down.unwrap_or_else(|| "connection closed".into());
-        failures += 1;
         reconnect.failed();
         hold = None;
-        logged += 1;
-        if logged.is_power_of_two() {
-            tracing::warn!(sink = %name, error = %reason, count = logged, unacked_batches = lost, "mqtt link down; backing off");
+        if lost > 0 {
+            tracing::debug!(sink = %name, unacked_batches = lost, "mqtt link down with batches in flight (sent again on the next connection)");
         }
-        ctx.status.error(&format!("mqtt: {reason}"));
+        let wait = retry.after(
+            &Outcome::unreachable(format!("mqtt: {reason}")),
+            &*ctx.status,
+        );
         ctx.status.update(|s| s.connected = false);
         if lost > 0 {
             let db2 = db.clone();
@@ -739,7 +695,6 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             let r = meter.rate(started.elapsed().as_secs_f64());
             ctx.status.update(|s| s.drain_rate_pps = r);
         }
-        let wait = ctx.cfg.retry_delay(failures, jitter.sample());
         tokio::select! {
             _ = stop.cancelled() => break 'connections,
             _ = tokio::time::sleep(wait) => {}

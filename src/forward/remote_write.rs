@@ -17,13 +17,13 @@
 
 use std::collections::HashMap;
 
-use base64::Engine as _;
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{Point, Series};
 use super::influx::{run_http, Encoded, Wire};
-use super::{classify_http, Outcome, SinkConfig, SinkCtx};
+use super::{SinkConfig, SinkCtx};
+use crate::deliver::{Auth, HttpPeer, Outcome, Peer};
 use crate::model::Value;
 
 /// The protobuf messages of remote write 1.0 (`prometheus/prompb`), the fields it uses.
@@ -214,24 +214,32 @@ pub fn request(points: &[Point], max_bytes: usize) -> (WriteRequest, usize, i64)
 
 /// Remote write to one receiver.
 struct RemoteWrite {
-    cfg: SinkConfig,
-    auth: Option<String>,
+    name: String,
+    peer: HttpPeer,
 }
 
 impl RemoteWrite {
-    fn new(cfg: SinkConfig) -> RemoteWrite {
-        let auth = match (&cfg.token, &cfg.username) {
-            (Some(t), _) => Some(format!("Bearer {}", t.expose())),
-            (None, Some(u)) => {
-                let p = cfg.password.as_ref().map(|p| p.expose()).unwrap_or("");
-                Some(format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(format!("{u}:{p}"))
-                ))
-            }
-            (None, None) => None,
-        };
-        RemoteWrite { cfg, auth }
+    fn new(cfg: &SinkConfig) -> RemoteWrite {
+        let auth = Auth::basic_or_bearer(
+            cfg.username.as_ref(),
+            cfg.password.as_ref(),
+            cfg.token.as_ref(),
+        );
+        let headers = cfg
+            .headers
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_str(), v.expose()));
+        RemoteWrite {
+            name: cfg.name.clone(),
+            peer: HttpPeer::new(
+                Peer::Sink,
+                cfg.url.clone(),
+                cfg.retry.timeout.0,
+                &auth,
+                headers,
+            ),
+        }
     }
 }
 
@@ -247,7 +255,7 @@ impl Wire for RemoteWrite {
             Ok(b) => b,
             Err(e) => {
                 // Only an input over snappy's ~4 GiB limit fails; max_bytes keeps it far away.
-                tracing::error!(sink = %self.cfg.name, error = %e, bytes = raw.len(), "cannot snappy-compress the batch");
+                tracing::error!(sink = %self.name, error = %e, bytes = raw.len(), "cannot snappy-compress the batch");
                 Vec::new()
             }
         };
@@ -258,39 +266,21 @@ impl Wire for RemoteWrite {
         }
     }
 
-    fn send(&self, agent: &ureq::Agent, body: &[u8]) -> Outcome {
-        let mut req = agent
-            .post(&self.cfg.url)
-            .set("Content-Type", "application/x-protobuf")
-            .set("Content-Encoding", "snappy")
-            .set("X-Prometheus-Remote-Write-Version", "0.1.0")
-            .set(
-                "User-Agent",
-                concat!("edgewatch/", env!("CARGO_PKG_VERSION")),
-            );
-        if let Some(a) = &self.auth {
-            req = req.set("Authorization", a);
-        }
-        for (k, v) in self.cfg.headers.iter().flatten() {
-            req = req.set(k, v.expose());
-        }
-        match req.send_bytes(body) {
-            Ok(r) => classify_http(r.status(), None, ""),
-            Err(ureq::Error::Status(code, r)) => {
-                let ra = r.header("Retry-After").map(str::to_string);
-                let body = r.into_string().unwrap_or_default();
-                classify_http(code, ra.as_deref(), &body)
-            }
-            Err(e) => Outcome::Retry {
-                reason: format!("cannot reach {}: {e}", self.cfg.url),
-            },
-        }
+    fn send(&self, body: &[u8]) -> Outcome {
+        self.peer.post(
+            &[
+                ("Content-Type", "application/x-protobuf"),
+                ("Content-Encoding", "snappy"),
+                ("X-Prometheus-Remote-Write-Version", "0.1.0"),
+            ],
+            body,
+        )
     }
 }
 
 /// The sink's thread.
 pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
-    let wire = RemoteWrite::new(ctx.cfg.clone());
+    let wire = RemoteWrite::new(&ctx.cfg);
     run_http(ctx, stop, &wire);
 }
 
@@ -425,13 +415,16 @@ mod tests {
 
     #[test]
     fn the_body_is_snappy_protobuf_that_decodes_back() {
-        let w = RemoteWrite::new(
-            toml::from_str(
-                "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://h:1/api/v1/write\"\nusername = \"edge\"\npassword = \"secret\"\n",
-            )
-            .unwrap(),
-        );
-        assert_eq!(w.auth.as_deref(), Some("Basic ZWRnZTpzZWNyZXQ="));
+        let cfg: SinkConfig = toml::from_str(
+            "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://h:1/api/v1/write\"\nusername = \"edge\"\npassword = \"secret\"\n",
+        )
+        .unwrap();
+        let w = RemoteWrite::new(&cfg);
+        let auth = |c: &SinkConfig| {
+            Auth::basic_or_bearer(c.username.as_ref(), c.password.as_ref(), c.token.as_ref())
+                .header()
+        };
+        assert_eq!(auth(&cfg).as_deref(), Some("Basic ZWRnZTpzZWNyZXQ="));
         let points = vec![point("m", 5_000_000, vec![("v", Value::F64(1.5))])];
         let e = w.body(&points, usize::MAX);
         let raw = snap::raw::Decoder::new().decompress_vec(&e.body).unwrap();
@@ -443,13 +436,11 @@ mod tests {
                 timestamp: 5
             }]
         );
-        let t = RemoteWrite::new(
-            toml::from_str(
-                "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://h:1/api/v1/write\"\ntoken = \"abc\"\n",
-            )
-            .unwrap(),
-        );
-        assert_eq!(t.auth.as_deref(), Some("Bearer abc"));
+        let t: SinkConfig = toml::from_str(
+            "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://h:1/api/v1/write\"\ntoken = \"abc\"\n",
+        )
+        .unwrap();
+        assert_eq!(auth(&t).as_deref(), Some("Bearer abc"));
     }
 
     /// Bytes on the wire per inference point (4 numeric fields, 5 tags with the identity,

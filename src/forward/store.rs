@@ -338,6 +338,30 @@ pub struct RollupRows {
     pub keys: Vec<(i64, i64)>,
 }
 
+/// A batch (or one part of a split chunk) the remote end refused as bad data.
+#[derive(Debug, Clone, Copy)]
+pub struct Refusal<'a> {
+    /// First chunk id of the batch.
+    pub first: i64,
+    /// Last chunk id of the batch.
+    pub through: i64,
+    /// Whether the cursor moves past `through` (false for one part of a split chunk: the
+    /// cursor moves once the whole chunk is through).
+    pub moves_cursor: bool,
+    /// Its sequence number.
+    pub seq: i64,
+    /// Its points.
+    pub points: i64,
+    /// The HTTP status.
+    pub status: u16,
+    /// The receiver's reason.
+    pub reason: &'a str,
+    /// The batch as sent, before compression.
+    pub payload: &'a [u8],
+    /// When, ns.
+    pub now_ns: i64,
+}
+
 /// The sink's cursor row, through its own read-write connection.
 pub struct Cursor {
     conn: Connection,
@@ -396,32 +420,26 @@ impl Cursor {
         sinks::ack(&mut self.conn, &self.path, &self.name, &a)
     }
 
-    /// The remote end refused the batch as bad data: keeps it in `dead_letters` and moves the
-    /// cursor past it, in one transaction. A refused batch of rollup points (`fallback`) is
-    /// kept the same way, but the raw cursor stays where it is and the span moves on past it
-    /// (as [`Cursor::fallback_ack`] records).
-    #[allow(clippy::too_many_arguments)]
+    /// The remote end refused `r` as bad data: keeps it in `dead_letters` and moves the
+    /// cursor past it (unless `r.moves_cursor` is false: one part of a chunk being split),
+    /// in one transaction. A refused batch of rollup points (`fallback`) is kept the same
+    /// way, but the raw cursor stays where it is and the span moves on past it (as
+    /// [`Cursor::fallback_ack`] records).
     pub fn dead_letter(
         &mut self,
-        first: i64,
-        through: i64,
-        seq: i64,
-        points: i64,
-        status: u16,
-        reason: &str,
-        payload: &[u8],
-        now_ns: i64,
+        r: &Refusal<'_>,
         fallback: Option<&FallbackProgress>,
     ) -> Result<(), StoreError> {
         let r = Refused {
-            first,
-            through,
-            seq,
-            points,
-            status,
-            reason,
-            payload,
-            now_ns,
+            first: r.first,
+            through: r.through,
+            moves_cursor: r.moves_cursor,
+            seq: r.seq,
+            points: r.points,
+            status: r.status,
+            reason: r.reason,
+            payload: r.payload,
+            now_ns: r.now_ns,
             fallback,
         };
         sinks::dead_letter(&mut self.conn, &self.path, &self.name, &r)
@@ -590,8 +608,18 @@ mod tests {
         let (_dir, src, mut cur) = store_with_an_eviction_gap();
         let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
         let p = span.progress(0, 4, 0);
-        cur.dead_letter(0, 5, 3, 4, 400, "bad", b"x", 1, Some(&p))
-            .unwrap();
+        let r = Refusal {
+            first: 0,
+            through: 5,
+            moves_cursor: true,
+            seq: 3,
+            points: 4,
+            status: 400,
+            reason: "bad",
+            payload: b"x",
+            now_ns: 1,
+        };
+        cur.dead_letter(&r, Some(&p)).unwrap();
         let d = cur.load().unwrap();
         assert_eq!(d.cursor, 0);
         assert_eq!((d.seq, d.dead_points, d.fallback_points), (3, 4, 4));

@@ -220,8 +220,12 @@ pub struct Sink {
     pub url: String,
     /// Link up (MQTT: connected; HTTP: the last request got an answer).
     pub connected: bool,
-    /// Paused after 401/403.
+    /// Paused: the receiver refused for a reason that does not pass by itself
+    /// (credentials, a wrong path); the data is kept and tried again every `max_backoff`.
     pub paused: bool,
+    /// When the next attempt is due while waiting (Unix ns); `null` when not waiting.
+    #[serde(default)]
+    pub next_retry_ns: Option<i64>,
     /// Last acknowledged chunk id.
     pub cursor_chunk_id: i64,
     /// Last acknowledged batch sequence number.

@@ -41,6 +41,19 @@ pub struct Notifier {
     pub last_error_ns: Option<i64>,
     /// When the next attempt is due while backing off (Unix ns); `null` when not waiting.
     pub next_retry_ns: Option<i64>,
+    /// Paused: the receiver refused for a reason that does not pass by itself (credentials,
+    /// a wrong path, a body limit below one event); the events are kept and the same one is
+    /// tried again every `max_backoff`.
+    #[serde(default)]
+    pub paused: bool,
+    /// Events pruned from the outbox before this notifier sent them (the outbox was over its
+    /// bound while the notifier was disabled or down), all time.
+    #[serde(default)]
+    pub pruned_unsent: i64,
+    /// Something the user should know that is not an error of the last attempt (events
+    /// pruned unsent).
+    #[serde(default)]
+    pub warning: Option<String>,
     /// Alertmanager: instances firing as of the position (re-sent every `resend_interval`).
     pub firing: Option<u64>,
     /// Alertmanager: when the firing set was last re-sent and acknowledged (Unix ns).

@@ -19,6 +19,16 @@ use crate::alert::event::{AlertEvent, EventStatus};
 /// Dead letters kept per notifier (the oldest go first).
 pub const DEAD_LETTERS_KEPT: i64 = 1000;
 
+/// How large the outbox may grow while a notifier is disabled or down (`[alerts]
+/// outbox_max_bytes`, `outbox_max_age`); see [`Outbox::bound`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutboxBound {
+    /// Most bytes of stored events.
+    pub max_bytes: i64,
+    /// Oldest event kept, ns.
+    pub max_age_ns: i64,
+}
+
 /// Appends `ev` to the outbox on `conn` (normally inside the caller's transaction, with the
 /// state change it reports); returns its sequence number. `path` names the store in errors.
 pub fn enqueue(
@@ -71,6 +81,8 @@ pub struct Position {
     pub dead_letters: i64,
     /// When the receiver last acknowledged (Unix ns).
     pub last_success_ns: Option<i64>,
+    /// Events pruned before this notifier sent them (the outbox was over its bound).
+    pub pruned_unsent: i64,
 }
 
 /// One dead-lettered event.
@@ -131,8 +143,8 @@ impl Outbox {
     pub fn load(&self, name: &str) -> Result<Option<Position>, StoreError> {
         self.conn
             .prepare_cached(
-                "SELECT position, delivered, dead_letters, last_success_ns FROM notifiers \
-                 WHERE name = ?1",
+                "SELECT position, delivered, dead_letters, last_success_ns, pruned_unsent \
+                 FROM notifiers WHERE name = ?1",
             )
             .and_then(|mut st| {
                 st.query_row(params![name], |r| {
@@ -141,6 +153,7 @@ impl Outbox {
                         delivered: r.get(1)?,
                         dead_letters: r.get(2)?,
                         last_success_ns: r.get(3)?,
+                        pruned_unsent: r.get(4)?,
                     })
                 })
                 .optional()
@@ -288,6 +301,89 @@ impl Outbox {
             .ctx(&self.path)
     }
 
+    /// Holds the outbox within `bound` whatever the notifiers' positions: rows older than
+    /// `max_age` (by `created_ns`, against `now_ns`), then the oldest rows while the events
+    /// take more than `max_bytes`, go, except the latest event of each instance still firing
+    /// (never pruned: the firing set and a late notifier need it). Every notifier in `names`
+    /// counts the rows it had not passed yet (`pruned_unsent`), in the same transaction.
+    /// Returns the rows deleted and, per name, how many of them it had not sent.
+    pub fn bound(
+        &mut self,
+        names: &[String],
+        bound: &OutboxBound,
+        now_ns: i64,
+    ) -> Result<(usize, Vec<(String, i64)>), StoreError> {
+        const PRUNABLE: &str = "NOT (firing = 1 AND seq = (SELECT MAX(seq) FROM alert_outbox i \
+             WHERE i.fingerprint = alert_outbox.fingerprint))";
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .ctx(&self.path)?;
+        let total: i64 = tx
+            .prepare_cached("SELECT COALESCE(SUM(LENGTH(event)), 0) FROM alert_outbox")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .ctx(&self.path)?;
+        let oldest_ns = now_ns.saturating_sub(bound.max_age_ns);
+        // Everything too old goes; then the oldest prunable rows until the rest fits.
+        let mut cut: i64 = tx
+            .prepare_cached(&format!(
+                "SELECT COALESCE(MAX(seq), 0) FROM alert_outbox WHERE created_ns < ?1 AND {PRUNABLE}"
+            ))
+            .and_then(|mut st| st.query_row(params![oldest_ns], |r| r.get(0)))
+            .ctx(&self.path)?;
+        if total > bound.max_bytes {
+            let mut excess = total - bound.max_bytes;
+            let mut st = tx
+                .prepare_cached(&format!(
+                    "SELECT seq, LENGTH(event) FROM alert_outbox WHERE {PRUNABLE} ORDER BY seq"
+                ))
+                .ctx(&self.path)?;
+            let mut rows = st.query([]).ctx(&self.path)?;
+            while excess > 0 {
+                let Some(r) = rows.next().ctx(&self.path)? else {
+                    break;
+                };
+                let (seq, len): (i64, i64) = (r.get(0).ctx(&self.path)?, r.get(1).ctx(&self.path)?);
+                cut = cut.max(seq);
+                excess -= len;
+            }
+        }
+        if cut == 0 {
+            return Ok((0, Vec::new()));
+        }
+        let mut lost = Vec::new();
+        for n in names {
+            let unsent: i64 = tx
+                .prepare_cached(&format!(
+                    "SELECT COUNT(*) FROM alert_outbox WHERE seq <= ?1 AND {PRUNABLE} AND seq > \
+                     COALESCE((SELECT position FROM notifiers WHERE name = ?2), 0)"
+                ))
+                .and_then(|mut st| st.query_row(params![cut, n], |r| r.get(0)))
+                .ctx(&self.path)?;
+            if unsent > 0 {
+                tx.prepare_cached(
+                    "INSERT INTO notifiers (name) VALUES (?1) ON CONFLICT (name) DO NOTHING",
+                )
+                .and_then(|mut st| st.execute(params![n]))
+                .ctx(&self.path)?;
+                tx.prepare_cached(
+                    "UPDATE notifiers SET pruned_unsent = pruned_unsent + ?2 WHERE name = ?1",
+                )
+                .and_then(|mut st| st.execute(params![n, unsent]))
+                .ctx(&self.path)?;
+                lost.push((n.clone(), unsent));
+            }
+        }
+        let deleted = tx
+            .prepare_cached(&format!(
+                "DELETE FROM alert_outbox WHERE seq <= ?1 AND {PRUNABLE}"
+            ))
+            .and_then(|mut st| st.execute(params![cut]))
+            .ctx(&self.path)?;
+        tx.commit().ctx(&self.path)?;
+        Ok((deleted, lost))
+    }
+
     /// Rows in the outbox (all notifiers together).
     pub fn len(&self) -> Result<i64, StoreError> {
         self.conn
@@ -383,5 +479,72 @@ mod tests {
         // No notifier at all: everything passed, the firing instances' latest events stay.
         assert_eq!(o.prune(&[]).unwrap(), 0);
         assert_eq!(o.len().unwrap(), 2);
+    }
+
+    #[test]
+    fn the_bound_prunes_unsent_events_but_keeps_each_firing_alerts_latest() {
+        let (_d, mut o, w, p) = store();
+        o.position("off").unwrap(); // a disabled notifier: it never moves
+        let names = vec!["off".to_string()];
+        // 50 instances firing then resolving, and one still firing at the very start.
+        let keep = enqueue(&w, &p, &ev("hot", EventStatus::Firing, 1), 1).unwrap();
+        for i in 0..50 {
+            let fp = format!("i{i}");
+            enqueue(&w, &p, &ev(&fp, EventStatus::Firing, 2), 10 + i).unwrap();
+            enqueue(&w, &p, &ev(&fp, EventStatus::Resolved, 2), 10 + i).unwrap();
+        }
+        let last = enqueue(&w, &p, &ev("new", EventStatus::Firing, 3), 100).unwrap();
+        let bytes = |o: &Outbox| -> i64 {
+            o.after(0, 10_000)
+                .unwrap()
+                .iter()
+                .map(|r| r.json.len() as i64)
+                .sum()
+        };
+        let before = o.len().unwrap();
+        assert_eq!(before, 102);
+        let one = bytes(&o) / before;
+        // Within the bound: nothing goes.
+        let roomy = OutboxBound {
+            max_bytes: bytes(&o),
+            max_age_ns: i64::MAX,
+        };
+        assert_eq!(o.bound(&names, &roomy, 1_000).unwrap().0, 0);
+        // Over it: the oldest go, the firing alerts' latest events stay, the loss counted.
+        let tight = OutboxBound {
+            max_bytes: one * 20,
+            max_age_ns: i64::MAX,
+        };
+        let (deleted, lost) = o.bound(&names, &tight, 1_000).unwrap();
+        assert!(deleted >= 80, "{deleted}");
+        assert!(
+            bytes(&o) <= tight.max_bytes,
+            "{} > {}",
+            bytes(&o),
+            tight.max_bytes
+        );
+        assert_eq!(lost, vec![("off".to_string(), deleted as i64)]);
+        let left: Vec<i64> = o.after(0, 1000).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(left.first(), Some(&keep), "the old firing event stays");
+        assert_eq!(left.last(), Some(&last), "the newest stay");
+        assert_eq!(o.position("off").unwrap().pruned_unsent, deleted as i64);
+        assert_eq!(
+            o.position("off").unwrap().seq,
+            0,
+            "the position does not move"
+        );
+        // Age: everything older than the window goes, except firing latest events.
+        let old = OutboxBound {
+            max_bytes: i64::MAX,
+            max_age_ns: 10,
+        };
+        o.bound(&names, &old, 1_000).unwrap();
+        let left: Vec<i64> = o.after(0, 1000).unwrap().iter().map(|r| r.seq).collect();
+        assert_eq!(left, [keep, last]);
+        // A notifier that had passed the pruned rows loses nothing.
+        o.ack("off", last, 5).unwrap();
+        enqueue(&w, &p, &ev("hot", EventStatus::Resolved, 1), 10_000).unwrap();
+        let (_, lost) = o.bound(&names, &old, 10_000).unwrap();
+        assert!(lost.is_empty(), "{lost:?}");
     }
 }

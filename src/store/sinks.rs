@@ -372,6 +372,8 @@ pub struct Refused<'a> {
     pub first: i64,
     /// Last chunk id of the batch.
     pub through: i64,
+    /// Whether the cursor moves past `through` (false: one part of a chunk being split).
+    pub moves_cursor: bool,
     /// Its sequence number.
     pub seq: i64,
     /// Its points.
@@ -415,7 +417,7 @@ pub fn dead_letter(
          dead_letter_points = dead_letter_points + ?4 WHERE name = ?1",
         params![
             name,
-            if d.fallback.is_some() { 0 } else { d.through },
+            if d.fallback.is_some() || !d.moves_cursor { 0 } else { d.through },
             d.seq,
             d.points,
             d.fallback.is_none()
@@ -566,6 +568,7 @@ mod tests {
         let r = Refused {
             first: 6,
             through: 8,
+            moves_cursor: true,
             seq: 3,
             points: 4,
             status: 400,

@@ -1292,6 +1292,7 @@ mod tests {
                         url: "http://127.0.0.1:8086".into(),
                         connected: true,
                         paused: false,
+                        next_retry_ns: None,
                         cursor_chunk_id: 501,
                         batch_seq: 502,
                         backlog_points: 503,

@@ -285,6 +285,11 @@ impl Influxd {
 
     /// On a given port (forwarding tests start it where a sink already points).
     pub fn start_on(dir: &Path, port: u16) -> Influxd {
+        Self::start_limited(dir, port, 0)
+    }
+
+    /// On a given port, refusing request bodies over `max_body` bytes with 413 (0: no limit).
+    pub fn start_limited(dir: &Path, port: u16, max_body: u64) -> Influxd {
         let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let rpc = free_port();
         std::fs::create_dir_all(dir).unwrap();
@@ -296,7 +301,7 @@ impl Influxd {
                  [meta]\n  dir = \"{d}/meta\"\n\
                  [data]\n  dir = \"{d}/data\"\n  wal-dir = \"{d}/wal\"\n  query-log-enabled = false\n  \
                  cache-snapshot-write-cold-duration = \"2s\"\n  compact-full-write-cold-duration = \"4s\"\n\
-                 [http]\n  bind-address = \"{http}\"\n  log-enabled = false\n  max-body-size = 0\n\
+                 [http]\n  bind-address = \"{http}\"\n  log-enabled = false\n  max-body-size = {max_body}\n\
                  [monitor]\n  store-enabled = false\n[continuous_queries]\n  enabled = false\n",
                 d = dir.display()
             ),

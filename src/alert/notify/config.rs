@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backoff::{Backoff, Spread};
 use crate::config::values::{Delay, Interval, Secret};
+use crate::deliver::Retry;
 
 /// The kind of receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -48,15 +48,10 @@ pub struct NotifyConfig {
     /// Off: the notifier keeps its position (and the events after it) and does not send.
     #[serde(default = "yes")]
     pub enabled: bool,
-    /// Request / connection timeout.
-    #[serde(default = "d_timeout")]
-    pub timeout: Delay,
-    /// First retry delay after a failure (doubles, with jitter).
-    #[serde(default = "d_min_backoff")]
-    pub min_backoff: Delay,
-    /// Longest retry delay; also how often refused credentials (401/403) are tried again.
-    #[serde(default = "d_max_backoff")]
-    pub max_backoff: Delay,
+    /// `timeout`, `min_backoff`, `max_backoff` (also how often a paused notifier, whose
+    /// credentials or path were refused, tries the same event again).
+    #[serde(flatten)]
+    pub retry: Retry,
     /// Username (HTTP basic auth; MQTT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
@@ -91,19 +86,19 @@ pub struct NotifyConfig {
     /// CA certificate (PEM) for `mqtts://`; default: the system's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_file: Option<String>,
+    /// Client certificate (PEM) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// Client key (PEM) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+    /// MQTT keepalive (default 30 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<Delay>,
 }
 
 fn yes() -> bool {
     true
-}
-fn d_timeout() -> Delay {
-    Interval(Duration::from_secs(10))
-}
-fn d_min_backoff() -> Delay {
-    Interval(Duration::from_secs(1))
-}
-fn d_max_backoff() -> Delay {
-    Interval(Duration::from_secs(60))
 }
 
 /// The default `resend_interval`.
@@ -120,6 +115,9 @@ impl NotifyConfig {
         if self.url.trim().is_empty() {
             return err("`url` must not be empty".into());
         }
+        if let Err(e) = self.retry.validate() {
+            return err(e);
+        }
         let set = |o: bool, k: &str| o.then(|| k.to_string());
         let http = [
             set(self.bearer_token.is_some(), "bearer_token"),
@@ -130,6 +128,9 @@ impl NotifyConfig {
             set(self.qos.is_some(), "qos"),
             set(self.client_id.is_some(), "client_id"),
             set(self.ca_file.is_some(), "ca_file"),
+            set(self.cert_file.is_some(), "cert_file"),
+            set(self.key_file.is_some(), "key_file"),
+            set(self.keepalive.is_some(), "keepalive"),
         ];
         let am = [set(self.resend_interval.is_some(), "resend_interval")];
         let wrong_of = |groups: &[&[Option<String>]]| -> Vec<String> {
@@ -160,12 +161,15 @@ impl NotifyConfig {
                 self.kind.as_str()
             ));
         }
-        if let Err(e) = crate::forward::config::host_port(&self.url) {
+        if let Err(e) = crate::deliver::host_port(&self.url) {
             return err(e);
         }
         if self.kind == NotifyKind::Mqtt {
             if self.topic.as_deref().unwrap_or("").is_empty() {
                 return err("MQTT needs `topic`, e.g. \"edgewatch/{device_id}/alerts\"".into());
+            }
+            if self.cert_file.is_some() != self.key_file.is_some() {
+                return err("`cert_file` and `key_file` go together".into());
             }
             if !matches!(self.qos.unwrap_or(1), 1 | 2) {
                 return err(
@@ -196,15 +200,19 @@ impl NotifyConfig {
         self.resend_interval.map_or(DEFAULT_RESEND, |i| i.0)
     }
 
-    /// The retry policy: `min_backoff` doubling to `max_backoff`, "equal jitter".
-    pub fn backoff(&self) -> Backoff {
-        Backoff::new(self.min_backoff.0, self.max_backoff.0).with_spread(Spread::Equal)
-    }
-
     /// The wait before retry number `failures` (1 = after the first failure), `jitter` in
     /// `[0, 1)`.
     pub fn retry_delay(&self, failures: u32, jitter: f64) -> Duration {
-        self.backoff().delay(failures.saturating_sub(1), jitter)
+        self.retry.delay(failures, jitter)
+    }
+
+    /// The MQTT TLS files.
+    pub fn tls_files(&self) -> crate::deliver::mqtt::TlsFiles<'_> {
+        crate::deliver::mqtt::TlsFiles {
+            ca_file: self.ca_file.as_deref(),
+            cert_file: self.cert_file.as_deref(),
+            key_file: self.key_file.as_deref(),
+        }
     }
 }
 
@@ -327,5 +335,20 @@ mod tests {
         assert_eq!(c.retry_delay(1, 0.0), Duration::from_millis(50));
         assert_eq!(c.retry_delay(9, 0.0), Duration::from_millis(500));
         assert!(c.retry_delay(9, 0.99) < Duration::from_secs(1));
+        // One declaration with the sinks' (crate::deliver::Retry): the same checks.
+        let e = parse("type = \"webhook\"\nname = \"w\"\nurl = \"http://h\"\nmin_backoff = \"2s\"\nmax_backoff = \"1s\"\n").unwrap_err();
+        assert!(e.contains("min_backoff") && e.contains("\"w\""), "{e}");
+        let e = parse("type = \"webhook\"\nname = \"w\"\nurl = \"http://h\"\ntimeout = \"soon\"\n")
+            .unwrap_err();
+        assert!(e.contains("timeout"), "{e}");
+        // MQTT takes client certificates and a keepalive like the sink.
+        let c = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtts://h\"\ntopic = \"t\"\ncert_file = \"c.pem\"\nkey_file = \"k.pem\"\nkeepalive = \"15s\"\n").unwrap();
+        assert_eq!(c.tls_files().cert_file, Some("c.pem"));
+        let e = parse("type = \"mqtt\"\nname = \"m\"\nurl = \"mqtts://h\"\ntopic = \"t\"\ncert_file = \"c.pem\"\n").unwrap_err();
+        assert!(e.contains("key_file"), "{e}");
+        let e =
+            parse("type = \"webhook\"\nname = \"w\"\nurl = \"http://h\"\nkeepalive = \"15s\"\n")
+                .unwrap_err();
+        assert!(e.contains("keepalive"), "{e}");
     }
 }

@@ -1,20 +1,19 @@
-//! Alertmanager and webhook notifiers over HTTP: a blocking `ureq` agent on the notifier's
-//! thread, one event per request (`POST {url}/api/v2/alerts` with a one-alert array, or
-//! `POST {url}` with the webhook message), JSON, basic auth or a bearer token and the
-//! configured headers. Answers are classified by [`super::classify`]; nothing here retries
-//! or touches the store.
-
-use base64::Engine as _;
+//! Alertmanager and webhook notifiers over HTTP: one event per request (`POST
+//! {url}/api/v2/alerts` with a one-alert array, or `POST {url}` with the webhook message),
+//! JSON, through the delivery core's [`HttpPeer`] (basic auth or a bearer token, the
+//! configured headers, the shared answer classification). Nothing here retries or touches
+//! the store.
 
 use super::config::{NotifyConfig, NotifyKind};
-use super::{classify, payload, Outcome, Transport};
+use super::{payload, Transport};
 use crate::alert::event::AlertEvent;
+use crate::deliver::{Auth, HttpPeer, Outcome, Peer};
 
 /// One HTTP receiver.
 pub(super) struct Http {
-    agent: ureq::Agent,
-    cfg: NotifyConfig,
-    url: String,
+    peer: HttpPeer,
+    kind: NotifyKind,
+    name: String,
 }
 
 impl Http {
@@ -25,57 +24,36 @@ impl Http {
             }
             _ => cfg.url.clone(),
         };
+        let auth = Auth::basic_or_bearer(
+            cfg.username.as_ref(),
+            cfg.password.as_ref(),
+            cfg.bearer_token.as_ref(),
+        );
+        let headers = cfg.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         Http {
-            agent: ureq::AgentBuilder::new().timeout(cfg.timeout.0).build(),
-            cfg: cfg.clone(),
-            url,
+            peer: HttpPeer::new(Peer::Notifier, url, cfg.retry.timeout.0, &auth, headers),
+            kind: cfg.kind,
+            name: cfg.name.clone(),
         }
     }
 
     fn post(&self, body: &[u8]) -> Outcome {
-        let mut req = self
-            .agent
-            .post(&self.url)
-            .set("Content-Type", "application/json")
-            .set(
-                "User-Agent",
-                concat!("edgewatch/", env!("CARGO_PKG_VERSION")),
-            );
-        if let Some(t) = &self.cfg.bearer_token {
-            req = req.set("Authorization", &format!("Bearer {}", t.expose()));
-        } else if let Some(u) = &self.cfg.username {
-            let pw = self.cfg.password.as_ref().map_or("", |p| p.expose());
-            let b = base64::engine::general_purpose::STANDARD.encode(format!("{u}:{pw}"));
-            req = req.set("Authorization", &format!("Basic {b}"));
-        }
-        for (k, v) in &self.cfg.headers {
-            req = req.set(k, v);
-        }
-        match req.send_bytes(body) {
-            Ok(r) => classify(r.status(), None, ""),
-            Err(ureq::Error::Status(code, r)) => {
-                let ra = r.header("Retry-After").map(str::to_string);
-                let body = r.into_string().unwrap_or_default();
-                classify(code, ra.as_deref(), &body)
-            }
-            Err(e) => Outcome::Retry {
-                reason: format!("cannot reach {}: {e}", self.url),
-            },
-        }
+        self.peer
+            .post(&[("Content-Type", "application/json")], body)
     }
 }
 
 impl Transport for Http {
     fn send(&mut self, seq: i64, ev: &AlertEvent) -> Outcome {
-        let body = match self.cfg.kind {
+        let body = match self.kind {
             NotifyKind::Alertmanager => payload::alertmanager(&[ev]),
-            _ => payload::webhook(&self.cfg.name, seq, ev),
+            _ => payload::webhook(&self.name, seq, ev),
         };
         self.post(&body)
     }
 
     fn resend(&mut self, firing: &[AlertEvent]) -> Option<Outcome> {
-        (self.cfg.kind == NotifyKind::Alertmanager).then(|| {
+        (self.kind == NotifyKind::Alertmanager).then(|| {
             let refs: Vec<&AlertEvent> = firing.iter().collect();
             self.post(&payload::alertmanager(&refs))
         })

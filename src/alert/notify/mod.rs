@@ -7,12 +7,14 @@
 //! between the acknowledgement and the position's commit sends that one event again (at
 //! most one duplicate per fault).
 //!
-//! What an answer means is [`classify`] (pure): 2xx delivered; 401/403/407 credentials
-//! refused (the event is kept, tried again every `max_backoff`); 408, 5xx and transport
-//! errors retried with backoff and jitter ([`crate::backoff`] through
-//! [`NotifyConfig::retry_delay`]); 429/503 wait their `Retry-After`; any other 4xx means the
-//! receiver will never take this event: it is dead-lettered (kept with the reason, shown in
-//! the status) and the notifier moves on. Alertmanager is also re-sent the set of firing
+//! What an answer means, the auth, the MQTT connection and the retry loop are the delivery
+//! core's ([`crate::deliver`], shared with the sinks): 2xx delivered; 400/422 the receiver
+//! will never take this event: it is dead-lettered (kept with the reason, shown in the
+//! status) and the notifier moves on; credentials refused (401/403/407), a wrong path
+//! (404/405/410), a body limit below one event (413) and any other 4xx pause the notifier on
+//! that event (kept, shown with the reason, tried again every `max_backoff`), never drop it;
+//! 408, 5xx and transport errors back off with jitter; 429/503 wait their `Retry-After`.
+//! Alertmanager is also re-sent the set of firing
 //! instances (the latest event per fingerprint as of the position, read from the outbox, so
 //! it survives restarts) every `resend_interval`, as it expects.
 //!
@@ -38,72 +40,10 @@ use tokio_util::sync::CancellationToken;
 pub use config::{NotifyConfig, NotifyKind};
 
 use crate::alert::event::AlertEvent;
-use crate::backoff::Jitter;
+use crate::deliver::{nap, Outcome, Report, Retrier};
 use crate::status::notify::{Notifier, Notify, NotifyDeadLetter};
 use crate::status::StatusCell;
-use crate::store::outbox::{Outbox, Row};
-
-/// What to do after the receiver answered (or did not).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Acknowledged: move the position.
-    Ack,
-    /// The receiver will never take this event (4xx): keep it aside and move on.
-    DeadLetter {
-        /// HTTP status.
-        status: u16,
-        /// The receiver's reason.
-        reason: String,
-    },
-    /// Credentials refused (401, 403, 407): keep the event, try again every `max_backoff`.
-    Pause {
-        /// What to tell the user.
-        reason: String,
-    },
-    /// Overloaded (429, 503) with a `Retry-After`: wait that long.
-    RetryAfter {
-        /// How long.
-        after: Duration,
-        /// Status line.
-        reason: String,
-    },
-    /// Anything else (408, 5xx, timeouts, connection errors): back off and retry.
-    Retry {
-        /// What failed.
-        reason: String,
-    },
-}
-
-/// Classifies an HTTP answer from Alertmanager or a webhook.
-pub fn classify(status: u16, retry_after: Option<&str>, body: &str) -> Outcome {
-    let body = body.trim();
-    let reason = if body.is_empty() {
-        format!("HTTP {status}")
-    } else {
-        format!(
-            "HTTP {status}: {}",
-            body.chars().take(300).collect::<String>()
-        )
-    };
-    match status {
-        200..=299 => Outcome::Ack,
-        401 | 403 | 407 => Outcome::Pause {
-            reason: format!(
-                "{reason} (credentials refused: check the notifier's username/password or \
-                 bearer_token; events are kept)"
-            ),
-        },
-        429 | 503 => match retry_after
-            .and_then(|v| crate::forward::parse_retry_after(v, std::time::SystemTime::now()))
-        {
-            Some(after) => Outcome::RetryAfter { after, reason },
-            None => Outcome::Retry { reason },
-        },
-        408 => Outcome::Retry { reason },
-        400..=499 => Outcome::DeadLetter { status, reason },
-        _ => Outcome::Retry { reason },
-    }
-}
+use crate::store::outbox::{Outbox, OutboxBound, Row};
 
 /// A way to reach one receiver. Blocking; called from the notifier's thread only.
 trait Transport: Send {
@@ -131,13 +71,16 @@ impl NotifierStatus {
     pub fn get(&self) -> Notifier {
         self.0.snapshot()
     }
+}
 
-    fn error(&self, e: &str, retry_in: Option<Duration>) {
+impl Report for NotifierStatus {
+    fn failed(&self, reason: &str, retry_in: Option<Duration>, paused: bool) {
         let now = crate::now_ns();
         self.update(|s| {
-            s.last_error = Some(e.to_string());
+            s.last_error = Some(reason.to_string());
             s.last_error_ns = Some(now);
             s.failures += 1;
+            s.paused = paused;
             s.next_retry_ns = retry_in
                 .map(|d| now.saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)));
         });
@@ -172,12 +115,21 @@ const POLL: Duration = Duration::from_millis(100);
 /// How often the outbox is pruned.
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
-/// Starts one thread per enabled notifier and the pruning thread. `device_id` fills topic
-/// templates and MQTT messages.
+/// The outbox bound of `[alerts]`, as the store takes it.
+pub fn outbox_bound(a: &crate::alert::config::AlertsConfig) -> OutboxBound {
+    OutboxBound {
+        max_bytes: i64::try_from(a.outbox_max_bytes).unwrap_or(i64::MAX),
+        max_age_ns: i64::try_from(a.outbox_max_age.0.as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+/// Starts one thread per enabled notifier and the pruning thread (which also holds the
+/// outbox within `bound`). `device_id` fills topic templates and MQTT messages.
 pub fn start(
     notifiers: &[NotifyConfig],
     dir: &Path,
     device_id: &str,
+    bound: OutboxBound,
     stop: CancellationToken,
 ) -> Notifiers {
     let mut status = NotifyStatus::default();
@@ -211,7 +163,7 @@ pub fn start(
     let dir = dir.to_path_buf();
     match std::thread::Builder::new()
         .name("notify-prune".into())
-        .spawn(move || prune_loop(&dir, &names, &stop))
+        .spawn(move || prune_loop(&dir, &names, &bound, &stop))
     {
         Ok(h) => threads.push(("outbox pruning".into(), h)),
         Err(e) => tracing::error!(error = %e, "cannot start the outbox pruning thread"),
@@ -235,22 +187,7 @@ impl Notifiers {
     }
 }
 
-/// Sleeps `d`, waking early (returning false) when `stop` is cancelled.
-fn nap(stop: &CancellationToken, d: Duration) -> bool {
-    let end = Instant::now() + d;
-    loop {
-        if stop.is_cancelled() {
-            return false;
-        }
-        let now = Instant::now();
-        if now >= end {
-            return true;
-        }
-        std::thread::sleep((end - now).min(Duration::from_millis(25)));
-    }
-}
-
-fn prune_loop(dir: &Path, names: &[String], stop: &CancellationToken) {
+fn prune_loop(dir: &Path, names: &[String], bound: &OutboxBound, stop: &CancellationToken) {
     let mut outbox: Option<Outbox> = None;
     loop {
         if outbox.is_none() {
@@ -258,11 +195,21 @@ fn prune_loop(dir: &Path, names: &[String], stop: &CancellationToken) {
                 .map_err(|e| tracing::warn!(error = %e, "outbox pruning cannot open the store"))
                 .ok();
         }
-        if let Some(o) = &outbox {
+        if let Some(o) = &mut outbox {
             match o.prune(names) {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(rows = n, "alert outbox pruned"),
                 Err(e) => tracing::warn!(error = %e, "cannot prune the alert outbox"),
+            }
+            match o.bound(names, bound, crate::now_ns()) {
+                Ok((_, lost)) => {
+                    for (notifier, n) in lost {
+                        tracing::warn!(%notifier, events = n, max_bytes = bound.max_bytes, max_age_s = bound.max_age_ns / 1_000_000_000, "alert outbox over its bound: events this notifier had not sent were pruned (the latest event of each firing alert is kept)");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot hold the alert outbox within its bound")
+                }
             }
         }
         if !nap(stop, PRUNE_EVERY) {
@@ -298,6 +245,15 @@ fn refresh(ctx: &Ctx, outbox: &Outbox, position: i64, firing: Option<u64>) {
             s.delivered = p.delivered;
             s.dead_letters = p.dead_letters;
             s.last_success_ns = p.last_success_ns;
+            s.pruned_unsent = p.pruned_unsent;
+            s.warning = (p.pruned_unsent > 0).then(|| {
+                format!(
+                    "{} events were pruned before this notifier sent them: the alert outbox \
+                     was over its bound ([alerts] outbox_max_bytes / outbox_max_age) while \
+                     it was disabled or down",
+                    p.pruned_unsent
+                )
+            });
         }
         if let Ok((n, _)) = pending {
             s.pending_events = n;
@@ -319,42 +275,31 @@ fn refresh(ctx: &Ctx, outbox: &Outbox, position: i64, firing: Option<u64>) {
 /// The notifier's thread: deliver in order, resend (Alertmanager), back off on failures.
 fn run(ctx: Ctx, stop: CancellationToken) {
     let name = ctx.cfg.name.clone();
-    let mut jitter = Jitter::from_clock(&name);
-    let mut failures = 0u32;
+    let mut retry = Retrier::new("notifier", &name, ctx.cfg.retry);
+    let st: &dyn Report = &*ctx.status;
     // Opening can fail while the store is busy: retry with backoff until stopped.
-    let mut outbox = loop {
-        match Outbox::open(&ctx.dir) {
-            Ok(o) => break o,
-            Err(e) => {
-                failures += 1;
-                let d = ctx.cfg.retry_delay(failures, jitter.sample());
-                tracing::warn!(notifier = %name, error = %e, "notifier cannot open the store");
-                ctx.status.error(&e.to_string(), Some(d));
-                if !nap(&stop, d) {
-                    return;
-                }
-            }
-        }
+    let Some(mut outbox) = retry.until_ok("cannot open the store", &stop, st, || {
+        Outbox::open(&ctx.dir)
+    }) else {
+        return;
     };
-    let mut position = loop {
-        match outbox.position(&name) {
-            Ok(p) => break p.seq,
-            Err(e) => {
-                failures += 1;
-                let d = ctx.cfg.retry_delay(failures, jitter.sample());
-                ctx.status.error(&e.to_string(), Some(d));
-                if !nap(&stop, d) {
-                    return;
-                }
-            }
-        }
+    let Some(mut position) = retry.until_ok("cannot read the position", &stop, st, || {
+        outbox.position(&name).map(|p| p.seq)
+    }) else {
+        return;
     };
     refresh(&ctx, &outbox, position, None);
     if !ctx.cfg.enabled {
         tracing::info!(notifier = %name, position, "notifier disabled: events are kept, nothing is sent");
         return;
     }
-    failures = 0;
+    if let Some(e) = setup_error(&ctx.cfg) {
+        // Nothing can be sent until the config or the file changes: say so once, keep
+        // every event, and stay visible in the status.
+        tracing::error!(notifier = %name, error = %e, "notifier cannot start; its events are kept");
+        ctx.status.failed(&e, None, true);
+        return;
+    }
     tracing::info!(notifier = %name, kind = ctx.cfg.kind.as_str(), url = %ctx.cfg.url, position, "notifier started");
     let mut tx = transport(&ctx);
     let resends = ctx.cfg.kind == NotifyKind::Alertmanager;
@@ -363,7 +308,6 @@ fn run(ctx: Ctx, stop: CancellationToken) {
     // learns the firing set at once).
     let mut next_resend: Option<Instant> = None;
     let mut last_refresh: Option<Instant> = None;
-    let mut logged = 0u64;
     while !stop.is_cancelled() {
         if !last_refresh.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
             last_refresh = Some(Instant::now());
@@ -372,10 +316,7 @@ fn run(ctx: Ctx, stop: CancellationToken) {
         let rows = match outbox.after(position, 1) {
             Ok(r) => r,
             Err(e) => {
-                failures += 1;
-                let d = ctx.cfg.retry_delay(failures, jitter.sample());
-                tracing::warn!(notifier = %name, error = %e, "notifier cannot read the outbox");
-                ctx.status.error(&e.to_string(), Some(d));
+                let d = retry.local("cannot read the outbox", &e, st);
                 if !nap(&stop, d) {
                     break;
                 }
@@ -388,14 +329,7 @@ fn run(ctx: Ctx, stop: CancellationToken) {
         else {
             // Caught up: the firing set to Alertmanager when due, then wait for new events.
             if resends && !next_resend.is_some_and(|t| Instant::now() < t) {
-                let sleep = resend(
-                    &ctx,
-                    &outbox,
-                    &mut *tx,
-                    position,
-                    &mut failures,
-                    &mut jitter,
-                );
+                let sleep = resend(&ctx, &outbox, &mut *tx, position, &mut retry);
                 next_resend = Some(Instant::now() + sleep.unwrap_or(resend_every));
             }
             if !nap(&stop, POLL) {
@@ -415,13 +349,14 @@ fn run(ctx: Ctx, stop: CancellationToken) {
             Outcome::Ack => match outbox.ack(&name, seq, crate::now_ns()) {
                 Ok(()) => {
                     position = seq;
-                    failures = 0;
+                    retry.succeeded();
                     ctx.status.update(|s| {
                         s.position = seq;
                         s.delivered += 1;
                         s.last_success_ns = Some(now);
                         s.last_error = None;
                         s.next_retry_ns = None;
+                        s.paused = false;
                         s.pending_events = (s.pending_events - 1).max(0);
                     });
                     None
@@ -429,51 +364,25 @@ fn run(ctx: Ctx, stop: CancellationToken) {
                 Err(e) => {
                     // Delivered, not recorded: it goes again (one duplicate).
                     tracing::warn!(notifier = %name, error = %e, seq, "cannot persist the position (the event will be sent again)");
-                    ctx.status
-                        .error(&e.to_string(), Some(Duration::from_millis(200)));
-                    Some(Duration::from_millis(200))
+                    Some(retry.local("cannot persist the position", &e, st))
                 }
             },
             Outcome::DeadLetter { status, reason } => {
-                tracing::warn!(notifier = %name, seq, status, %reason, "event refused by the receiver; kept as a dead letter, moving on");
+                tracing::warn!(notifier = %name, seq, status, %reason, "event refused by the receiver as bad; kept as a dead letter, moving on");
                 match outbox.dead_letter(&name, seq, &json, status, &reason, now) {
                     Ok(()) => {
                         position = seq;
-                        ctx.status.error(&reason, None);
+                        ctx.status.failed(&reason, None, false);
                         last_refresh = None;
                         None
                     }
                     Err(e) => {
                         tracing::warn!(notifier = %name, error = %e, "cannot record the dead letter (will retry)");
-                        ctx.status
-                            .error(&e.to_string(), Some(Duration::from_millis(200)));
-                        Some(Duration::from_millis(200))
+                        Some(retry.local("cannot record the dead letter", &e, st))
                     }
                 }
             }
-            Outcome::Pause { reason } => {
-                logged += 1;
-                if logged.is_power_of_two() {
-                    tracing::error!(notifier = %name, %reason, count = logged, "notifier paused");
-                }
-                let d = ctx.cfg.max_backoff.0;
-                ctx.status.error(&reason, Some(d));
-                Some(d)
-            }
-            Outcome::RetryAfter { after, reason } => {
-                ctx.status.error(&reason, Some(after));
-                Some(after)
-            }
-            Outcome::Retry { reason } => {
-                failures += 1;
-                logged += 1;
-                if logged.is_power_of_two() {
-                    tracing::warn!(notifier = %name, %reason, count = logged, "notification failed; backing off");
-                }
-                let d = ctx.cfg.retry_delay(failures, jitter.sample());
-                ctx.status.error(&reason, Some(d));
-                Some(d)
-            }
+            other => Some(retry.after(&other, st)),
         };
         if let Some(d) = sleep {
             if !nap(&stop, d) {
@@ -485,6 +394,17 @@ fn run(ctx: Ctx, stop: CancellationToken) {
     tracing::info!(notifier = %name, position, "notifier stopped");
 }
 
+/// Why `cfg` cannot send at all until the config or a file changes (an MQTT TLS file that
+/// does not read or parse), if so.
+fn setup_error(cfg: &NotifyConfig) -> Option<String> {
+    match cfg.kind {
+        NotifyKind::Mqtt => crate::deliver::mqtt::check(&cfg.url, &cfg.tls_files())
+            .err()
+            .map(|e| e.to_string()),
+        NotifyKind::Alertmanager | NotifyKind::Webhook => None,
+    }
+}
+
 /// Re-sends the firing set as of `position`; returns the wait before the next resend when it
 /// failed (the backoff), `None` when it went (or there was nothing to send).
 fn resend(
@@ -492,15 +412,11 @@ fn resend(
     outbox: &Outbox,
     tx: &mut dyn Transport,
     position: i64,
-    failures: &mut u32,
-    jitter: &mut Jitter,
+    retry: &mut Retrier,
 ) -> Option<Duration> {
     let rows = match outbox.firing(&ctx.cfg.name, position) {
         Ok(r) => r,
-        Err(e) => {
-            ctx.status.error(&e.to_string(), None);
-            return Some(Duration::from_secs(1));
-        }
+        Err(e) => return Some(retry.local("cannot read the firing set", &e, &*ctx.status)),
     };
     let firing: Vec<AlertEvent> = rows.into_iter().filter_map(|r| r.event.ok()).collect();
     ctx.status.update(|s| s.firing = Some(firing.len() as u64));
@@ -509,74 +425,24 @@ fn resend(
     }
     match tx.resend(&firing)? {
         Outcome::Ack => {
-            *failures = 0;
+            retry.succeeded();
             let now = crate::now_ns();
             ctx.status.update(|s| {
                 s.last_resend_ns = Some(now);
                 s.last_error = None;
                 s.next_retry_ns = None;
+                s.paused = false;
             });
             None
         }
-        Outcome::RetryAfter { after, reason } => {
-            ctx.status.error(&reason, Some(after));
-            Some(after)
-        }
-        Outcome::Pause { reason } => {
-            let d = ctx.cfg.max_backoff.0;
-            ctx.status.error(&reason, Some(d));
-            Some(d)
-        }
-        Outcome::DeadLetter { reason, .. } | Outcome::Retry { reason } => {
-            *failures += 1;
-            let d = ctx.cfg.retry_delay(*failures, jitter.sample());
-            tracing::debug!(notifier = %ctx.cfg.name, %reason, "resend of the firing alerts failed");
-            ctx.status.error(&reason, Some(d));
-            Some(d)
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_are_classified_as_the_docs_say() {
-        assert_eq!(classify(200, None, ""), Outcome::Ack);
-        assert_eq!(classify(204, None, ""), Outcome::Ack);
-        for s in [400, 404, 413, 422] {
-            assert!(
-                matches!(classify(s, None, "bad"), Outcome::DeadLetter { status, .. } if status == s),
-                "{s}"
-            );
-        }
-        for s in [401, 403, 407] {
-            assert!(
-                matches!(classify(s, None, ""), Outcome::Pause { .. }),
-                "{s}"
-            );
-        }
-        for s in [408, 500, 502, 504] {
-            assert!(
-                matches!(classify(s, None, ""), Outcome::Retry { .. }),
-                "{s}"
-            );
-        }
-        assert_eq!(
-            classify(429, Some("7"), ""),
-            Outcome::RetryAfter {
-                after: Duration::from_secs(7),
-                reason: "HTTP 429".into()
-            }
-        );
-        assert!(
-            matches!(classify(503, Some("2"), ""), Outcome::RetryAfter { after, .. } if after == Duration::from_secs(2))
-        );
-        assert!(matches!(classify(503, None, ""), Outcome::Retry { .. }));
-        assert!(matches!(
-            classify(429, Some("soon"), ""),
-            Outcome::Retry { .. }
-        ));
+        // A resend carries no event of its own to set aside: a refusal is retried.
+        Outcome::DeadLetter { reason, .. } => Some(retry.after(
+            &Outcome::Retry {
+                reason,
+                unreachable: false,
+            },
+            &*ctx.status,
+        )),
+        other => Some(retry.after(&other, &*ctx.status)),
     }
 }

@@ -4,19 +4,22 @@
 //!
 //! Each connection gets a fresh client whose event loop is polled on a thread of its own,
 //! never cancelled mid-write; the thread reports what happens over a channel and ends with
-//! the connection. A connection that dies takes the unacknowledged message with it; the
+//! the connection. There is never more than one such thread: rumqttc's connect gives up
+//! after `timeout` too, and a new connection first joins the previous thread. The
+//! connection options (TLS, client certificates, keepalive) are the delivery core's
+//! ([`crate::deliver::mqtt`]). A connection that dies takes the unacknowledged message with it; the
 //! notifier sends it again on the next one (at most one duplicate per fault). Nothing here
 //! retries on its own or touches the store.
 
 use std::sync::mpsc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rumqttc::{Client, Event, MqttOptions, Outgoing, Packet, QoS, Transport as Tls};
+use rumqttc::{Client, Event, MqttOptions, Outgoing, Packet, QoS};
 
 use super::config::NotifyConfig;
-use super::{payload, Outcome, Transport};
+use super::{payload, Transport};
 use crate::alert::event::AlertEvent;
+use crate::deliver::{mqtt, Outcome};
 
 /// What the connection thread reports.
 enum Ev {
@@ -41,49 +44,25 @@ pub(super) struct Mqtt {
     timeout: Duration,
     device_id: String,
     conn: Option<Conn>,
-}
-
-fn tls(cfg: &NotifyConfig) -> Result<rustls::ClientConfig, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let ca = cfg
-        .ca_file
-        .clone()
-        .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into());
-    let pem = std::fs::read(&ca).map_err(|e| format!("cannot read ca_file {ca}: {e}"))?;
-    for c in rustls_pemfile::certs(&mut &pem[..]) {
-        let c = c.map_err(|e| format!("bad certificate in {ca}: {e}"))?;
-        let _ = roots.add(c);
-    }
-    Ok(rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth())
+    /// The connection thread of the current (or last) connection.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 fn options(cfg: &NotifyConfig, device_id: &str) -> Result<MqttOptions, String> {
-    let (scheme, host, port) = crate::forward::config::host_port(&cfg.url)?;
-    let id = cfg
-        .client_id
-        .clone()
-        .unwrap_or_else(|| format!("edgewatch-{device_id}-notify-{}", cfg.name));
-    let mut o = MqttOptions::new(id, host, port);
-    o.set_keep_alive(Duration::from_secs(30));
-    // The notifier republishes what a dead connection had in flight itself.
-    o.set_clean_session(true);
-    if let Some(u) = &cfg.username {
-        o.set_credentials(
-            u.clone(),
-            cfg.password
-                .as_ref()
-                .map(|p| p.expose().to_string())
-                .unwrap_or_default(),
-        );
-    }
-    if scheme == "mqtts" {
-        o.set_transport(Tls::tls_with_config(rumqttc::TlsConfiguration::Rustls(
-            Arc::new(tls(cfg)?),
-        )));
-    }
-    Ok(o)
+    let e = mqtt::Endpoint {
+        url: &cfg.url,
+        client_id: cfg
+            .client_id
+            .clone()
+            .unwrap_or_else(|| format!("edgewatch-{device_id}-notify-{}", cfg.name)),
+        username: cfg.username.as_deref(),
+        password: cfg.password.as_ref(),
+        keepalive: cfg.keepalive.map_or(Duration::from_secs(30), |k| k.0),
+        // The notifier republishes what a dead connection had in flight itself.
+        clean_session: true,
+        tls: cfg.tls_files(),
+    };
+    mqtt::options(&e).map_err(|e| e.to_string())
 }
 
 impl Mqtt {
@@ -96,9 +75,10 @@ impl Mqtt {
             } else {
                 QoS::AtLeastOnce
             },
-            timeout: cfg.timeout.0.max(Duration::from_millis(100)),
+            timeout: cfg.retry.timeout.0.max(Duration::from_millis(100)),
             device_id: device_id.to_string(),
             conn: None,
+            thread: None,
         }
     }
 
@@ -106,9 +86,18 @@ impl Mqtt {
     fn connect(&mut self) -> Result<&Conn, String> {
         if self.conn.is_none() {
             let opts = self.opts.clone()?;
+            // The previous connection's thread ends within rumqttc's connect timeout once
+            // its client is gone: wait for it, so threads never pile up.
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
             let (client, mut connection) = Client::new(opts, 16);
+            connection
+                .eventloop
+                .network_options
+                .set_connection_timeout(mqtt::connect_timeout_s(self.timeout));
             let (tx, rx) = mpsc::channel();
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("notify-mqtt-conn".into())
                 .spawn(move || loop {
                     let msg = match connection.recv() {
@@ -133,6 +122,7 @@ impl Mqtt {
                     }
                 })
                 .map_err(|e| format!("cannot start the MQTT connection thread: {e}"))?;
+            self.thread = Some(thread);
             let conn = Conn { client, rx };
             match conn.rx.recv_timeout(self.timeout) {
                 Ok(Ev::Connected) => self.conn = Some(conn),
@@ -176,7 +166,7 @@ impl Transport for Mqtt {
             Err(reason) => {
                 // A fresh connection next time; this one may hold a half-sent message.
                 self.close();
-                Outcome::Retry { reason }
+                Outcome::unreachable(reason)
             }
         }
     }
