@@ -291,6 +291,10 @@ fn run(ctx: Ctx, stop: CancellationToken) {
     refresh(&ctx, &outbox, position, None);
     if !ctx.cfg.enabled {
         tracing::info!(notifier = %name, position, "notifier disabled: events are kept, nothing is sent");
+        // Still shown as it is: the backlog grows, the bound may prune it.
+        while nap(&stop, Duration::from_secs(1)) {
+            refresh(&ctx, &outbox, position, None);
+        }
         return;
     }
     if let Some(e) = setup_error(&ctx.cfg) {
