@@ -31,6 +31,52 @@ pub enum SetupError {
     },
 }
 
+/// The TLS keys every MQTT peer table takes (flattened into `[[sink]]` and `[[notify]]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct TlsKeys {
+    /// CA certificate (PEM) for `mqtts://`; default: the system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<String>,
+    /// Client certificate (PEM) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<String>,
+    /// Client key (PEM) for mutual TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<String>,
+}
+
+impl TlsKeys {
+    /// The files, borrowed.
+    pub fn files(&self) -> TlsFiles<'_> {
+        TlsFiles {
+            ca_file: self.ca_file.as_deref(),
+            cert_file: self.cert_file.as_deref(),
+            key_file: self.key_file.as_deref(),
+        }
+    }
+
+    /// The keys that are set (for "does not apply to this type" errors).
+    pub fn set(&self) -> Vec<String> {
+        [
+            (self.ca_file.is_some(), "ca_file"),
+            (self.cert_file.is_some(), "cert_file"),
+            (self.key_file.is_some(), "key_file"),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, k)| k.to_string())
+        .collect()
+    }
+
+    /// Checks the keys together (no file is read: see [`check`]).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err("`cert_file` and `key_file` go together".into());
+        }
+        Ok(())
+    }
+}
+
 /// The TLS files of a peer (`mqtts://`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TlsFiles<'a> {

@@ -213,15 +213,9 @@ pub struct SinkConfig {
     /// `line` (default) or `json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<Format>,
-    /// CA certificate (PEM) for `mqtts://`; default: the system's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
-    /// Client certificate (PEM) for mutual TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cert_file: Option<String>,
-    /// Client key (PEM) for mutual TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_file: Option<String>,
+    /// `ca_file` (default: the system's CAs), `cert_file` and `key_file` (mutual TLS).
+    #[serde(flatten)]
+    pub tls: crate::deliver::mqtt::TlsKeys,
 }
 
 fn yes() -> bool {
@@ -277,12 +271,10 @@ impl SinkConfig {
                     set(self.clean_session.is_some(), "clean_session"),
                     set(self.inflight.is_some(), "inflight"),
                     set(self.format.is_some(), "format"),
-                    set(self.ca_file.is_some(), "ca_file"),
-                    set(self.cert_file.is_some(), "cert_file"),
-                    set(self.key_file.is_some(), "key_file"),
                 ]
                 .into_iter()
                 .flatten()
+                .chain(self.tls.set())
                 .collect();
                 if !wrong.is_empty() {
                     return err(format!("keys {wrong:?} apply to type = \"mqtt\" only"));
@@ -349,8 +341,8 @@ impl SinkConfig {
                 if self.inflight == Some(0) {
                     return err("inflight must be at least 1".into());
                 }
-                if self.cert_file.is_some() != self.key_file.is_some() {
-                    return err("`cert_file` and `key_file` go together".into());
+                if let Err(e) = self.tls.validate() {
+                    return err(e);
                 }
             }
             SinkKind::PrometheusRemoteWrite => {
@@ -375,12 +367,10 @@ impl SinkConfig {
                     set(self.clean_session.is_some(), "clean_session"),
                     set(self.inflight.is_some(), "inflight"),
                     set(self.format.is_some(), "format"),
-                    set(self.ca_file.is_some(), "ca_file"),
-                    set(self.cert_file.is_some(), "cert_file"),
-                    set(self.key_file.is_some(), "key_file"),
                 ]
                 .into_iter()
                 .flatten()
+                .chain(self.tls.set())
                 .collect();
                 if !wrong.is_empty() {
                     return err(format!("keys {wrong:?} do not apply to type = \"prometheus_remote_write\" (payloads are always snappy; auth is `username`/`password`, `token` or `headers`)"));
@@ -438,11 +428,7 @@ impl SinkConfig {
 
     /// The MQTT TLS files.
     pub fn tls_files(&self) -> crate::deliver::mqtt::TlsFiles<'_> {
-        crate::deliver::mqtt::TlsFiles {
-            ca_file: self.ca_file.as_deref(),
-            cert_file: self.cert_file.as_deref(),
-            key_file: self.key_file.as_deref(),
-        }
+        self.tls.files()
     }
 
     /// Whether payloads are gzipped.

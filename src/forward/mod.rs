@@ -145,15 +145,7 @@ impl SinkStatus {
 
 impl Report for SinkStatus {
     fn failed(&self, reason: &str, retry_in: Option<Duration>, paused: bool) {
-        let now = crate::now_ns();
-        self.update(|s| {
-            s.last_error = Some(reason.to_string());
-            s.last_error_ns = Some(now);
-            s.errors += 1;
-            s.paused = paused;
-            s.next_retry_ns = retry_in
-                .map(|d| now.saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)));
-        });
+        self.0.failed(reason, retry_in, paused);
     }
 }
 

@@ -309,6 +309,13 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     // publishing waits a random part of `reconnect_jitter` (until `hold`).
     let mut reconnect = Reconnect::at_start(backlog);
     let mut hold: Option<Instant> = None;
+    // Batches to send again exactly as they went before (their last chunk id): the one in
+    // flight when the agent last stopped, then those a dead connection took with it. Same
+    // numbers, same chunks: a consumer dropping repeats by (seq, part) loses nothing.
+    let mut replay: VecDeque<i64> = VecDeque::new();
+    if d.replay_through > d.cursor {
+        replay.push_back(d.replay_through);
+    }
 
     'connections: while !stop.is_cancelled() {
         if let Some(job) = fb.as_mut() {
@@ -562,9 +569,11 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 let db2 = db.clone();
                 let max_points = ctx.cfg.max_points;
                 let after = read_cursor;
+                let again = replay.front().copied();
+                let upto = again.unwrap_or(i64::MAX);
                 let read = tokio::task::spawn_blocking(move || {
                     let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
-                    g.0.read(after, max_points)
+                    g.0.read_upto(after, max_points, upto)
                 })
                 .await;
                 let chunks = match read {
@@ -576,11 +585,20 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                     Err(_) => break,
                 };
                 if chunks.last == 0 {
+                    // Nothing left of a batch to send again (evicted meanwhile): go on.
+                    if replay.pop_front().is_some() {
+                        continue;
+                    }
                     pending_since = None;
                     break;
                 }
                 let since = *pending_since.get_or_insert_with(Instant::now);
-                if !chunks.full
+                if again.is_some() {
+                    // Sent as it was, whatever its fill: it went before.
+                    if chunks.last >= upto {
+                        replay.pop_front();
+                    }
+                } else if !chunks.full
                     && !batch_ready(
                         chunks.points.len(),
                         max_points,
@@ -632,8 +650,18 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 break;
             }
         }
-        // Leaving this connection.
+        // Leaving this connection: what it had in flight goes again, as it was, first.
         let lost = inflight.len();
+        let again: Vec<i64> = inflight
+            .iter()
+            .filter(|f| f.fallback_end.is_none())
+            .map(|f| f.last)
+            .collect();
+        for last in again.into_iter().rev() {
+            if replay.front().is_none_or(|&f| f > last) {
+                replay.push_front(last);
+            }
+        }
         if stop.is_cancelled() && down.is_none() {
             // Clean stop: say offline, disconnect, give the acks in flight a moment.
             if connected {

@@ -118,11 +118,13 @@ impl Source {
         lateness_ns: i64,
         after: i64,
         max_points: usize,
+        upto: i64,
     ) -> Result<Chunks, StoreError> {
         let (conn, path) = (self.db.conn(), self.db.path());
         let state = tiers::state(conn, path, tier_s)?;
         let res_ns = tier_s.saturating_mul(1_000_000_000);
-        let Some(through) = super::rollup::final_through(state.watermark, lateness_ns, res_ns)
+        let Some(through) =
+            super::rollup::final_through(state.watermark, lateness_ns, res_ns).map(|t| t.min(upto))
         else {
             return Ok(Chunks::default());
         };
@@ -192,12 +194,25 @@ impl Source {
     /// [`Feed::Rollup`]); `last` is then the last bucket's start, and an empty read has
     /// `last == 0` as a raw one does.
     pub fn read(&mut self, after: i64, max_points: usize) -> Result<Chunks, StoreError> {
+        self.read_upto(after, max_points, i64::MAX)
+    }
+
+    /// [`Source::read`] of chunks (or rollup buckets) up to `upto` only: a batch sent again
+    /// after a fault carries exactly what it carried the first time, never more, even when
+    /// newer chunks arrived since (a consumer dropping repeats by sequence number would
+    /// otherwise drop the difference).
+    pub fn read_upto(
+        &mut self,
+        after: i64,
+        max_points: usize,
+        upto: i64,
+    ) -> Result<Chunks, StoreError> {
         if let Feed::Rollup {
             tier_s,
             lateness_ns,
         } = self.feed
         {
-            let mut c = self.read_rollup(tier_s, lateness_ns, after, max_points)?;
+            let mut c = self.read_rollup(tier_s, lateness_ns, after, max_points, upto)?;
             if c.points.is_empty() {
                 c.last = 0;
             }
@@ -208,7 +223,7 @@ impl Source {
         let hold = clockfix::hold_from(conn).ctx(path)?.unwrap_or(i64::MAX);
         let scan = Scan {
             after: Some(after),
-            before: Some(hold),
+            before: Some(hold.min(upto.saturating_add(1))),
             limit: Some(max_points.clamp(1, 100_000)),
             ..Scan::default()
         };

@@ -2,6 +2,8 @@
 //! (the forwarders' sinks, the NVML and tegrastats collectors). A mutex around plain data,
 //! held only for the length of a closure; it never blocks on IO and never panics on a lock
 //! that an earlier panic poisoned (the data is plain counters and strings: it stays usable).
+//! A sink's or notifier's cell records delivery failures through [`FailureFields`], one
+//! way for both.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -36,6 +38,46 @@ impl<T: Clone> StatusCell<T> {
     pub fn snapshot(&self) -> T {
         self.lock().clone()
     }
+}
+
+/// `(last_error, last_error_ns, failures, paused, next_retry_ns)` of a peer's status.
+pub type FailureRefs<'a> = (
+    &'a mut Option<String>,
+    &'a mut Option<i64>,
+    &'a mut u64,
+    &'a mut bool,
+    &'a mut Option<i64>,
+);
+
+/// The failure fields of a peer's status document (a sink's, a notifier's): last error,
+/// when, the failure count, paused, next retry. Lets [`record_failure`] fill both.
+pub trait FailureFields {
+    /// The fields, borrowed.
+    fn failure_fields(&mut self) -> FailureRefs<'_>;
+}
+
+/// Every status cell of a peer reports failures the same way.
+impl<T: FailureFields> crate::deliver::Report for StatusCell<T> {
+    fn failed(&self, reason: &str, retry_in: Option<std::time::Duration>, paused: bool) {
+        self.update(|s| record_failure(s, reason, retry_in, paused));
+    }
+}
+
+/// Records a failure in a peer's status: its reason now, one more failure, paused or not,
+/// and when the next attempt is due.
+pub fn record_failure(
+    s: &mut impl FailureFields,
+    reason: &str,
+    retry_in: Option<std::time::Duration>,
+    paused: bool,
+) {
+    let now = crate::now_ns();
+    let (error, at, failures, paused_now, next) = s.failure_fields();
+    *error = Some(reason.to_string());
+    *at = Some(now);
+    *failures += 1;
+    *paused_now = paused;
+    *next = retry_in.map(|d| now.saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)));
 }
 
 #[cfg(test)]

@@ -276,6 +276,19 @@ pub struct Sink {
     pub rollup_cursor_ns: Option<i64>,
 }
 
+impl crate::status::cell::FailureFields for Sink {
+    fn failure_fields(&mut self) -> crate::status::cell::FailureRefs<'_> {
+        let s = self;
+        (
+            &mut s.last_error,
+            &mut s.last_error_ns,
+            &mut s.errors,
+            &mut s.paused,
+            &mut s.next_retry_ns,
+        )
+    }
+}
+
 /// The collectors.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Collectors {

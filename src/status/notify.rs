@@ -60,6 +60,19 @@ pub struct Notifier {
     pub last_resend_ns: Option<i64>,
 }
 
+impl crate::status::cell::FailureFields for Notifier {
+    fn failure_fields(&mut self) -> crate::status::cell::FailureRefs<'_> {
+        let n = self;
+        (
+            &mut n.last_error,
+            &mut n.last_error_ns,
+            &mut n.failures,
+            &mut n.paused,
+            &mut n.next_retry_ns,
+        )
+    }
+}
+
 /// A dead-lettered event, as the status shows it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct NotifyDeadLetter {

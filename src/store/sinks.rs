@@ -187,6 +187,16 @@ pub fn open_row_in(
         .ctx(path)?;
     ensure(&tx, path, name)?;
     set_mode(&tx, path, name, tier)?;
+    let replay_through: i64 = tx
+        .query_row(
+            "SELECT CASE WHEN rollup_tier = 0 AND inflight_through_chunk_id > cursor_chunk_id \
+               THEN inflight_through_chunk_id \
+             WHEN rollup_tier > 0 AND rollup_inflight_bucket > rollup_cursor_bucket \
+               THEN rollup_inflight_bucket ELSE 0 END FROM sinks WHERE name = ?1",
+            params![name],
+            |r| r.get(0),
+        )
+        .ctx(path)?;
     tx.execute(
         "UPDATE sinks SET replayed_batches = replayed_batches + 1, inflight_through_chunk_id = 0 \
          WHERE name = ?1 AND rollup_tier = 0 AND inflight_through_chunk_id > cursor_chunk_id",
@@ -212,7 +222,9 @@ pub fn open_row_in(
     )
     .ctx(path)?;
     tx.commit().ctx(path)?;
-    load(conn, path, name)
+    let mut d = load(conn, path, name)?;
+    d.replay_through = replay_through;
+    Ok(d)
 }
 
 /// A sink's durable state as stored in `sinks` (and `sink_fallback`).
@@ -247,6 +259,10 @@ pub struct Durable {
     /// rollup mode `cursor` is the start (ns) of the last bucket acknowledged and
     /// `evicted_points` counts the tier's rows evicted before they were sent.
     pub rollup_tier: i64,
+    /// Set by [`open_row`] only: the last chunk id (rollup: bucket) of the batch that was in
+    /// flight when the agent last stopped, 0 when none: it is sent again with exactly that
+    /// content.
+    pub replay_through: i64,
 }
 
 /// The place reached in an eviction-fallback span.
@@ -306,6 +322,7 @@ pub fn load(conn: &Connection, path: &Path, name: &str) -> Result<Durable, Store
                     _ => None,
                 },
                 rollup_tier: r.get(14)?,
+                replay_through: 0,
             })
         })
     })

@@ -83,15 +83,9 @@ pub struct NotifyConfig {
     /// Client id (default `edgewatch-{device_id}-notify-{name}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client_id: Option<String>,
-    /// CA certificate (PEM) for `mqtts://`; default: the system's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ca_file: Option<String>,
-    /// Client certificate (PEM) for mutual TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cert_file: Option<String>,
-    /// Client key (PEM) for mutual TLS.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_file: Option<String>,
+    /// `ca_file` (default: the system's CAs), `cert_file` and `key_file` (mutual TLS).
+    #[serde(flatten)]
+    pub tls: crate::deliver::mqtt::TlsKeys,
     /// MQTT keepalive (default 30 s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<Delay>,
@@ -123,15 +117,16 @@ impl NotifyConfig {
             set(self.bearer_token.is_some(), "bearer_token"),
             set(!self.headers.is_empty(), "headers"),
         ];
-        let mqtt = [
+        let tls: Vec<Option<String>> = self.tls.set().into_iter().map(Some).collect();
+        let mqtt: Vec<Option<String>> = [
             set(self.topic.is_some(), "topic"),
             set(self.qos.is_some(), "qos"),
             set(self.client_id.is_some(), "client_id"),
-            set(self.ca_file.is_some(), "ca_file"),
-            set(self.cert_file.is_some(), "cert_file"),
-            set(self.key_file.is_some(), "key_file"),
             set(self.keepalive.is_some(), "keepalive"),
-        ];
+        ]
+        .into_iter()
+        .chain(tls)
+        .collect();
         let am = [set(self.resend_interval.is_some(), "resend_interval")];
         let wrong_of = |groups: &[&[Option<String>]]| -> Vec<String> {
             groups
@@ -168,8 +163,8 @@ impl NotifyConfig {
             if self.topic.as_deref().unwrap_or("").is_empty() {
                 return err("MQTT needs `topic`, e.g. \"edgewatch/{device_id}/alerts\"".into());
             }
-            if self.cert_file.is_some() != self.key_file.is_some() {
-                return err("`cert_file` and `key_file` go together".into());
+            if let Err(e) = self.tls.validate() {
+                return err(e);
             }
             if !matches!(self.qos.unwrap_or(1), 1 | 2) {
                 return err(
@@ -208,11 +203,7 @@ impl NotifyConfig {
 
     /// The MQTT TLS files.
     pub fn tls_files(&self) -> crate::deliver::mqtt::TlsFiles<'_> {
-        crate::deliver::mqtt::TlsFiles {
-            ca_file: self.ca_file.as_deref(),
-            cert_file: self.cert_file.as_deref(),
-            key_file: self.key_file.as_deref(),
-        }
+        self.tls.files()
     }
 }
 

@@ -57,35 +57,9 @@ trait Transport: Send {
     fn close(&mut self) {}
 }
 
-/// One notifier's live status: the notifier's thread updates it, `/api/v1/status` copies it.
-#[derive(Debug, Default)]
-pub struct NotifierStatus(StatusCell<Notifier>);
-
-impl NotifierStatus {
-    /// Applies `f` to the state.
-    pub fn update(&self, f: impl FnOnce(&mut Notifier)) {
-        self.0.update(f);
-    }
-
-    /// A copy of the state.
-    pub fn get(&self) -> Notifier {
-        self.0.snapshot()
-    }
-}
-
-impl Report for NotifierStatus {
-    fn failed(&self, reason: &str, retry_in: Option<Duration>, paused: bool) {
-        let now = crate::now_ns();
-        self.update(|s| {
-            s.last_error = Some(reason.to_string());
-            s.last_error_ns = Some(now);
-            s.failures += 1;
-            s.paused = paused;
-            s.next_retry_ns = retry_in
-                .map(|d| now.saturating_add(i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)));
-        });
-    }
-}
+/// One notifier's live status: the notifier's thread updates it, `/api/v1/status` copies it
+/// (failures are recorded through [`Report`], as a sink's).
+pub type NotifierStatus = StatusCell<Notifier>;
 
 /// Every notifier's status: what `/api/v1/status` shows under `notify`.
 #[derive(Debug, Default, Clone)]
@@ -98,7 +72,7 @@ impl NotifyStatus {
     /// The `notify` part of the status document.
     pub fn snapshot(&self) -> Notify {
         Notify {
-            notifiers: self.notifiers.iter().map(|n| n.get()).collect(),
+            notifiers: self.notifiers.iter().map(|n| n.snapshot()).collect(),
         }
     }
 }
