@@ -5,16 +5,18 @@ close() never hangs on a stalled agent."""
 
 from __future__ import annotations
 
+import logging
 import socket
 import statistics
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator, List, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
 import edgewatch
+from edgewatch import _sender
 from conftest import Agent
 
 
@@ -214,3 +216,131 @@ def test_recording_from_many_threads_loses_nothing(agent: Agent) -> None:
     rec.close(timeout=10)
     assert rec.stats()["sent"] == 2000
     assert len(agent.wait_points(2000)) == 2000
+
+
+class ScriptedServer:
+    """A loopback HTTP server standing in for a misbehaving proxy in front of the agent:
+    answers each POST from ``answer(call_index, lines)`` (status and headers; 204 when it
+    returns ``None``) and keeps ``(monotonic time, line count, status)`` per request."""
+
+    def __init__(self, answer: Callable[[int, int], Optional[Tuple[int, Dict[str, str]]]]) -> None:
+        self.calls: List[Tuple[float, int, int]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                lines = body.count(b"\n") + 1
+                scripted = answer(len(server.calls), lines)
+                status, headers = scripted if scripted is not None else (204, {})
+                server.calls.append((time.monotonic(), lines, status))
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)  # latin-1 on the wire, as http.client reads it
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_a_retry_after_of_a_day_waits_only_the_rest_of_the_retry_budget() -> None:
+    # Once: 503 "come back tomorrow", then 204. The sender tries again when its 1 s
+    # retry budget ends (not in a day) and the batch goes through.
+    once = ScriptedServer(lambda i, _: (503, {"Retry-After": "86400"}) if i == 0 else None)
+    # Always: the batch is given up when the budget ends, and close() does not hang.
+    always = ScriptedServer(lambda i, _: (503, {"Retry-After": "86400"}))
+    try:
+        rec = edgewatch.Recorder(once.url, backoff=(0.01, 0.02), retry_timeout=1.0, flush_interval=0.01)
+        stuck = edgewatch.Recorder(always.url, backoff=(0.01, 0.02), retry_timeout=0.5, flush_interval=0.01)
+        for i in range(3):
+            rec.record("m", wall_ms=float(i))
+            stuck.record("m", wall_ms=float(i))
+        assert rec.flush(10), (rec.stats(), once.calls)
+        assert stuck.flush(10), (stuck.stats(), always.calls)
+        assert [c[1:] for c in once.calls] == [(3, 503), (3, 204)]
+        waited = once.calls[1][0] - once.calls[0][0]
+        assert 0.9 <= waited < 3.0, waited
+        assert rec.stats()["sent"] == 3 and rec.stats()["dropped"] == 0, rec.stats()
+        assert [c[1:] for c in always.calls] == [(3, 503), (3, 503)]
+        gave_up_after = always.calls[1][0] - always.calls[0][0]
+        assert 0.45 <= gave_up_after < 3.0, gave_up_after
+        assert stuck.stats()["sent"] == 0 and stuck.stats()["dropped"] == 3, stuck.stats()
+        rec.close(timeout=1)
+        stuck.close(timeout=1)
+    finally:
+        once.close()
+        always.close()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\u00b2",  # SUPERSCRIPT TWO: str.isdigit() is true and float() raises
+        "\u00b9\u00b2\u00b3",
+        "Sun, 06 Nov 1994 08:49:37 EST",  # not an HTTP-date (GMT only): not "retry at once"
+        "1.5",
+    ],
+)
+def test_an_unreadable_retry_after_falls_back_to_the_backoff(value: str, caplog: pytest.LogCaptureFixture) -> None:
+    server = ScriptedServer(lambda i, _: (503, {"Retry-After": value}) if i < 2 else None)
+    caplog.set_level(logging.WARNING, logger="edgewatch")
+    try:
+        rec = edgewatch.Recorder(server.url, backoff=(0.4, 0.8), retry_timeout=30, flush_interval=0.01)
+        for i in range(3):
+            rec.record("m", wall_ms=float(i))
+        assert rec.flush(10), (rec.stats(), server.calls)
+        assert [c[1:] for c in server.calls] == [(3, 503), (3, 503), (3, 204)]
+        gaps = [b[0] - a[0] for a, b in zip(server.calls, server.calls[1:])]
+        # The backoff waits 0.2-0.4 s, then 0.4-0.8 s (a crash in the parse retried at
+        # the next flush_interval, 0.01 s, and never counted against the retry budget).
+        assert gaps[0] >= 0.18 and gaps[1] >= 0.38 and sum(gaps) < 5, gaps
+        stats = rec.stats()
+        assert (stats["sent"], stats["dropped"], stats["errors"]) == (3, 0, 2), stats
+        assert not [r for r in caplog.records if "step failed" in r.getMessage()], caplog.text
+        rec.close(timeout=1)
+    finally:
+        server.close()
+
+
+def test_the_batch_size_grows_back_after_a_413(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy refuses bodies over 8 lines for a while (413), then is reconfigured. The
+    # client halves its batches meanwhile and, once no 413 came for the hold time, goes
+    # back to full batches of batch_points.
+    monkeypatch.setattr(_sender, "_SPLIT_HOLD_S", 0.3, raising=False)
+    limit = [8]
+    server = ScriptedServer(lambda i, lines: (413, {}) if lines > limit[0] else None)
+    try:
+        rec = edgewatch.Recorder(server.url, batch_points=32, flush_interval=3600)
+        for i in range(32):
+            rec.record("m", wall_ms=float(i))
+        assert rec.flush(10), (rec.stats(), server.calls)
+        assert any(c[2] == 413 for c in server.calls), server.calls
+        assert max(c[1] for c in server.calls if c[2] == 204) <= 8
+        limit[0] = 1_000_000
+        sent_before = len(server.calls)
+        recorded = 32
+        # Rounds of 32 points until one goes as one body (the sender may also wake at 16
+        # queued points, so a round can go as two halves).
+        deadline = time.monotonic() + 10
+        while not any(c[1] == 32 for c in server.calls[sent_before:]):
+            assert time.monotonic() < deadline, server.calls[sent_before:]
+            for i in range(32):
+                rec.record("m", wall_ms=float(i))
+            recorded += 32
+            assert rec.flush(10), (rec.stats(), server.calls)
+            time.sleep(0.1)
+        rec.close(timeout=5)
+        stats = rec.stats()
+        assert stats["sent"] == recorded and stats["dropped"] == 0, stats
+        assert sum(c[1] for c in server.calls if c[2] == 204) == recorded
+    finally:
+        server.close()

@@ -3,6 +3,7 @@ retry decisions and the backoff."""
 
 from __future__ import annotations
 
+import calendar
 import email.utils
 
 import pytest
@@ -63,6 +64,60 @@ def test_retry_after_seconds_and_dates() -> None:
     assert _retry.parse_retry_after(date, now) == pytest.approx(12.0)
     assert _retry.parse_retry_after("garbage", now) is None
     assert _retry.decide(503, None, b"", 1, 0.0).delay_s is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "\u0663",  # ARABIC-INDIC DIGIT THREE: int() and float() read it as 3
+        "\uff13",  # FULLWIDTH DIGIT THREE
+        "\u00b2",  # SUPERSCRIPT TWO: str.isdigit() is true, float() raises
+        "\u00b9\u00b2",
+        "-1",
+        "+3",
+        "1.5",
+        "1e3",
+        "0x10",
+        "3 s",
+        "",
+        "Sun, 06 Nov 1994 08:49:37 EST",  # an HTTP-date is in GMT only
+        "06 Nov 1994 08:49:37 GMT",  # no day name: not one of RFC 9110's three forms
+        "Sun, 6 Nov 1994 08:49:37 GMT",  # IMF-fixdate has a two-digit day
+        "Sun, 31 Feb 2030 00:00:00 GMT",  # no such day
+        "Sun, 06 Nov 1994 25:00:00 GMT",
+        "Sun, \u0660\u0666 Nov 1994 08:49:37 GMT",
+    ],
+)
+def test_retry_after_other_than_ascii_seconds_or_an_http_date_means_backoff(value: str) -> None:
+    now = 1_800_000_000.0
+    assert _retry.parse_retry_after(value, now) is None
+    d = _retry.decide(503, value, b"", 3, now)
+    assert (d.action, d.delay_s) == ("retry", None)
+
+
+def test_retry_after_reads_the_three_http_date_forms() -> None:
+    now = float(calendar.timegm((2027, 1, 15, 8, 0, 0)))
+    for text in ("Fri, 15 Jan 2027 08:00:12 GMT", "Friday, 15-Jan-27 08:00:12 GMT", "Fri Jan 15 08:00:12 2027"):
+        assert _retry.parse_retry_after(text, now) == pytest.approx(12.0), text
+    assert _retry.parse_retry_after("Fri Jan  1 00:00:00 2027", now) == 0.0  # in the past
+    # RFC 850's two-digit year: not more than 50 years ahead, else the century before.
+    assert _retry.parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT", now) == calendar.timegm((1994, 11, 6, 8, 49, 37))
+    assert _retry.parse_http_date("Monday, 06-Nov-75 08:49:37 GMT", now) == calendar.timegm((2075, 11, 6, 8, 49, 37))
+    assert _retry.parse_retry_after(" 7\t", now) == 7.0
+
+
+def test_retry_after_is_capped_at_the_documented_maximum() -> None:
+    now = 1_800_000_000.0
+    assert _retry.RETRY_AFTER_MAX_S == 3600.0
+    assert _retry.parse_retry_after("86400", now) == 3600.0
+    assert _retry.parse_retry_after("9" * 5000, now) == 3600.0  # int() refuses 5000 digits
+    a_year_on = email.utils.formatdate(now + 365 * 86400, usegmt=True)
+    assert _retry.parse_retry_after(a_year_on, now) == 3600.0
+    assert _retry.decide(429, "3599", b"", 1, now).delay_s == 3599.0
+
+
+def test_a_400_body_nested_too_deep_for_json_is_a_drop_not_an_exception() -> None:
+    assert _retry.decide(400, None, b"[" * 100_000, 5, 0.0).action == "drop"
 
 
 def test_backoff_grows_is_capped_and_jittered() -> None:

@@ -200,7 +200,8 @@ class Recorder:
 
     Nothing the agent or the network does raises into the application: points that find
     the queue full are dropped and counted, failed sends are counted (HTTP retries with
-    backoff for up to ``retry_timeout`` seconds and honours ``503 Retry-After``), see
+    backoff for up to ``retry_timeout`` seconds and honours ``503 Retry-After`` within
+    that budget; a ``413`` halves the batch for a while), see
     :meth:`stats`. :meth:`close` (also run at interpreter exit) sends what is left.
     """
 

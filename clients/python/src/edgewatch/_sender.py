@@ -4,9 +4,10 @@ empties it.
 The application's threads only append to the queue (or, when it is full, drop the point and
 count it): they never wait for the sender, the network or the GPU. The sender thread waits
 for GPU events to complete, encodes lines, packs them into UDP datagrams or HTTP bodies,
-sends them, and retries HTTP writes with backoff (honouring ``Retry-After``). Nothing here
-raises into the application: failures become counters and rate-limited log records on the
-``edgewatch`` logger.
+sends them, and retries HTTP writes with backoff (honouring ``Retry-After``, never past
+the ``retry_timeout`` budget), halving a batch the agent found too large (413) and growing
+it back once 413s stop. Nothing here raises into the application: failures become counters
+and rate-limited log records on the ``edgewatch`` logger.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ _TAG_CACHE_MAX = 4096
 # application's thread never waits for it longer than that: Python would otherwise let a
 # busy sender keep the GIL for a whole switch interval (5 ms) before handing it over.
 _YIELD_EVERY = 16
+# After a 413 the HTTP batch stays at the size that was last accepted for this long (since
+# the last 413), then doubles with each accepted batch back to ``batch_points``: a limit
+# that lasts costs one refused body per period, one that went away (a proxy reconfigured,
+# a burst of unusually long lines) no longer halves every later batch.
+_SPLIT_HOLD_S = 30.0
 
 # Every running pipeline, for the fork handler below.
 _live: "weakref.WeakSet[Pipeline]" = weakref.WeakSet()
@@ -89,6 +95,8 @@ class Pipeline:
         self._udp = isinstance(transport, UdpTransport)
         self._batch_points = batch_points
         self._http_batch = batch_points
+        self._split_hold_s = _SPLIT_HOLD_S
+        self._last_split: Optional[float] = None
         self._max_datagram = max_datagram_bytes
         self._flush_interval = flush_interval_s
         self._gpu_poll = gpu_poll_s
@@ -311,6 +319,7 @@ class Pipeline:
         if decision.action == SPLIT:
             self.errors += 1
             self._http_batch = max(1, count // 2)
+            self._last_split = now
             return True
         if decision.action == RETRY:
             self.errors += 1
@@ -325,9 +334,14 @@ class Pipeline:
             delay = decision.delay_s
             if delay is None:
                 delay = backoff_delay(self._attempt, *self._backoff, random.random())
+            # Never past the retry budget, whatever Retry-After asked for: the last try
+            # comes when the budget ends, and if it fails too the batch is given up.
+            delay = min(delay, max(0.0, self._first_failure + self._retry_timeout - now))
             self._retry_at = now + delay
             self._warn("http", f"edgewatch: {reason}; retrying in {delay:.2f} s (points are kept)")
             return False
+        if decision.action in (SENT, PARTIAL):
+            self._regrow(now)
         if decision.action == SENT:
             self._finish(count, dropped=0)
         elif decision.action == PARTIAL:
@@ -340,6 +354,15 @@ class Pipeline:
             self._finish(count, dropped=count)
             self._warn("drop", f"edgewatch: {decision.reason}; {count} points dropped")
         return True
+
+    def _regrow(self, now: float) -> None:
+        """After an accepted batch: once ``_split_hold_s`` passed since the last 413, the
+        HTTP batch size doubles, up to the configured ``batch_points``."""
+        if self._http_batch >= self._batch_points:
+            return
+        if self._last_split is not None and now - self._last_split < self._split_hold_s:
+            return
+        self._http_batch = min(self._batch_points, self._http_batch * 2)
 
     def _finish(self, count: int, dropped: int) -> None:
         del self._ready[:count]
