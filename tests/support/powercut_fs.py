@@ -35,8 +35,8 @@ place), one line:
 
 From the cut on, every operation fails with EIO (the disk is off): the test kills the
 program first, asks for the cut, unmounts and starts a new file system on BACKING, which now
-holds what survived. The answer is CONTROL_DIR/report.json: the mode, the dirty pages that
-were dropped and kept, the files and directories rebuilt. CONTROL_DIR/ready appears once
+holds what survived. The answer is CONTROL_DIR/report.json: the mode, the dirty (unsynced) pages
+in all and per file, how many were dropped and kept, the files and directories rebuilt. CONTROL_DIR/ready appears once
 the file system is mounted; CONTROL_DIR/error.txt says why it stopped if it failed.
 
 Not modelled (refused with EPERM so a program that needs them fails loudly): hard links,
@@ -207,6 +207,12 @@ class PowercutFs(Operations):
                     if kind == "f":
                         named.add(i)
             dropped = sum(len(p) for p in self.dirty.values())
+            by_file = {}
+            for i, pages in self.dirty.items():
+                if pages:
+                    where = live_path.get(i)
+                    name = os.path.relpath(where, self.root) if where else "(unlinked)"
+                    by_file[name] = by_file.get(name, 0) + len(pages)
             kept = 0
             if mode == "torn":
                 for i in sorted(named):
@@ -261,6 +267,7 @@ class PowercutFs(Operations):
                 "dirty_pages": dropped,
                 "kept_pages": kept,
                 "dropped_pages": dropped - kept,
+                "dirty_by_file": by_file,
                 "files": files,
                 "dirs": dirs,
                 "syncs": self.stats["syncs"],
