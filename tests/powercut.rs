@@ -304,7 +304,7 @@ struct Figures {
     kept_pages: u64,
     /// Unsynced pages at the cuts, per file.
     dirty_by_file: BTreeMap<String, u64>,
-    /// The last agent, still running on the last mount (final phase).
+    /// The ids the agent held when it restarted after the last cut.
     final_stored: BTreeSet<u64>,
 }
 
