@@ -16,6 +16,8 @@ command -v prometheus-node-exporter >/dev/null 2>&1 || need_apt+=(prometheus-nod
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+/usr/bin/python3 -c 'import fusepy' >/dev/null 2>&1 || need_apt+=(python3-fusepy)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if [ ${#need_apt[@]} -gt 0 ]; then

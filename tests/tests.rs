@@ -51,6 +51,10 @@ mod notify;
 mod nvml_cli;
 /// The NVML collector end to end through a stand-in `libnvidia-ml.so.1` built from C.
 mod nvml_stub;
+/// Power cuts at random moments on a FUSE file system that drops unsynced data
+/// (Debian `python3-fusepy`, `fuse3`): every acknowledged point, a clean SQLite, forwarders
+/// resuming at least once, rollups exact.
+mod powercut;
 /// The `prometheus_remote_write` sink against real VictoriaMetrics and Prometheus, line
 /// protocol to VictoriaMetrics, and the PromQL fleet dashboard's queries.
 mod remote_write;

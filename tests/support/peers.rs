@@ -31,6 +31,9 @@ pub enum Peer {
     VictoriaMetrics,
     /// `prometheus` (Debian `prometheus`).
     Prometheus,
+    /// `fusermount3` (Debian `fuse3`) and `/dev/fuse`; tests/powercut.rs also checks for
+    /// Debian's `python3-fusepy`.
+    Fuse,
 }
 
 /// The variable that lists the peers whose tests are skipped on purpose.
@@ -46,6 +49,7 @@ impl Peer {
 
             Peer::VictoriaMetrics => "victoria-metrics",
             Peer::Prometheus => "prometheus",
+            Peer::Fuse => "fuse",
         }
     }
 
@@ -66,6 +70,7 @@ impl Peer {
 
             Peer::VictoriaMetrics => &[("victoria-metrics", &["-version"], "victoria-metrics")],
             Peer::Prometheus => &[("prometheus", &["--version"], "prometheus")],
+            Peer::Fuse => &[("fusermount3", &["-V"], "fuse3")],
         }
     }
 }
