@@ -77,6 +77,8 @@ impl Agent {
             .arg("--config")
             .arg(&cfg)
             .env("RUST_LOG", "info")
+            // The suite's own switch, not a config key: the agent would refuse it as one.
+            .env_remove(peers::SKIP_PEERS_VAR)
             .stdout(Stdio::null())
             .stderr(logf);
         for (k, v) in env {
