@@ -435,3 +435,97 @@ fn basic_auth_refused_pauses_the_sink_and_the_right_password_delivers() {
     .unwrap_or_else(|| panic!("{}", sink_status(&agent, "rw")));
     assert_same(&vm.export("{__name__=~\"inference_.+\"}"), &want);
 }
+
+/// Sanitising is not one-to-one: `cpu_usage` `x` and `cpu` `usage_x` are both
+/// `cpu_usage_x`, tags `a.b` and `a_b` both `a_b`. Against a real Prometheus, every value
+/// arrives: written in one batch at the same time, and across batches and a restart (the
+/// series created first keeps the plain labels, the other is sent with `edgewatch_source`
+/// every time, so no later batch is refused as a duplicate sample); the collisions are
+/// counted in the status.
+#[test]
+fn series_whose_names_collide_after_sanitising_all_reach_prometheus() {
+    if !require(Peer::Prometheus) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prom = Prometheus::start_on(&dir.path().join("prom"), port, None);
+    let top = rw_sink(&format!("http://127.0.0.1:{port}/api/v1/write"), "");
+    let agent_dir = dir.path().join("agent");
+    let agent = agent_with(&agent_dir, &top);
+    let t = now_ns() - 60 * 1_000_000_000;
+    let write = |agent: &Agent, body: &str| {
+        let (code, resp) = post(&agent.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
+        assert_eq!(code, 204, "{resp}");
+    };
+    let forwarded = |agent: &Agent, n: i64| {
+        wait_for(Duration::from_secs(10), || {
+            let s = sink_status(agent, "rw");
+            (s["forwarded_points"] == n && s["backlog_points"] == 0).then_some(s)
+        })
+        .unwrap_or_else(|| panic!("{}\n{}", sink_status(agent, "rw"), agent.log_text()))
+    };
+    // One batch, one millisecond.
+    write(
+        &agent,
+        &format!(
+            "cpu_usage x=1 {t}\ncpu usage_x=2 {t}\nt,a.b=1 v=5 {t}\nt,a_b=1 v=6 {t}\nu,a.b=1,a_b=2 v=7 {t}\n"
+        ),
+    );
+    let s = forwarded(&agent, 5);
+    assert_eq!(s["name_collisions"], 3, "{s}");
+    // A restart, then the later series alone in its batch, at a time the other one gets
+    // next: it must not land in the other's series.
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    let agent = agent_with(&agent_dir, &top);
+    let t2 = t + 1_000_000_000;
+    write(&agent, &format!("cpu usage_x=3 {t2}\n"));
+    forwarded(&agent, 6);
+    write(&agent, &format!("cpu_usage x=4 {t2}\n"));
+    let s = forwarded(&agent, 7);
+    assert_eq!(s["dead_letter_batches"], 0, "{s}");
+    assert_eq!(
+        s["name_collisions"], 3,
+        "known from the store at start: {s}"
+    );
+    let (ms, ms2) = (t / 1_000_000, t2 / 1_000_000);
+    let at = now_ns() as f64 / 1e9 + 1.0;
+    let got = wait_for(Duration::from_secs(10), || {
+        let g = prom.samples("{__name__=~\"cpu_usage_x|t_v|u_v\"}", "1h", at);
+        (g.values().map(Vec::len).sum::<usize>() == 7).then_some(g)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{:?}\n{}",
+            prom.samples("{__name__=~\"cpu_usage_x|t_v|u_v\"}", "1h", at),
+            prom.log_text()
+        )
+    });
+    let want: Samples = [
+        (
+            "cpu_usage_x{device_id=\"jet-7\",site=\"lab\"}",
+            vec![(ms, 1.0), (ms2, 4.0)],
+        ),
+        (
+            "cpu_usage_x{device_id=\"jet-7\",edgewatch_source=\"cpu,device_id=jet-7,site=lab usage_x\",site=\"lab\"}",
+            vec![(ms, 2.0), (ms2, 3.0)],
+        ),
+        (
+            "t_v{a_b=\"1\",device_id=\"jet-7\",site=\"lab\"}",
+            vec![(ms, 5.0)],
+        ),
+        (
+            "t_v{a_b=\"1\",device_id=\"jet-7\",edgewatch_source=\"t,a_b=1,device_id=jet-7,site=lab v\",site=\"lab\"}",
+            vec![(ms, 6.0)],
+        ),
+        (
+            "u_v{a_b=\"2\",a_b_2=\"1\",device_id=\"jet-7\",site=\"lab\"}",
+            vec![(ms, 7.0)],
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(got, want);
+}
