@@ -188,10 +188,10 @@ fn series_labels(tags: &[Label], measurement: &str, field: &str) -> Vec<Label> {
 
 /// A stable 64-bit digest (in this process) of `parts`.
 fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> u64 {
-    // SipHash with fixed keys: the same in every sink of the process. A false match of two
-    // label sets (odds about n^2 / 2^65) would only add SOURCE_LABEL to a series.
-    #[allow(deprecated)]
-    let mut h = std::hash::SipHasher::new();
+    // `DefaultHasher::new()` has fixed keys: the same digest in every sink of the process.
+    // A false match of two label sets (odds about n^2 / 2^65) would only add SOURCE_LABEL
+    // to a series.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
     for p in parts {
         p.hash(&mut h);
     }
