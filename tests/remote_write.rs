@@ -73,6 +73,81 @@ fn write_inferences(agent: &Agent, from: usize, n: usize, t0: i64) -> Samples {
     want
 }
 
+/// Every sample VictoriaMetrics stored for `selector`, in time order, duplicates included.
+/// With no `-dedup.minScrapeInterval` it keeps a sample written twice twice (same time, same
+/// value), and `/api/v1/export` returns both (as `count_over_time` counts both), so a batch
+/// sent twice shows here; [`VictoriaMetrics::export`] keeps distinct samples only.
+fn stored(vm: &VictoriaMetrics, selector: &str) -> Samples {
+    vm.flush();
+    let mut r = ureq::get(&vm.url("/api/v1/export"))
+        .query("match[]", selector)
+        .query("start", "0");
+    if let Some(a) = &vm.auth {
+        r = r.set("Authorization", a);
+    }
+    let body = r
+        .call()
+        .expect("victoria-metrics export")
+        .into_string()
+        .unwrap();
+    let mut out = Samples::new();
+    for line in body.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        // The series' name as `add_series` writes it.
+        let mut named = Samples::new();
+        add_series(&mut named, v["metric"].as_object().unwrap(), []);
+        let key = named.into_keys().next().unwrap();
+        let ts = v["timestamps"].as_array().unwrap().iter();
+        let vals = v["values"].as_array().unwrap().iter();
+        let s = out.entry(key).or_default();
+        s.extend(
+            ts.zip(vals)
+                .map(|(t, x)| (t.as_i64().unwrap(), x.as_f64().unwrap_or(f64::NAN))),
+        );
+        s.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    }
+    out
+}
+
+/// `got` as distinct samples, with the number of copies beyond the first and the most
+/// copies of one sample.
+fn distinct(got: &Samples) -> (Samples, usize, usize) {
+    let mut out = Samples::new();
+    let (mut extra, mut most) = (0, 0);
+    for (k, v) in got {
+        let mut d: Vec<(i64, f64)> = Vec::with_capacity(v.len());
+        let mut run = 0;
+        for x in v {
+            if d.last() == Some(x) {
+                extra += 1;
+                run += 1;
+            } else {
+                d.push(*x);
+                run = 1;
+            }
+            most = most.max(run);
+        }
+        out.insert(k.clone(), d);
+    }
+    (out, extra, most)
+}
+
+/// Samples one batch holds at most here: a whole chunk (or `max_points` points) of points
+/// with three numeric fields.
+const BATCH_SAMPLES: usize = 3 * edgewatch::store::MAX_CHUNK_POINTS;
+
+/// `raw` (as [`stored`] reads it) with each sample once, after checking that only what the
+/// sink `s` (its status) counts as replayed was stored twice: at least once, no more.
+fn once(raw: &Samples, s: &serde_json::Value) -> Samples {
+    let (got, extra, most) = distinct(raw);
+    let replayed = s["replayed_batches"].as_u64().unwrap_or(0) as usize;
+    assert!(
+        extra <= replayed * BATCH_SAMPLES && most <= 1 + replayed,
+        "{extra} samples stored more than once (at most {most} copies), {replayed} batches replayed: {s}"
+    );
+    got
+}
+
 /// Compares per series: counts first (a readable failure), then every sample.
 fn assert_same(got: &Samples, want: &Samples) {
     let count = |s: &Samples| -> Vec<(String, usize)> {
@@ -113,15 +188,50 @@ fn offline_then_kill9_mid_drain<R>(
     })
     .unwrap_or_else(|| panic!("no drain: {}", agent.log_text()));
     assert!(mid < N as i64 / 2, "killed too late: {mid}");
+    let db = agent.dir.join("edgewatch.db");
     agent.kill9();
+    // What the store says was in flight at the kill: the only batch that may arrive twice.
+    let (in_flight, replayed_before) = {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let (cursor, inflight, replayed): (i64, i64, i64) = conn
+            .query_row(
+                "SELECT cursor_chunk_id, inflight_through_chunk_id, replayed_batches \
+                 FROM sinks WHERE name = 'rw'",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        let points: i64 = conn
+            .query_row(
+                "SELECT COALESCE(SUM(n), 0) FROM chunks WHERE id > ?1 AND id <= ?2",
+                [cursor, inflight],
+                |r| r.get(0),
+            )
+            .unwrap();
+        (points as usize, replayed as usize)
+    };
     let agent = agent_with(dir, &top);
     let s = wait_for(Duration::from_secs(30), || {
         let s = sink_status(&agent, "rw");
         (s["backlog_points"] == 0 && s["forwarded_points"].as_i64() > Some(0)).then_some(s)
     })
     .unwrap_or_else(|| panic!("backlog left: {}", agent.log_text()));
-    let got = read(&receiver);
+    // At least once, no more: the batch in flight at the kill (three samples a point) may
+    // be stored twice, and a batch this run sent again after an error (counted as replayed
+    // beyond the one in flight); nothing else.
+    let raw = read(&receiver);
+    let (got, extra, most) = distinct(&raw);
     assert_same(&got, &want);
+    let replayed = s["replayed_batches"].as_u64().unwrap_or(0) as usize;
+    let resent = replayed.saturating_sub(replayed_before + usize::from(in_flight > 0));
+    assert!(
+        extra <= 3 * in_flight + resent * BATCH_SAMPLES && most <= 2 + resent,
+        "{extra} samples stored more than once (at most {most} copies); {in_flight} points \
+         in flight at the kill, {resent} batches sent again after it: {s}"
+    );
+    eprintln!(
+        "kill -9 mid-drain: {in_flight} points in flight at the kill, {extra} samples stored twice"
+    );
     // One string field a point: the points this run sent skipped one each, counted (the
     // exact count is checked where nothing is killed).
     let skipped = s["skipped_string_values"].as_i64().unwrap_or(0);
@@ -140,7 +250,7 @@ fn victoriametrics_gets_every_point_after_an_offline_period_and_a_kill9_mid_drai
         &dir.path().join("agent"),
         |port| format!("http://127.0.0.1:{port}/api/v1/write"),
         |port| VictoriaMetrics::start_on(&vm_dir, port),
-        |vm| vm.export("{__name__=~\"inference_.+\"}"),
+        |vm| stored(vm, "{__name__=~\"inference_.+\"}"),
     );
     assert_eq!(s["dead_letter_batches"], 0, "{s}");
 }
@@ -222,14 +332,14 @@ fn influx_line_protocol_reaches_victoriametrics_through_the_influxdb_sink() {
     );
     let agent = agent_with(&dir.path().join("agent"), &top);
     let mut want = write_inferences(&agent, 0, 3_000, now_ns() - 600 * 1_000_000_000);
-    wait_for(Duration::from_secs(20), || {
+    let s = wait_for(Duration::from_secs(20), || {
         let s = sink_status(&agent, "rw");
-        (s["forwarded_points"] == 3_000).then_some(())
+        (s["forwarded_points"] == 3_000).then_some(s)
     })
     .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()));
     // VictoriaMetrics names them <measurement>_<field> too and adds the 1.x `db` as a
     // label; it keeps string fields as series of its own (not compared).
-    let mut got = vm.export("{__name__=~\"inference_.+\"}");
+    let mut got = once(&stored(&vm, "{__name__=~\"inference_.+\"}"), &s);
     got.retain(|k, _| !k.starts_with("inference_note{"));
     want = want
         .into_iter()
@@ -371,13 +481,13 @@ fn victoriametrics_gets_an_evicted_span_from_the_rollup_tier_as_tagged_series() 
     })
     .expect("eviction counted for the sink");
     let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
-    wait_for(Duration::from_secs(30), || {
+    let s = wait_for(Duration::from_secs(30), || {
         let s = sink_status(&agent, "rw");
         (s["backlog_points"] == 0 && s["fallback_points"] == 10 && s["forwarded_points"] == 600)
             .then_some(s)
     })
     .unwrap_or_else(|| panic!("{}\n{}", sink_status(&agent, "rw"), agent.log_text()));
-    let got = vm.export("{__name__=~\"m_v.*\"}");
+    let got = once(&stored(&vm, "{__name__=~\"m_v.*\"}"), &s);
     let series = |name: &str, rollup: bool| {
         let key = if rollup {
             format!("{name}{{device_id=\"jet-7\",edgewatch_rollup=\"60s\",k=\"v\",site=\"lab\"}}")
@@ -428,10 +538,107 @@ fn basic_auth_refused_pauses_the_sink_and_the_right_password_delivers() {
     // The same store, the right password: the kept backlog arrives.
     let right = rw_sink(&url, "username = \"edge\"\npassword = \"s3cret\"\n");
     let agent = agent_with(&dir.path().join("a"), &right);
-    wait_for(Duration::from_secs(10), || {
+    let s = wait_for(Duration::from_secs(10), || {
         let s = sink_status(&agent, "rw");
-        (s["forwarded_points"] == 50 && s["backlog_points"] == 0).then_some(())
+        (s["forwarded_points"] == 50 && s["backlog_points"] == 0).then_some(s)
     })
     .unwrap_or_else(|| panic!("{}", sink_status(&agent, "rw")));
-    assert_same(&vm.export("{__name__=~\"inference_.+\"}"), &want);
+    assert_same(
+        &once(&stored(&vm, "{__name__=~\"inference_.+\"}"), &s),
+        &want,
+    );
+}
+
+/// Sanitising is not one-to-one: `cpu_usage` `x` and `cpu` `usage_x` are both
+/// `cpu_usage_x`, tags `a.b` and `a_b` both `a_b`. Against a real Prometheus, every value
+/// arrives: written in one batch at the same time, and across batches and a restart (the
+/// series created first keeps the plain labels, the other is sent with `edgewatch_source`
+/// every time, so no later batch is refused as a duplicate sample); the collisions are
+/// counted in the status.
+#[test]
+fn series_whose_names_collide_after_sanitising_all_reach_prometheus() {
+    if !require(Peer::Prometheus) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let prom = Prometheus::start_on(&dir.path().join("prom"), port, None);
+    let top = rw_sink(&format!("http://127.0.0.1:{port}/api/v1/write"), "");
+    let agent_dir = dir.path().join("agent");
+    let agent = agent_with(&agent_dir, &top);
+    let t = now_ns() - 60 * 1_000_000_000;
+    let write = |agent: &Agent, body: &str| {
+        let (code, resp) = post(&agent.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
+        assert_eq!(code, 204, "{resp}");
+    };
+    let forwarded = |agent: &Agent, n: i64| {
+        wait_for(Duration::from_secs(10), || {
+            let s = sink_status(agent, "rw");
+            (s["forwarded_points"] == n && s["backlog_points"] == 0).then_some(s)
+        })
+        .unwrap_or_else(|| panic!("{}\n{}", sink_status(agent, "rw"), agent.log_text()))
+    };
+    // One batch, one millisecond.
+    write(
+        &agent,
+        &format!(
+            "cpu_usage x=1 {t}\ncpu usage_x=2 {t}\nt,a.b=1 v=5 {t}\nt,a_b=1 v=6 {t}\nu,a.b=1,a_b=2 v=7 {t}\n"
+        ),
+    );
+    let s = forwarded(&agent, 5);
+    assert_eq!(s["name_collisions"], 3, "{s}");
+    // A restart, then the later series alone in its batch, at a time the other one gets
+    // next: it must not land in the other's series.
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    let agent = agent_with(&agent_dir, &top);
+    let t2 = t + 1_000_000_000;
+    write(&agent, &format!("cpu usage_x=3 {t2}\n"));
+    forwarded(&agent, 6);
+    write(&agent, &format!("cpu_usage x=4 {t2}\n"));
+    let s = forwarded(&agent, 7);
+    assert_eq!(s["dead_letter_batches"], 0, "{s}");
+    assert_eq!(
+        s["name_collisions"], 3,
+        "known from the store at start: {s}"
+    );
+    let (ms, ms2) = (t / 1_000_000, t2 / 1_000_000);
+    let at = now_ns() as f64 / 1e9 + 1.0;
+    let got = wait_for(Duration::from_secs(10), || {
+        let g = prom.samples("{__name__=~\"cpu_usage_x|t_v|u_v\"}", "1h", at);
+        (g.values().map(Vec::len).sum::<usize>() == 7).then_some(g)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{:?}\n{}",
+            prom.samples("{__name__=~\"cpu_usage_x|t_v|u_v\"}", "1h", at),
+            prom.log_text()
+        )
+    });
+    let want: Samples = [
+        (
+            "cpu_usage_x{device_id=\"jet-7\",site=\"lab\"}",
+            vec![(ms, 1.0), (ms2, 4.0)],
+        ),
+        (
+            "cpu_usage_x{device_id=\"jet-7\",edgewatch_source=\"cpu,device_id=jet-7,site=lab usage_x\",site=\"lab\"}",
+            vec![(ms, 2.0), (ms2, 3.0)],
+        ),
+        (
+            "t_v{a_b=\"1\",device_id=\"jet-7\",site=\"lab\"}",
+            vec![(ms, 5.0)],
+        ),
+        (
+            "t_v{a_b=\"1\",device_id=\"jet-7\",edgewatch_source=\"t,a_b=1,device_id=jet-7,site=lab v\",site=\"lab\"}",
+            vec![(ms, 6.0)],
+        ),
+        (
+            "u_v{a_b=\"2\",a_b_2=\"1\",device_id=\"jet-7\",site=\"lab\"}",
+            vec![(ms, 7.0)],
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    assert_eq!(got, want);
 }

@@ -658,7 +658,7 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             .map(|f| f.last)
             .collect();
         for last in again.into_iter().rev() {
-            if replay.front().is_none_or(|&f| f > last) {
+            if !replay.front().is_some_and(|&f| f <= last) {
                 replay.push_front(last);
             }
         }

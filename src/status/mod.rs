@@ -264,6 +264,11 @@ pub struct Sink {
     /// `prometheus_remote_write` (counted when their batch was acknowledged or refused).
     #[serde(default)]
     pub skipped_string_values: i64,
+    /// `prometheus_remote_write`: series whose names collide with another series' after
+    /// sanitising (`cpu_usage`/`x` and `cpu`/`usage_x`, tags `a.b` and `a_b`) and are sent
+    /// apart (an `edgewatch_source` label or a renamed tag), known since start.
+    #[serde(default)]
+    pub name_collisions: i64,
 
     /// What the sink forwards: `raw` or `rollup:1m` / `rollup:1h` (bandwidth-aware
     /// forwarding). In rollup mode the backlog counts the tier's final rows (`backlog_points`)

@@ -372,4 +372,241 @@ mod tests {
         let (_, next) = convert_step(&mut conn, &path, 0, 100).unwrap();
         assert!(next.is_some());
     }
+
+    const NS: i64 = 1_000_000_000;
+    /// 2025-11-24: the clock floor of the hold tests.
+    const FLOOR: i64 = 1_764_000_000 * NS;
+
+    /// Every chunk row with id in `ids`: (id, tag set, ts_min, ts_max, n, a digest of its
+    /// data).
+    type RawRow = (i64, i64, i64, i64, i64, u64);
+    fn rows(dir: &Path, ids: std::ops::RangeInclusive<i64>) -> Vec<RawRow> {
+        let r = Reader::open(dir).unwrap();
+        let mut out = Vec::new();
+        let scan = Scan {
+            after: Some(ids.start() - 1),
+            through: Some(*ids.end()),
+            ..Scan::default()
+        };
+        chunks::scan(r.conn(), r.path(), &scan, |c| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            c.data.hash(&mut h);
+            out.push((c.id, c.tagset_id, c.ts_min, c.ts_max, c.n, h.finish()));
+            Ok(ControlFlow::Continue(()))
+        })
+        .unwrap();
+        out
+    }
+
+    /// The points stored in chunks with id in `ids`, as (tag set, time, value), sorted.
+    fn stored(dir: &Path, ids: std::ops::RangeInclusive<i64>) -> Vec<(i64, i64, String)> {
+        let r = Reader::open(dir).unwrap();
+        let mut out = Vec::new();
+        let scan = Scan {
+            after: Some(ids.start() - 1),
+            through: Some(*ids.end()),
+            ..Scan::default()
+        };
+        chunks::scan(r.conn(), r.path(), &scan, |c| {
+            c.decode(r.path(), |t, _, v| {
+                out.push((c.tagset_id, t, format!("{v:?}")))
+            })?;
+            Ok(ControlFlow::Continue(()))
+        })
+        .unwrap();
+        out.sort();
+        out
+    }
+
+    /// Merges every small chunk it may; returns how many steps wrote something.
+    fn compact_all(conn: &mut Connection, path: &Path) -> usize {
+        let limits = Limits {
+            all: true,
+            max_points: 150,
+        };
+        let mut steps = 0;
+        while merge_step(conn, path, &limits).unwrap().is_some() {
+            steps += 1;
+            assert!(steps < 100, "does not converge");
+        }
+        steps
+    }
+
+    /// One-point commits of tag sets `a` and `b` at `times` (values `i` and `-i` plus
+    /// `base`): two one-point chunks each.
+    fn commits(w: &mut Writer, times: impl Iterator<Item = i64>, base: f64) {
+        for (i, t) in times.enumerate() {
+            crate::rollup::tests::write(w, "m,s=a", &[(t, base + i as f64)]);
+            crate::rollup::tests::write(w, "m,s=b", &[(t, -base - i as f64)]);
+        }
+    }
+
+    /// The review's case: a raw sink whose cursor lags in the middle of small chunks, a
+    /// clock hold after some chunk, compaction run at every stage. The sink reading from its
+    /// cursor always gets exactly the points after it, once (a merged chunk never takes a
+    /// point it had across its cursor), and held points keep their stored times until the
+    /// hold lifts, then move by the clock's step exactly once.
+    #[test]
+    fn merging_never_resends_to_a_lagging_sink_nor_retimes_held_points() {
+        use crate::clock::{self, Machine, Settle};
+        use crate::forward::store::{Cursor, Source};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        // A good clock: chunks 1..=400.
+        commits(&mut w, (0..200).map(|i| FLOOR + i * NS), 0.0);
+        // Rollup does not hold merging back here (it folded everything); the sink has sent
+        // through chunk 151 (tag set a's 76th point; b's 76th is chunk 152).
+        testing::set_tier_cursor(dir.path(), 60, i64::MAX / 2);
+        testing::add_sink(dir.path(), "s", 151);
+        // The device restarts on an unset clock: the hold starts at the next chunk, 401.
+        let (mut conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let boot = Machine {
+            boot_id: "this-boot".into(),
+            offset_ns: 0,
+        };
+        let boot_now = 3_600 * NS;
+        assert!(clock::note_start(&mut conn, FLOOR, boot_now, &boot).unwrap());
+        assert_eq!(clock::hold_from(&conn).unwrap(), Some(401));
+        commits(&mut w, (0..100).map(|i| boot_now + i * NS), 1000.0);
+        let held = rows(dir.path(), 401..=600);
+        assert_eq!(held.len(), 200);
+
+        let mut src = Source::open(dir.path(), vec![]).unwrap();
+        let due = src.read(151, 100_000).unwrap();
+        assert_eq!((due.first, due.last, due.points.len()), (152, 400, 249));
+        let sent = stored(dir.path(), 1..=151);
+        let above = rows(dir.path(), 152..=i64::MAX);
+
+        // 1. The sink lags at 151: only chunks at or below it merge.
+        assert!(compact_all(&mut conn, &path) > 0);
+        assert!(
+            rows(dir.path(), 1..=151).len() < 10,
+            "merged below the cursor"
+        );
+        assert_eq!(
+            stored(dir.path(), 1..=151),
+            sent,
+            "what it had stays behind it"
+        );
+        assert_eq!(
+            rows(dir.path(), 152..=i64::MAX),
+            above,
+            "nothing after it moved"
+        );
+        let again = src.read(151, 100_000).unwrap();
+        assert_eq!((again.first, again.last), (due.first, due.last));
+        assert_eq!(
+            again.points, due.points,
+            "exactly the points after the cursor, once"
+        );
+
+        // 2. It sends them and catches up with the hold: the chunks before the hold merge,
+        // the held ones stay as they are, unseen.
+        let (mut cur, _) = Cursor::open(dir.path(), "s").unwrap();
+        cur.ack(due.last, 1, due.points.len() as i64, FLOOR, FLOOR)
+            .unwrap();
+        assert!(compact_all(&mut conn, &path) > 0);
+        assert!(rows(dir.path(), 1..=400).len() < 10);
+        assert_eq!(rows(dir.path(), 401..=i64::MAX), held);
+        assert!(src.read(400, 100_000).unwrap().points.is_empty());
+
+        // 3. The clock is set (stepped by `step`): the held chunks are corrected in place
+        // and the hold stays for the grace period; what is written meanwhile waits too.
+        let step = FLOOR + 30 * 86_400 * NS - boot_now;
+        let set = Machine {
+            boot_id: "this-boot".into(),
+            offset_ns: step,
+        };
+        let now = boot_now + step + 100 * NS;
+        let (st, fixed) = clock::settle(&mut conn, FLOOR, now, &set).unwrap();
+        assert_eq!((st, fixed.points), (Settle::Fixing, 200));
+        commits(&mut w, (0..5).map(|i| now + i * NS), 5000.0);
+        let fixed_rows = rows(dir.path(), 401..=i64::MAX);
+        assert_eq!(fixed_rows.len(), 210);
+        compact_all(&mut conn, &path);
+        assert_eq!(rows(dir.path(), 401..=i64::MAX), fixed_rows);
+        assert!(src.read(400, 100_000).unwrap().points.is_empty());
+        // A second pass in the grace period moves nothing twice.
+        let (st, fixed) = clock::settle(&mut conn, FLOOR, now + NS, &set).unwrap();
+        assert_eq!((st, fixed.points), (Settle::Fixing, 0));
+
+        // 4. The hold lifts: the sink gets the held points, moved by the step once, and the
+        // later ones, each once; merging (still bounded by its cursor) changes nothing of
+        // that; once acknowledged, everything merges and nothing comes again.
+        let (st, _) = clock::settle(&mut conn, FLOOR, now + clock::GRACE_NS, &set).unwrap();
+        assert_eq!(st, Settle::Ready);
+        assert_eq!(clock::hold_from(&conn).unwrap(), None);
+        let rest = src.read(400, 100_000).unwrap();
+        let times = |pts: &[crate::forward::encode::Point], s: &str| -> Vec<i64> {
+            pts.iter()
+                .filter(|p| p.series.prefix == s)
+                .map(|p| p.ts)
+                .collect()
+        };
+        let mut want: Vec<i64> = (0..100).map(|i| boot_now + i * NS + step).collect();
+        want.extend((0..5).map(|i| now + i * NS));
+        assert_eq!(times(&rest.points, "m,s=a"), want);
+        assert_eq!(times(&rest.points, "m,s=b"), want);
+        assert_eq!(rest.points.len(), 210);
+        compact_all(&mut conn, &path);
+        let again = src.read(400, 100_000).unwrap();
+        assert_eq!((again.last, again.points), (rest.last, rest.points));
+        cur.ack(rest.last, 2, 210, now, now).unwrap();
+        assert!(compact_all(&mut conn, &path) > 0);
+        assert!(src.read(rest.last, 100_000).unwrap().points.is_empty());
+        assert_eq!(stored(dir.path(), 1..=i64::MAX).len(), 400 + 200 + 10);
+    }
+
+    /// With nothing else to hold merging back (no sink, no rollup), held chunks are left as
+    /// they are until the hold lifts: their points keep their chunks and times.
+    #[test]
+    fn held_chunks_are_not_merged_until_the_hold_lifts() {
+        use crate::clock::{self, Machine, Settle};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        commits(&mut w, (0..20).map(|i| FLOOR + i * NS), 0.0);
+        let (mut conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let boot = Machine {
+            boot_id: "b".into(),
+            offset_ns: 0,
+        };
+        assert!(clock::note_start(&mut conn, FLOOR, 100 * NS, &boot).unwrap());
+        commits(&mut w, (0..20).map(|i| 100 * NS + i * NS), 100.0);
+        let held = rows(dir.path(), 41..=i64::MAX);
+        assert!(compact_all(&mut conn, &path) > 0);
+        assert!(rows(dir.path(), 1..=40).len() <= 2);
+        assert_eq!(rows(dir.path(), 41..=i64::MAX), held);
+        // Set, then past the grace period: corrected, lifted, merged.
+        let set = Machine {
+            boot_id: "b".into(),
+            offset_ns: FLOOR,
+        };
+        let now = FLOOR + 200 * NS;
+        assert_eq!(
+            clock::settle(&mut conn, FLOOR, now, &set).unwrap().0,
+            Settle::Fixing
+        );
+        let fixed = rows(dir.path(), 41..=i64::MAX);
+        assert_eq!(compact_all(&mut conn, &path), 0);
+        assert_eq!(rows(dir.path(), 41..=i64::MAX), fixed);
+        let later = now + clock::GRACE_NS;
+        assert_eq!(
+            clock::settle(&mut conn, FLOOR, later, &set).unwrap().0,
+            Settle::Ready
+        );
+        assert!(compact_all(&mut conn, &path) > 0);
+        // Every point once; the held ones moved by the step (FLOOR) exactly once.
+        let mut times: Vec<i64> = stored(dir.path(), 1..=i64::MAX)
+            .into_iter()
+            .map(|p| p.1)
+            .collect();
+        times.sort();
+        let mut want: Vec<i64> = (0..20)
+            .chain(100..120)
+            .flat_map(|i| [FLOOR + i * NS; 2])
+            .collect();
+        want.sort();
+        assert_eq!(times, want);
+    }
 }

@@ -1311,6 +1311,7 @@ mod tests {
                         evicted_unforwarded_points: 512,
                         fallback_points: 513,
                         skipped_string_values: 0,
+                        name_collisions: 0,
 
                         forward: "raw".into(),
                         rollup_cursor_ns: None,
