@@ -533,6 +533,17 @@ fn a_collector_gap_leaves_the_energy_per_inference_right_and_reports_coverage() 
     .unwrap();
     assert_eq!(code, 200, "{text}");
     let v: J = serde_json::from_str(&text).unwrap();
+    let m = &v["models"][0];
+    for s in m["steps"].as_array().unwrap() {
+        // Every inference of the step is still counted in the latency signals.
+        assert_eq!(s["count"], 10, "{s}");
+        close(&s["energy_mj_per_inference"], 5_000.0);
+        close(&s["inferences_per_joule"], 0.2);
+        // The GPU rail has no gap: 2 W over 10 s for 10 inferences.
+        close(&s["gpu_energy_mj_per_inference"], 2_000.0);
+    }
+    close(&m["summary"]["energy_mj_per_inference"], 5_000.0);
+    close(&m["summary"]["gpu_energy_mj_per_inference"], 2_000.0);
     let steps = v["energy"]["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{v}");
     // Step 0 covers 0-6 s (30 J, 6 inferences); step 1 covers 13-20 s (35 J, 7).
@@ -545,16 +556,5 @@ fn a_collector_gap_leaves_the_energy_per_inference_right_and_reports_coverage() 
     close(&steps[1]["board_mj"], 35_000.0);
     close(&steps[1]["covered_inferences"], 7.0);
     close(&steps[1]["idle_mj"], 0.0);
-    let m = &v["models"][0];
-    for s in m["steps"].as_array().unwrap() {
-        // Every inference of the step is still counted in the latency signals.
-        assert_eq!(s["count"], 10, "{s}");
-        close(&s["energy_mj_per_inference"], 5_000.0);
-        close(&s["inferences_per_joule"], 0.2);
-        // The GPU rail has no gap: 2 W over 10 s for 10 inferences.
-        close(&s["gpu_energy_mj_per_inference"], 2_000.0);
-    }
-    close(&m["summary"]["energy_mj_per_inference"], 5_000.0);
-    close(&m["summary"]["gpu_energy_mj_per_inference"], 2_000.0);
     agent.terminate();
 }
