@@ -495,3 +495,66 @@ fn a_30_day_query_at_1h_reads_energy_per_inference_from_the_1h_tier() {
     );
     agent.terminate();
 }
+
+/// A collector gap inside steps: VDD_IN (5 W) sampled every second over 0-6 s, then nothing
+/// until 13 s (a hole: more than 5 median intervals), then every second to 20 s; the GPU
+/// rail (2 W) all through; one inference a second all through. Each step's board energy is
+/// that of its covered time, divided by the inferences in that time: 5 J each (5 W at one
+/// a second), not diluted over the inferences no sample measured; the coverage is reported.
+#[test]
+fn a_collector_gap_leaves_the_energy_per_inference_right_and_reports_coverage() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    let t0 = (edgewatch::now_ns() - 600 * S) / (10 * S) * (10 * S);
+    let mut body = String::new();
+    for i in (0..=6).chain(13..=20) {
+        body.push_str(&format!(
+            "jetson_power,rail=VDD_IN current_mw=5000 {}\n",
+            t0 + i * S
+        ));
+    }
+    for i in 0..=20 {
+        body.push_str(&format!(
+            "jetson_power,rail=VDD_GPU_SOC current_mw=2000 {}\n",
+            t0 + i * S
+        ));
+    }
+    for k in 0..20 {
+        body.push_str(&format!(
+            "inference,model=m wall_ms=15,gpu_ms=10 {}\n",
+            t0 + k * S + S / 2
+        ));
+    }
+    write(&agent, &body);
+    let (code, text) = get(&agent.url(&format!(
+        "/api/v1/inference?from={t0}&to={}&step=10s",
+        t0 + 20 * S - 1
+    )))
+    .unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    let m = &v["models"][0];
+    for s in m["steps"].as_array().unwrap() {
+        // Every inference of the step is still counted in the latency signals.
+        assert_eq!(s["count"], 10, "{s}");
+        close(&s["energy_mj_per_inference"], 5_000.0);
+        close(&s["inferences_per_joule"], 0.2);
+        // The GPU rail has no gap: 2 W over 10 s for 10 inferences.
+        close(&s["gpu_energy_mj_per_inference"], 2_000.0);
+    }
+    close(&m["summary"]["energy_mj_per_inference"], 5_000.0);
+    close(&m["summary"]["gpu_energy_mj_per_inference"], 2_000.0);
+    let steps = v["energy"]["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{v}");
+    // Step 0 covers 0-6 s (30 J, 6 inferences); step 1 covers 13-20 s (35 J, 7).
+    close(&steps[0]["coverage"], 0.6);
+    close(&steps[0]["board_mj"], 30_000.0);
+    close(&steps[0]["inferences"], 10.0);
+    close(&steps[0]["covered_inferences"], 6.0);
+    close(&steps[0]["gpu_coverage"], 1.0);
+    close(&steps[1]["coverage"], 0.7);
+    close(&steps[1]["board_mj"], 35_000.0);
+    close(&steps[1]["covered_inferences"], 7.0);
+    close(&steps[1]["idle_mj"], 0.0);
+    agent.terminate();
+}

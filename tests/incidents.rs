@@ -499,3 +499,217 @@ fn alerts_tab_and_incident_page_in_chromium() {
     assert_eq!(r["page"]["bandsAfter"], 0, "{r}");
     assert_eq!(r["page"]["tabOn"], "alerts", "{r}");
 }
+
+/// An agent evaluating every second, no collectors, no built-ins, with the rule `Hot`
+/// (`m v > 5`, at once) when `hot`, else one that never fires.
+fn alerting(dir: &Path, hot: bool) -> Agent {
+    let rule = if hot {
+        "[[alert]]\nname = \"Hot\"\nmeasurement = \"m\"\nfield = \"v\"\nagg = \"max\"\nwindow = \"5s\"\nop = \">\"\nthreshold = 5\nfor = \"0s\"\n"
+    } else {
+        "[[alert]]\nname = \"Never\"\nmeasurement = \"m\"\nfield = \"v\"\nagg = \"max\"\nwindow = \"5s\"\nop = \"<\"\nthreshold = -1000\nfor = \"0s\"\n"
+    };
+    Agent::start(
+        dir,
+        &format!(
+            "{FED}[jetson]\nenabled = false\n[alerts]\ninterval = \"1s\"\nbuiltin = false\n{rule}"
+        ),
+    )
+}
+
+/// Every incident of the agent, oldest first, as `/api/v1/incidents` lists them.
+fn incident_list(agent: &Agent) -> Vec<J> {
+    let (code, text) = get(&agent.url("/api/v1/incidents")).unwrap();
+    assert_eq!(code, 200, "{text}");
+    let v: J = serde_json::from_str(&text).unwrap();
+    let mut out = v["incidents"].as_array().unwrap().clone();
+    out.reverse();
+    out
+}
+
+/// Writes `m v=<value>` now.
+fn feed(agent: &Agent, value: f64) {
+    let _ = post(&agent.url("/write"), format!("m v={value}").as_bytes(), &[]);
+}
+
+/// `Hot`'s instance in `/api/v1/alerts`, if it is firing.
+fn hot_firing(agent: &Agent) -> Option<J> {
+    let (_, text) = get(&agent.url("/api/v1/alerts")).ok()?;
+    let v: J = serde_json::from_str(&text).ok()?;
+    v["alerts"]
+        .as_array()?
+        .iter()
+        .find(|a| a["name"] == "Hot" && a["state"] == "firing")
+        .cloned()
+}
+
+/// Evaluations done by the agent's evaluator so far.
+fn evaluations(agent: &Agent) -> u64 {
+    agent.status()["alerts"]["evaluations"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// Makes the store under `data` fail (`Some(table)`: a trigger aborts every insert into or
+/// update of `table`, as a full disk would in the middle of a transaction) or stop failing.
+fn inject(data: &Path, what: Option<(&str, &str)>) {
+    let conn = rusqlite::Connection::open(data.join("edgewatch.db")).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    let sql = match what {
+        Some((op, table)) => format!(
+            "CREATE TRIGGER test_fail BEFORE {op} ON {table} BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+        ),
+        None => "DROP TRIGGER IF EXISTS test_fail;".to_string(),
+    };
+    conn.execute_batch(&sql).unwrap();
+}
+
+/// The state commit of a firing fails for several evaluations in a row (the store refuses
+/// the history row): no incident is left by any of them, and once the store works again
+/// the firing is recorded with the only incident, which its notification names.
+#[test]
+fn a_failing_state_commit_leaves_one_incident_per_firing() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = alerting(dir.path(), true);
+    inject(&agent.dir, Some(("INSERT", "alert_history")));
+    let failed = wait_for(Duration::from_secs(20), || {
+        feed(&agent, 10.0);
+        let st = agent.status();
+        let err = st["alerts"]["store_error"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        std::thread::sleep(Duration::from_millis(200));
+        err.contains("injected failure").then_some(())
+    });
+    assert!(failed.is_some(), "no failed commit:\n{}", agent.log_text());
+    // Three more failing evaluations.
+    let n = evaluations(&agent);
+    wait_for(Duration::from_secs(20), || {
+        feed(&agent, 10.0);
+        std::thread::sleep(Duration::from_millis(200));
+        (evaluations(&agent) >= n + 3).then_some(())
+    })
+    .expect("evaluations while the store fails");
+    assert!(
+        hot_firing(&agent).is_none(),
+        "the firing is not recorded yet"
+    );
+    inject(&agent.dir, None);
+    let hot = wait_for(Duration::from_secs(20), || {
+        feed(&agent, 10.0);
+        std::thread::sleep(Duration::from_millis(200));
+        hot_firing(&agent).filter(|a| a["incident_id"].is_i64())
+    })
+    .unwrap_or_else(|| panic!("Hot not firing with an incident:\n{}", agent.log_text()));
+    // A few evaluations later, still one incident: the one the instance names.
+    let n = evaluations(&agent);
+    wait_for(Duration::from_secs(20), || {
+        feed(&agent, 10.0);
+        std::thread::sleep(Duration::from_millis(200));
+        (evaluations(&agent) >= n + 2).then_some(())
+    })
+    .expect("evaluations after the store recovered");
+    let list = incident_list(&agent);
+    let ids: Vec<&J> = list.iter().map(|i| &i["id"]).collect();
+    assert_eq!(
+        ids,
+        [&hot["incident_id"]],
+        "one firing, one incident: {list:?}"
+    );
+    assert_eq!(agent.status()["alerts"]["store_error"], J::Null);
+    // The notification names it.
+    let conn = rusqlite::Connection::open(agent.dir.join("edgewatch.db")).unwrap();
+    let events: Vec<J> = conn
+        .prepare("SELECT event FROM alert_outbox ORDER BY seq")
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|e| serde_json::from_str(&e.unwrap()).unwrap())
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["incident_id"], hot["incident_id"]);
+    agent.terminate();
+}
+
+/// The resolve of a firing alert cannot be stored (the store refuses the incident's
+/// update, as a crash right after the alert's own commit would leave it with older
+/// versions); the agent stops, the store recovers, and at the next start the alert, whose
+/// condition ended while the agent was down, resolves and its incident is closed.
+#[test]
+fn an_incident_whose_alert_ended_while_the_agent_was_down_is_closed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = alerting(dir.path(), true);
+    let hot = wait_for(Duration::from_secs(20), || {
+        feed(&agent, 10.0);
+        std::thread::sleep(Duration::from_millis(200));
+        hot_firing(&agent).filter(|a| a["incident_id"].is_i64())
+    })
+    .unwrap_or_else(|| panic!("Hot not firing with an incident:\n{}", agent.log_text()));
+    let id = hot["incident_id"].clone();
+    inject(&agent.dir, Some(("UPDATE", "incidents")));
+    // The value drops; once the window holds no high value the evaluator resolves the alert
+    // (and, storing it, fails on the incident).
+    let resolving = wait_for(Duration::from_secs(30), || {
+        feed(&agent, 1.0);
+        std::thread::sleep(Duration::from_millis(200));
+        let failed = agent.status()["alerts"]["store_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("injected failure"));
+        (failed || hot_firing(&agent).is_none()).then_some(())
+    });
+    assert!(
+        resolving.is_some(),
+        "Hot never resolved:\n{}",
+        agent.log_text()
+    );
+    let data = agent.dir.clone();
+    agent.terminate();
+    inject(&data, None);
+    let agent = alerting(dir.path(), true);
+    let closed = wait_for(Duration::from_secs(20), || {
+        feed(&agent, 1.0);
+        std::thread::sleep(Duration::from_millis(200));
+        incident_list(&agent)
+            .into_iter()
+            .find(|i| i["id"] == id)
+            .filter(|i| !i["resolved"].is_null())
+    });
+    assert!(
+        closed.is_some(),
+        "incident {id} still open after the restart: {:?}\n{}",
+        incident_list(&agent),
+        agent.log_text()
+    );
+    assert!(hot_firing(&agent).is_none());
+    assert_eq!(incident_list(&agent).len(), 1);
+    agent.terminate();
+}
+
+/// An incident whose rule was removed from the configuration while the agent was down is
+/// closed at the next start (its alert no longer exists to resolve it).
+#[test]
+fn an_incident_of_a_rule_removed_while_the_agent_was_down_is_closed_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = alerting(dir.path(), true);
+    let hot = wait_for(Duration::from_secs(20), || {
+        feed(&agent, 10.0);
+        std::thread::sleep(Duration::from_millis(200));
+        hot_firing(&agent).filter(|a| a["incident_id"].is_i64())
+    })
+    .unwrap_or_else(|| panic!("Hot not firing with an incident:\n{}", agent.log_text()));
+    agent.terminate();
+    let agent = alerting(dir.path(), false);
+    let closed = wait_for(Duration::from_secs(20), || {
+        incident_list(&agent)
+            .into_iter()
+            .find(|i| i["id"] == hot["incident_id"])
+            .filter(|i| !i["resolved"].is_null())
+    });
+    assert!(
+        closed.is_some(),
+        "incident still open: {:?}\n{}",
+        incident_list(&agent),
+        agent.log_text()
+    );
+    agent.terminate();
+}

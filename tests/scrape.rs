@@ -497,6 +497,36 @@ fn check_config_names_a_bad_target() {
     );
 }
 
+/// A target scraped every second needs no `timeout` (unset, it is the smaller of 3 s and the
+/// interval, as in Prometheus); one set above the interval is still refused.
+#[test]
+fn check_config_takes_a_fast_target_without_a_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |body: &str| {
+        let f = dir.path().join("c.toml");
+        std::fs::write(&f, body).unwrap();
+        let out = Command::new(bin())
+            .args(["check-config", f.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let fast = "[[scrape]]\nname = \"fast\"\nurl = \"http://127.0.0.1:1/m\"\ninterval = \"1s\"\n";
+    let (code, err) = check(fast);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check(&format!("{fast}timeout = \"2s\"\n"));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            "[[scrape]] \"fast\": timeout must be above zero and at most the interval (1s)"
+        ),
+        "{err}"
+    );
+}
+
 /// `/api/v1/inference` lists Triton models beside app-reported ones: `triton` points (as
 /// the scrape input writes them) with known timestamps in, each entry checked against values
 /// computed by hand; percentiles only where Triton gave them, `model=` matching both.

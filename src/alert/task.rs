@@ -1,10 +1,13 @@
 //! The evaluator task: every `[alerts] interval` it evaluates each rule
 //! ([`super::observe`]), moves each instance through the state machine ([`super::eval`]),
-//! opens an incident for an instance that fires ([`super::incident::open`], before its
-//! notification is enqueued so the event can name it), and records the evaluation's changes,
-//! their history and their notifications in one transaction ([`crate::store::alerts`]).
-//! State is loaded from the store at start, so a firing instance survives a restart with its
-//! original start and is neither fired again nor forgotten. The evaluation runs on the
+//! takes the incident snapshot of an instance that fires ([`super::incident::prepare`]), and
+//! records the evaluation's changes, their history, their notifications and the incidents
+//! they open or resolve in one transaction ([`crate::store::alerts`]): a commit that fails
+//! leaves no incident, and the next evaluation, making the same transitions again, opens the
+//! only one (one firing, one incident). State is loaded from the store at start, so a firing
+//! instance survives a restart with its original start and is neither fired again nor
+//! forgotten; an incident that no firing instance names then (its alert ended while the agent
+//! was down, or its rule is gone) is closed at start. The evaluation runs on the
 //! blocking pool on its own connections (a reader, and a small read-write one for its rows);
 //! it never writes points and never delivers a notification (the notifiers read the outbox).
 
@@ -17,7 +20,7 @@ use rusqlite::Connection;
 use tokio_util::sync::CancellationToken;
 
 use super::eval::{step, Condition, Instance, Observation, State, Transition};
-use super::event::{incident_path, AlertEvent, EventStatus, Firing};
+use super::event::{AlertEvent, EventStatus, Firing};
 use super::observe::{observe, DropHistory, Inputs, Labels};
 use super::rules::{fmt_value, Rule};
 
@@ -88,13 +91,19 @@ pub struct Evaluator {
     evaluations: u64,
     /// Failures logged per rule (the log is rate-limited by powers of two).
     failures: BTreeMap<String, u64>,
+    /// How incident snapshots read (`None`: the built-in plan did not build; no incidents).
+    incident_opts: Option<super::incident::Options>,
 }
 
 impl Evaluator {
-    /// Opens its connections and loads the stored instances (of rules that still exist).
+    /// Opens its connections, loads the stored instances (of rules that still exist) and
+    /// closes, as resolved at `now`, every open incident that none of them names while
+    /// firing: its alert ended while the agent was down (a crash after the resolve was
+    /// recorded and before an older version closed the incident, a state commit that never
+    /// happened, a rule removed from the configuration).
     pub fn open(setup: Setup, now: i64) -> Result<Evaluator, StoreError> {
         let reader = Reader::open(&setup.data_dir)?;
-        let (conn, db) = crate::store::open(&setup.data_dir, crate::store::Mode::Cursor)?;
+        let (mut conn, db) = crate::store::open(&setup.data_dir, crate::store::Mode::Cursor)?;
         let mut entries = BTreeMap::new();
         for s in crate::store::alerts::load(&conn, &db)? {
             match setup.rules.iter().position(|r| r.name == s.rule) {
@@ -114,6 +123,25 @@ impl Evaluator {
                 ),
             }
         }
+        let keep: Vec<i64> = entries
+            .values()
+            .filter(|e| e.instance.state == State::Firing)
+            .filter_map(|e| e.instance.incident_id)
+            .collect();
+        let closed = crate::store::incidents::close_unreferenced(&mut conn, &db, &keep, now)?;
+        if !closed.is_empty() {
+            tracing::info!(
+                incidents = ?closed,
+                "closed the incidents whose alerts are no longer firing (they ended while the agent was down)"
+            );
+        }
+        let incident_opts = match super::incident::Options::new() {
+            Ok(o) => Some(o),
+            Err(e) => {
+                tracing::warn!(error = %e, "incident snapshots are off");
+                None
+            }
+        };
         Ok(Evaluator {
             setup,
             entries,
@@ -123,6 +151,7 @@ impl Evaluator {
             db,
             evaluations: 0,
             failures: BTreeMap::new(),
+            incident_opts,
         })
     }
 
@@ -150,13 +179,7 @@ impl Evaluator {
         if let Some(v) = i.value {
             annotations.insert("value".into(), fmt_value(v));
         }
-        if let Some(id) = i.incident_id {
-            annotations.insert(
-                "incident".into(),
-                format!("{}{}", self.setup.base_url, incident_path(id)),
-            );
-        }
-        AlertEvent {
+        let mut ev = AlertEvent {
             rule: rule.name.clone(),
             status,
             labels: self.event_labels(rule, group),
@@ -164,9 +187,13 @@ impl Evaluator {
             starts_at_ns: i.fired_ns.or(i.active_since_ns).unwrap_or(now),
             ends_at_ns: (status == EventStatus::Resolved).then_some(now),
             value: i.value,
-            incident_id: i.incident_id,
+            incident_id: None,
             fingerprint: fp.to_string(),
+        };
+        if let Some(id) = i.incident_id {
+            super::incident::link_event(&mut ev, &self.setup.base_url, id);
         }
+        ev
     }
 
     /// One evaluation at `now`: every rule, every instance; returns what the readers see.
@@ -245,14 +272,16 @@ impl Evaluator {
                     .unwrap_or_default();
                 let (mut inst, t) = step(&prev, obs, &cond, now);
                 let mut event = None;
+                let mut incident = None;
                 if t == Some(Transition::Firing) {
-                    inst.incident_id = if incident_budget > 0 {
+                    // Its id comes with the commit (`record` sets it in the row and event).
+                    inst.incident_id = None;
+                    if incident_budget > 0 {
                         incident_budget -= 1;
-                        self.open_incident(rule, &labels, &inst, now)
+                        incident = self.prepare_incident(rule, &labels, &inst, now);
                     } else {
                         incidents_skipped += 1;
-                        None
-                    };
+                    }
                     event = Some(self.event(rule, &labels, &fp, &inst, EventStatus::Firing, now));
                 } else if t == Some(Transition::Resolved) {
                     let fired = prev_merged(&prev, &inst);
@@ -276,6 +305,7 @@ impl Evaluator {
                         },
                         transition: t,
                         event,
+                        incident,
                     });
                 }
                 // Inactive instances are shown while they have data; dropped once they have
@@ -302,27 +332,29 @@ impl Evaluator {
         let store_error = match crate::store::alerts::record(
             &mut self.conn,
             &self.db,
-            &changes,
+            &mut changes,
             now,
         ) {
             Ok(()) => {
-                self.entries = next;
-                // The incidents of instances that resolved (recorded above) are closed too; a
-                // failure is logged and the alert's resolve goes on regardless.
-                let resolved = changes
-                    .iter()
-                    .filter(|c| c.transition == Some(Transition::Resolved))
-                    .filter_map(|c| c.event.as_ref()?.incident_id);
-                for id in resolved {
-                    if let Err(e) = super::incident::resolve(&self.setup.data_dir, id, now) {
-                        tracing::warn!(incident = id, error = %e, "cannot mark the incident resolved");
+                // The incidents opened in the commit.
+                for c in changes.iter().filter(|c| c.incident.is_some()) {
+                    let key = (c.stored.rule.clone(), c.stored.fingerprint.clone());
+                    if let Some(e) = next.get_mut(&key) {
+                        e.instance.incident_id = c.stored.instance.incident_id;
                     }
+                    tracing::info!(
+                        id = c.stored.instance.incident_id,
+                        rule = %c.stored.rule,
+                        "incident opened"
+                    );
                 }
+                self.entries = next;
                 None
             }
             Err(e) => {
-                // The state stays as it was: the next evaluation makes the same transitions
-                // again and records them then.
+                // The state stays as it was and no incident was stored: the next evaluation
+                // makes the same transitions again and records them (and opens the incident)
+                // then.
                 tracing::warn!(error = %e, "cannot record alert state; retrying next evaluation");
                 Some(e.to_string())
             }
@@ -347,9 +379,15 @@ impl Evaluator {
         (items, status)
     }
 
-    /// Opens the incident of an instance that fires; a failure is logged and the alert goes
-    /// on without one.
-    fn open_incident(&self, rule: &Rule, labels: &Labels, i: &Instance, now: i64) -> Option<i64> {
+    /// Takes the snapshot of the incident of an instance that fires (stored with its state);
+    /// a failure is logged and the alert goes on without one.
+    fn prepare_incident(
+        &self,
+        rule: &Rule,
+        labels: &Labels,
+        i: &Instance,
+        now: i64,
+    ) -> Option<crate::store::incidents::Draft> {
         let (measurement, field) = rule.measurement_field();
         let mut tags = rule.tag_filter();
         tags.extend(labels.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -364,10 +402,23 @@ impl Evaluator {
             active_since_ns: i.active_since_ns.unwrap_or(now),
             fired_ns: now,
         };
-        match super::incident::open(&self.setup.data_dir, &firing, now) {
-            Ok(id) => id,
+        let opts = match &self.incident_opts {
+            Some(o) => o,
+            None => {
+                tracing::warn!(rule = %rule.name, "no incident options; the alert fires without an incident");
+                return None;
+            }
+        };
+        match super::incident::prepare(
+            &self.setup.data_dir,
+            opts,
+            &firing,
+            now,
+            &self.setup.base_url,
+        ) {
+            Ok(d) => Some(d),
             Err(e) => {
-                tracing::warn!(rule = %rule.name, error = %e, "cannot store the incident; the alert fires without one");
+                tracing::warn!(rule = %rule.name, error = %e, "cannot take the incident snapshot; the alert fires without an incident");
                 None
             }
         }
@@ -464,6 +515,165 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Config, Synchronous};
+    use crate::ingest::lineproto::{parse_body, Precision};
+    use crate::store::{incidents, Mode, Writer};
+
+    const S: i64 = 1_000_000_000;
+    const HOT: &str = "[alerts]\nbuiltin = false\n[[alert]]\nname = \"Hot\"\nmeasurement = \"m\"\nfield = \"v\"\nagg = \"max\"\nwindow = \"20s\"\nop = \">\"\nthreshold = 5\nfor = \"0s\"\n";
+    const COLD: &str = "[alerts]\nbuiltin = false\n[[alert]]\nname = \"Cold\"\nmeasurement = \"m\"\nfield = \"v\"\nagg = \"max\"\nwindow = \"20s\"\nop = \"<\"\nthreshold = -100\nfor = \"0s\"\n";
+
+    /// The evaluator of the rules in `toml` over the store in `dir`.
+    fn evaluator(dir: &std::path::Path, toml: &str, now: i64) -> Evaluator {
+        let cfg = Config::from_toml_str(toml, "test").unwrap();
+        let plan = Plan::from_config(&cfg).unwrap();
+        let setup = Setup {
+            rules: super::super::rules::compile(&cfg.alerts, &cfg.alert),
+            interval: std::time::Duration::from_secs(1),
+            data_dir: dir.to_path_buf(),
+            plan: Arc::new(plan.clone()),
+            inputs: Inputs {
+                stats: Arc::default(),
+                forward: Arc::default(),
+                db_path: crate::store::db_path(dir),
+                max_bytes: plan.max_bytes,
+                clock_floor_ns: plan.clock_floor_ns,
+            },
+            identity: vec![("device_id".into(), "t".into())],
+            base_url: "http://127.0.0.1:9".into(),
+        };
+        Evaluator::open(setup, now).unwrap()
+    }
+
+    /// `m v=<value>` every second over the 20 s before `now`.
+    fn feed(dir: &std::path::Path, value: f64, now: i64) {
+        let body: String = (0..20)
+            .map(|i| format!("m v={value} {}\n", now - i * S))
+            .collect();
+        let parsed = parse_body(&body, Precision::Nanos, now);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        let mut w = Writer::open(dir, 1_000, Synchronous::Normal).unwrap();
+        w.write(&[&parsed.batch]).unwrap();
+    }
+
+    fn incidents_of(dir: &std::path::Path) -> Vec<incidents::IncidentRow> {
+        let (conn, path) = crate::store::open(dir, Mode::Cursor).unwrap();
+        incidents::list(&conn, &path, 0, i64::MAX, 100).unwrap().0
+    }
+
+    fn firing(items: &[AlertItem], rule: &str) -> Option<i64> {
+        let i = items
+            .iter()
+            .find(|i| i.name == rule && i.state == "firing")?;
+        Some(i.incident_id.unwrap_or(-1))
+    }
+
+    /// The state commit of a firing fails (after the snapshot was taken): no incident is
+    /// left, and the next evaluation, which records the firing, opens the only one; its id
+    /// is the instance's, the history's and the notification's.
+    #[test]
+    fn a_failed_state_commit_opens_no_second_incident() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        feed(dir.path(), 10.0, now);
+        let mut ev = evaluator(dir.path(), HOT, now);
+        let (conn, path) = crate::store::open(dir.path(), Mode::Cursor).unwrap();
+        crate::store::alerts::fail_commits(&conn, true);
+        let (_, status) = ev.evaluate(now);
+        assert!(
+            status
+                .store_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("injected failure"),
+            "{:?}",
+            status.store_error
+        );
+        crate::store::alerts::fail_commits(&conn, false);
+        let (items, status) = ev.evaluate(now + S);
+        assert_eq!(status.store_error, None);
+        let rows = incidents_of(dir.path());
+        assert_eq!(rows.len(), 1, "one firing, one incident: {rows:?}");
+        let id = rows[0].id;
+        assert_eq!(firing(&items, "Hot"), Some(id));
+        assert_eq!(rows[0].resolved_ns, None);
+        // The history and the notification name it.
+        let h = crate::store::alerts::history(&conn, &path, 0, i64::MAX, 10).unwrap();
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(h[0].incident_id, Some(id));
+        let ev_text: String = conn
+            .query_row("SELECT event FROM alert_outbox", [], |r| r.get(0))
+            .unwrap();
+        let event: AlertEvent = serde_json::from_str(&ev_text).unwrap();
+        assert_eq!(event.incident_id, Some(id));
+        assert_eq!(
+            event.annotations["incident"],
+            format!("http://127.0.0.1:9/#/incidents/{id}")
+        );
+        // Later evaluations keep it, and the resolve closes it in the same commit.
+        let (items, _) = ev.evaluate(now + 2 * S);
+        assert_eq!(firing(&items, "Hot"), Some(id));
+        feed(dir.path(), 1.0, now + 30 * S);
+        let (items, status) = ev.evaluate(now + 30 * S);
+        assert_eq!(status.store_error, None);
+        assert_eq!(firing(&items, "Hot"), None);
+        let rows = incidents_of(dir.path());
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].resolved_ns, Some(now + 30 * S));
+    }
+
+    /// An incident no firing instance names at the evaluator's start is closed then: left
+    /// open by a crash between the commit that recorded its alert's resolve (or a state
+    /// commit that failed) and the incident's own update, as older versions did; or its
+    /// rule removed while the agent was down. The incident of an instance still firing stays
+    /// open.
+    #[test]
+    fn incidents_whose_alerts_ended_while_down_are_closed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        feed(dir.path(), 10.0, now);
+        // Hot fires, with its incident, and the agent stops.
+        let mut ev = evaluator(dir.path(), HOT, now);
+        let (items, _) = ev.evaluate(now);
+        let hot = firing(&items, "Hot").expect("Hot fires");
+        assert!(hot > 0);
+        drop(ev);
+        // An incident left by an older version that crashed before recording its state.
+        let orphan = {
+            let (conn, path) = crate::store::open(dir.path(), Mode::Cursor).unwrap();
+            incidents::insert(
+                &conn,
+                &path,
+                &incidents::NewIncident {
+                    rule: "Hot",
+                    labels: &Labels::new(),
+                    value: Some(10.0),
+                    threshold: Some(5.0),
+                    active_since_ns: now - 60 * S,
+                    fired_ns: now - 60 * S,
+                    top_finding: None,
+                    snapshot: "{}",
+                },
+            )
+            .unwrap()
+        };
+        // Restarted with the same rule: only the orphan is closed; Hot still fires.
+        let ev = evaluator(dir.path(), HOT, now + S);
+        let rows = incidents_of(dir.path());
+        let resolved = |id: i64| rows.iter().find(|r| r.id == id).unwrap().resolved_ns;
+        assert_eq!(resolved(orphan), Some(now + S));
+        assert_eq!(resolved(hot), None);
+        drop(ev);
+        // Restarted without the rule: its alert is gone, and so is its incident.
+        let mut ev = evaluator(dir.path(), COLD, now + 2 * S);
+        let rows = incidents_of(dir.path());
+        assert_eq!(
+            rows.iter().find(|r| r.id == hot).unwrap().resolved_ns,
+            Some(now + 2 * S)
+        );
+        let (items, _) = ev.evaluate(now + 3 * S);
+        assert!(items.iter().all(|i| i.name != "Hot"), "{items:?}");
+    }
 
     #[test]
     fn fingerprints_are_stable_and_tell_labels_apart() {

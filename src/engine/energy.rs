@@ -1,9 +1,10 @@
 //! Energy per inference for `/api/v1/inference`: the board's input power and the GPU rail,
 //! integrated by trapezoids over the stored, time-stamped power samples of each step, then
 //! attributed to the models that ran in the step by their share of summed `gpu_ms`
-//! (falling back to `wall_ms`, then to counts). Read-only; it never writes and never
-//! invents a number: a step whose power samples cover less than half of it has no energy
-//! (`null` in the answer), and so has every model's energy per inference in that step.
+//! in the covered time (falling back to `wall_ms`, then to counts). Read-only; it never
+//! writes and never invents a number: a step whose power samples cover less than half of
+//! it has no energy (`null` in the answer), and so has every model's energy per inference
+//! in that step.
 //!
 //! Which series is the board's input: the first tegrastats rail of [`BOARD_RAILS`] present,
 //! else the sum of every `jetson_power` rail (a lower bound: `lower_bound` is set; AGX Orin
@@ -21,11 +22,22 @@
 //! from its first to its last sample and consecutive steps are joined by a trapezoid when
 //! at most a step apart (an approximation at step granularity: a hole inside a step is not
 //! seen; a counter uses each step's first and last values, exact). A step's coverage is
-//! the time its pieces span (the least over summed series); under 50 % of the step
-//! (clipped to the query's end) means `null`.
+//! the time its pieces span (where every summed series has pieces); under 50 % of the step
+//! (clipped to the query's end) means `null`. Above, the energy of the covered time is
+//! divided by the inferences in that time only (exactly from raw points; from a tier, the
+//! step's inferences taken as spread evenly between its first and last, [`Done::within`]),
+//! so a collector gap does not dilute it over inferences no sample measured. Each step
+//! reports its coverage.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
+
+mod integrate;
+
+pub use integrate::{
+    contains, covered, integrate, intersect, max_gap, pieces_from_counter, pieces_from_samples,
+    pieces_from_steps, span_len, step_power, Piece, Spans, StepPower,
+};
 
 use super::{choose_source, collect, EngineError, Need, Source, NS};
 use crate::rollup::Plan;
@@ -59,128 +71,103 @@ pub fn pick_rail<'a>(present: &[String], prefs: &[&'a str]) -> Option<&'a str> {
         .copied()
 }
 
-/// A straight stretch of power between two instants: `(t0, w0)` to `(t1, w1)`, watts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Piece {
-    /// Start, ns.
-    pub t0: i64,
-    /// Power at the start, W.
-    pub w0: f64,
-    /// End, ns (after `t0`).
-    pub t1: i64,
-    /// Power at the end, W.
-    pub w1: f64,
+/// What one model did in one step, as read: every inference's time and value (raw points),
+/// or the step's aggregate (from a tier: count, sum, first and last time).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Done {
+    /// `(ts, value)` of each inference.
+    Points(Vec<(i64, f64)>),
+    /// A tier's aggregate.
+    Agg {
+        /// Inferences.
+        count: u64,
+        /// Summed value.
+        sum: f64,
+        /// The first inference's time, ns.
+        first: i64,
+        /// The last inference's time, ns.
+        last: i64,
+    },
 }
 
-/// 5 times the median interval of time-ordered `ts` (at least 1 ns); `i64::MAX` with
-/// fewer than two distinct instants.
-pub fn max_gap(ts: &[i64]) -> i64 {
-    let mut gaps: Vec<i64> = ts
-        .windows(2)
-        .map(|w| w[1] - w[0])
-        .filter(|g| *g > 0)
-        .collect();
-    if gaps.is_empty() {
-        return i64::MAX;
+impl Default for Done {
+    fn default() -> Self {
+        Done::Points(Vec::new())
     }
-    gaps.sort_unstable();
-    gaps[gaps.len() / 2].saturating_mul(5).max(1)
 }
 
-/// The pieces of time-ordered samples `(ts, watts)`: each consecutive pair at most
-/// `max_gap` apart.
-pub fn pieces_from_samples(samples: &[(i64, f64)], max_gap: i64) -> Vec<Piece> {
-    samples
-        .windows(2)
-        .filter(|w| w[1].0 > w[0].0 && w[1].0 - w[0].0 <= max_gap)
-        .map(|w| Piece {
-            t0: w[0].0,
-            w0: w[0].1,
-            t1: w[1].0,
-            w1: w[1].1,
-        })
-        .collect()
-}
-
-/// The pieces of an energy counter's time-ordered samples `(ts, mJ)` (NVML `energy_mj`):
-/// each consecutive pair at most `max_gap` apart, as the constant power that explains its
-/// difference, so integrating gives the counter's own difference. A counter that went
-/// back (driver reloaded) leaves a hole.
-pub fn pieces_from_counter(samples: &[(i64, f64)], max_gap: i64) -> Vec<Piece> {
-    samples
-        .windows(2)
-        .filter(|w| w[1].0 > w[0].0 && w[1].0 - w[0].0 <= max_gap && w[1].1 >= w[0].1)
-        .map(|w| {
-            let watts = (w[1].1 - w[0].1) / 1000.0 / ((w[1].0 - w[0].0) as f64 / NS as f64);
-            Piece {
-                t0: w[0].0,
-                w0: watts,
-                t1: w[1].0,
-                w1: watts,
-            }
-        })
-        .collect()
-}
-
-/// The pieces of per-step aggregates `(first_ts, last_ts, mean_watts)` in time order (from
-/// a rollup tier): the mean held from first to last, and a trapezoid from one step's last
-/// sample to the next step's first when at most `max_gap` apart.
-pub fn pieces_from_steps(steps: &[(i64, i64, f64)], max_gap: i64) -> Vec<Piece> {
-    let mut out = Vec::new();
-    for (i, &(first, last, mean)) in steps.iter().enumerate() {
-        if last > first {
-            out.push(Piece {
-                t0: first,
-                w0: mean,
-                t1: last,
-                w1: mean,
-            });
+impl Done {
+    /// Adds an aggregate (merged with what is there: counts and sums added, the span
+    /// widened).
+    pub fn add_agg(&mut self, count: u64, sum: f64, first: i64, last: i64) {
+        if count == 0 {
+            return;
         }
-        if let Some(&(next_first, _, next_mean)) = steps.get(i + 1) {
-            if next_first > last && next_first - last <= max_gap {
-                out.push(Piece {
-                    t0: last,
-                    w0: mean,
-                    t1: next_first,
-                    w1: next_mean,
-                });
+        *self = match std::mem::take(self) {
+            Done::Agg {
+                count: c,
+                sum: s,
+                first: f,
+                last: l,
+            } => Done::Agg {
+                count: c + count,
+                sum: s + sum,
+                first: f.min(first),
+                last: l.max(last),
+            },
+            Done::Points(p) => {
+                let (pc, ps) = (p.len() as u64, p.iter().map(|x| x.1).sum::<f64>());
+                let (pf, pl) = (
+                    p.iter().map(|x| x.0).min().unwrap_or(first),
+                    p.iter().map(|x| x.0).max().unwrap_or(last),
+                );
+                Done::Agg {
+                    count: count + pc,
+                    sum: sum + ps,
+                    first: first.min(pf),
+                    last: last.max(pl),
+                }
+            }
+        };
+    }
+
+    /// The inferences and their summed value within `spans`: exact from points; from an
+    /// aggregate, the share of its span (first to last inference) that `spans` cover, the
+    /// inferences taken as spread evenly over it (a single instant: all or none). Pure.
+    pub fn within(&self, spans: &[(i64, i64)]) -> (f64, f64) {
+        match self {
+            Done::Points(p) => p
+                .iter()
+                .filter(|(t, _)| contains(spans, *t))
+                .fold((0.0, 0.0), |(n, s), (_, v)| (n + 1.0, s + v)),
+            Done::Agg {
+                count,
+                sum,
+                first,
+                last,
+            } => {
+                let share = if last > first {
+                    span_len(&intersect(spans, &[(*first, *last)])) as f64 / (last - first) as f64
+                } else if contains(spans, *first) {
+                    1.0
+                } else {
+                    0.0
+                };
+                (*count as f64 * share, sum * share)
             }
         }
     }
-    out
 }
 
-/// The energy (mJ) of `pieces` within `[a, b)` and the time they cover there (ns). Pure.
-pub fn integrate(pieces: &[Piece], a: i64, b: i64) -> (f64, i64) {
-    let (mut mj, mut covered) = (0.0, 0i64);
-    for p in pieces {
-        let (lo, hi) = (p.t0.max(a), p.t1.min(b));
-        if hi <= lo {
-            continue;
-        }
-        let at = |t: i64| p.w0 + (p.w1 - p.w0) * (t - p.t0) as f64 / (p.t1 - p.t0) as f64;
-        let seconds = (hi - lo) as f64 / NS as f64;
-        mj += (at(lo) + at(hi)) / 2.0 * seconds * 1000.0;
-        covered += hi - lo;
+/// A model's `wall_ms` and `gpu_ms` in a step, within `spans`.
+pub fn work_within(done: &[Done; 2], spans: &[(i64, i64)]) -> Work {
+    let (wall_n, wall_ms) = done[0].within(spans);
+    let (gpu_n, gpu_ms) = done[1].within(spans);
+    Work {
+        gpu_ms,
+        wall_ms,
+        count: wall_n.max(gpu_n),
     }
-    (mj, covered)
-}
-
-/// The energy (mJ) of several summed series within `[a, b)`, or `None` when any covers less
-/// than [`MIN_COVERAGE`] of it (or there are none).
-pub fn step_energy(series: &[Vec<Piece>], a: i64, b: i64) -> Option<f64> {
-    if series.is_empty() || b <= a {
-        return None;
-    }
-    let mut total = 0.0;
-    for pieces in series {
-        let (mj, covered) = integrate(pieces, a, b);
-        if (covered as f64) < MIN_COVERAGE * (b - a) as f64 {
-            return None;
-        }
-        total += mj;
-    }
-    Some(total)
 }
 
 /// What one model did in one step, for attribution.
@@ -190,8 +177,8 @@ pub struct Work {
     pub gpu_ms: f64,
     /// Sum of `wall_ms`.
     pub wall_ms: f64,
-    /// Inferences.
-    pub count: u64,
+    /// Inferences (fractional when estimated from a tier, see [`Done::within`]).
+    pub count: f64,
 }
 
 /// Each model's share of a step's energy: its part of the summed `gpu_ms` when any is
@@ -203,7 +190,7 @@ pub fn shares(work: &[Work]) -> Vec<f64> {
     };
     pick(|w| w.gpu_ms)
         .or_else(|| pick(|w| w.wall_ms))
-        .or_else(|| pick(|w| w.count as f64))
+        .or_else(|| pick(|w| w.count))
         .unwrap_or_else(|| vec![0.0; work.len()])
 }
 
@@ -225,20 +212,21 @@ pub struct ModelStep {
     pub board_mj: Option<f64>,
     /// GPU-rail energy attributed to the model, mJ.
     pub gpu_mj: Option<f64>,
-    /// Inferences.
-    pub count: u64,
-    /// Inferences in the steps whose GPU energy is known (the summary's divisor).
-    pub gpu_count: u64,
+    /// Inferences in the time the board's power covers (the divisor of its energy).
+    pub count: f64,
+    /// Inferences in the time the GPU rail covers, in the steps whose GPU energy is known
+    /// (the divisor of the GPU energy).
+    pub gpu_count: f64,
 }
 
 impl ModelStep {
     /// `energy_mj_per_inference`, `gpu_energy_mj_per_inference`, `inferences_per_joule`.
     pub fn per_inference(&self) -> (Option<f64>, Option<f64>, Option<f64>) {
-        let per = |e: Option<f64>, n: u64| e.filter(|_| n > 0).map(|e| e / n as f64);
+        let per = |e: Option<f64>, n: f64| e.filter(|_| n > 0.0).map(|e| e / n);
         let ipj = self
             .board_mj
-            .filter(|e| *e > 0.0 && self.count > 0)
-            .map(|e| self.count as f64 / (e / 1000.0));
+            .filter(|e| *e > 0.0 && self.count > 0.0)
+            .map(|e| self.count / (e / 1000.0));
         (
             per(self.board_mj, self.count),
             per(self.gpu_mj, self.gpu_count),
@@ -269,8 +257,29 @@ pub struct Energy {
     pub gpu: Power,
     /// `(model, step start)` -> that model's energy.
     pub per_model: BTreeMap<(String, i64), ModelStep>,
-    /// Per step start: (board mJ, GPU mJ, idle mJ) when known.
-    pub steps: Vec<(i64, Option<f64>, Option<f64>, f64)>,
+    /// Each step with power or inferences.
+    pub steps: Vec<StepEnergy>,
+}
+
+/// One step of [`Energy`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StepEnergy {
+    /// Step start, ns.
+    pub t: i64,
+    /// Board energy over the covered time, mJ, when known.
+    pub board_mj: Option<f64>,
+    /// GPU-rail energy over its covered time, mJ, when known.
+    pub gpu_mj: Option<f64>,
+    /// What no inference used: the board energy when no inference ran in the covered time.
+    pub idle_mj: f64,
+    /// The share of the step the board's power samples cover.
+    pub coverage: f64,
+    /// The share of the step the GPU rail's samples cover.
+    pub gpu_coverage: f64,
+    /// Inferences in the step (every model).
+    pub inferences: f64,
+    /// Of those, in the time the board's power covers (the ones its energy is divided by).
+    pub covered_inferences: f64,
 }
 
 impl Energy {
@@ -286,7 +295,7 @@ impl Energy {
     pub fn reason(&self) -> Option<&'static str> {
         if self.board.source.is_none() {
             Some("no power samples: neither a tegrastats rail (jetson_power) nor NVML power_w (gpu) was stored in the range")
-        } else if self.steps.iter().all(|s| s.1.is_none()) {
+        } else if self.steps.iter().all(|s| s.board_mj.is_none()) {
             Some("power samples cover less than 50% of every step")
         } else {
             None
@@ -296,9 +305,9 @@ impl Energy {
     /// The `energy` object of the answer.
     pub fn to_json(&self) -> serde_json::Value {
         let num = |v: Option<f64>| v.map_or(serde_json::Value::Null, |v| v.into());
-        let board: f64 = self.steps.iter().filter_map(|s| s.1).sum();
-        let idle: f64 = self.steps.iter().map(|s| s.3).sum();
-        let known = self.steps.iter().any(|s| s.1.is_some());
+        let board: f64 = self.steps.iter().filter_map(|s| s.board_mj).sum();
+        let idle: f64 = self.steps.iter().map(|s| s.idle_mj).sum();
+        let known = self.steps.iter().any(|s| s.board_mj.is_some());
         serde_json::json!({
             "source": self.board.source,
             "gpu_source": self.gpu.source,
@@ -309,8 +318,10 @@ impl Energy {
             "attributed_mj": num(known.then_some(board - idle)),
             "idle_mj": num(known.then_some(idle)),
             "steps": self.steps.iter().map(|s| serde_json::json!({
-                "t": s.0, "board_mj": num(s.1), "gpu_mj": num(s.2),
-                "idle_mj": num(s.1.map(|_| s.3)),
+                "t": s.t, "board_mj": num(s.board_mj), "gpu_mj": num(s.gpu_mj),
+                "idle_mj": num(s.board_mj.map(|_| s.idle_mj)),
+                "coverage": s.coverage, "gpu_coverage": s.gpu_coverage,
+                "inferences": s.inferences, "covered_inferences": s.covered_inferences,
             })).collect::<Vec<_>>(),
         })
     }
@@ -336,10 +347,11 @@ fn series_of(measurement: &str, id: i64, tags: &BTreeMap<String, String>) -> Str
     }
 }
 
-/// Time-ordered samples `(ts, value * scale)` of `field` of every tag set of `measurement`
-/// with tag `key` = `val` (any when `None`), per series (tag sets of one [`series_tag`]
-/// value merged), from raw points in `[from, to]`.
-fn raw_samples(
+/// Samples `(ts, value * scale)` of `field` of every tag set of `measurement` with tag
+/// `key` = `val` (any when `None`), per tag set with its tags, from raw points in
+/// `[from, to]`.
+#[allow(clippy::type_complexity)]
+fn raw_points(
     reader: &Reader,
     measurement: &str,
     field: &str,
@@ -347,9 +359,9 @@ fn raw_samples(
     from: i64,
     to: i64,
     scale: f64,
-) -> Result<Vec<Vec<(i64, f64)>>, EngineError> {
+) -> Result<Vec<(i64, BTreeMap<String, String>, Vec<(i64, f64)>)>, EngineError> {
     let (conn, path) = (reader.conn(), reader.path());
-    let mut out: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+    let mut out = Vec::new();
     for set in dict::tagsets(conn, path, Some(measurement))? {
         if let Some((k, v)) = tag {
             if set.tags.get(k).map(String::as_str) != Some(v) {
@@ -377,10 +389,28 @@ fn raw_samples(
             Ok(ControlFlow::Continue(()))
         })?;
         if !pts.is_empty() {
-            out.entry(series_of(measurement, set.id, &set.tags))
-                .or_default()
-                .extend(pts);
+            out.push((set.id, set.tags, pts));
         }
+    }
+    Ok(out)
+}
+
+/// Time-ordered samples `(ts, value * scale)` (see [`raw_points`] for the arguments), per
+/// series (tag sets of one [`series_tag`] value merged).
+fn raw_samples(
+    reader: &Reader,
+    measurement: &str,
+    field: &str,
+    tag: Option<(&str, &str)>,
+    from: i64,
+    to: i64,
+    scale: f64,
+) -> Result<Vec<Vec<(i64, f64)>>, EngineError> {
+    let mut out: BTreeMap<String, Vec<(i64, f64)>> = BTreeMap::new();
+    for (id, tags, pts) in raw_points(reader, measurement, field, tag, from, to, scale)? {
+        out.entry(series_of(measurement, id, &tags))
+            .or_default()
+            .extend(pts);
     }
     Ok(out
         .into_values()
@@ -569,12 +599,29 @@ impl Ctx<'_> {
     }
 }
 
-/// Per step and model: the work each model did, from the `inference` measurement (every
-/// model, whatever the query's model filter: attribution needs them all).
+/// Per step and model: the `wall_ms` and `gpu_ms` of its inferences, from the `inference`
+/// measurement (every model, whatever the query's model filter: attribution needs them
+/// all): each point with its time from raw points, each step's aggregate from a tier.
 #[allow(clippy::type_complexity)]
-fn work(ctx: &Ctx) -> Result<BTreeMap<i64, BTreeMap<String, Work>>, EngineError> {
-    let mut out: BTreeMap<i64, BTreeMap<String, Work>> = BTreeMap::new();
+fn work(ctx: &Ctx) -> Result<BTreeMap<i64, BTreeMap<String, [Done; 2]>>, EngineError> {
+    let mut out: BTreeMap<i64, BTreeMap<String, [Done; 2]>> = BTreeMap::new();
     for (fi, field) in ["wall_ms", "gpu_ms"].into_iter().enumerate() {
+        if ctx.raw {
+            for (_, tags, pts) in
+                raw_points(ctx.reader, "inference", field, None, ctx.from, ctx.to, 1.0)?
+            {
+                let model = tags.get("model").cloned().unwrap_or_default();
+                for (ts, v) in pts {
+                    let t = ctx.from + (ts - ctx.from).div_euclid(ctx.step_ns) * ctx.step_ns;
+                    let done = out.entry(t).or_default().entry(model.clone()).or_default();
+                    match &mut done[fi] {
+                        Done::Points(p) => p.push((ts, v)),
+                        agg => agg.add_agg(1, v, ts, ts),
+                    }
+                }
+            }
+            continue;
+        }
         let c = collect(
             ctx.reader,
             ctx.plan,
@@ -584,20 +631,14 @@ fn work(ctx: &Ctx) -> Result<BTreeMap<i64, BTreeMap<String, Work>>, EngineError>
             ctx.from,
             ctx.to,
             ctx.step_ns,
-            Need::Sum,
+            Need::All,
             ctx.now,
         )?;
         for (tags, steps) in c.sets {
             let model = tags.get("model").cloned().unwrap_or_default();
             for (t, s) in steps.iter() {
-                let w = out.entry(t).or_default().entry(model.clone()).or_default();
-                if fi == 0 {
-                    w.wall_ms += s.acc.sum;
-                    w.count = w.count.max(s.acc.count);
-                } else {
-                    w.gpu_ms += s.acc.sum;
-                    w.count = w.count.max(s.acc.count);
-                }
+                let done = out.entry(t).or_default().entry(model.clone()).or_default();
+                done[fi].add_agg(s.acc.count, s.acc.sum, s.acc.first.0, s.acc.last.0);
             }
         }
     }
@@ -638,29 +679,47 @@ pub fn energy(
     let mut t = from;
     while t <= to {
         let end = (t + step_ns).min(to.saturating_add(1));
-        let board_mj = step_energy(&e.board.series, t, end);
-        let gpu_mj = step_energy(&e.gpu.series, t, end);
-        let models = work.get(&t);
-        let mut idle = 0.0;
-        match models {
-            Some(models) if !models.is_empty() => {
-                let list: Vec<Work> = models.values().copied().collect();
-                for ((model, w), share) in models.iter().zip(shares(&list)) {
-                    e.per_model.insert(
-                        (model.clone(), t),
-                        ModelStep {
-                            board_mj: board_mj.map(|b| b * share),
-                            gpu_mj: gpu_mj.map(|g| g * share),
-                            count: w.count,
-                            gpu_count: w.count,
-                        },
-                    );
-                }
+        let board = step_power(&e.board.series, t, end);
+        let gpu = step_power(&e.gpu.series, t, end);
+        let models = work.get(&t).filter(|m| !m.is_empty());
+        let mut step = StepEnergy {
+            t,
+            board_mj: board.mj,
+            gpu_mj: gpu.mj,
+            idle_mj: board.mj.unwrap_or(0.0),
+            coverage: board.coverage,
+            gpu_coverage: gpu.coverage,
+            ..StepEnergy::default()
+        };
+        if let Some(models) = models {
+            // The energy of the covered time goes to the inferences in it, split by their
+            // work in it: an inference outside it used energy no sample measured.
+            let in_board: Vec<Work> = models
+                .values()
+                .map(|d| work_within(d, &board.covered))
+                .collect();
+            let in_gpu: Vec<Work> = models
+                .values()
+                .map(|d| work_within(d, &gpu.covered))
+                .collect();
+            let (bs, gs) = (shares(&in_board), shares(&in_gpu));
+            step.idle_mj = board.mj.unwrap_or(0.0) * (1.0 - bs.iter().sum::<f64>()).max(0.0);
+            for (i, (model, d)) in models.iter().enumerate() {
+                step.inferences += work_within(d, &[(t, end)]).count;
+                step.covered_inferences += in_board[i].count;
+                e.per_model.insert(
+                    (model.clone(), t),
+                    ModelStep {
+                        board_mj: board.mj.map(|b| b * bs[i]),
+                        gpu_mj: gpu.mj.map(|g| g * gs[i]),
+                        count: in_board[i].count,
+                        gpu_count: in_gpu[i].count,
+                    },
+                );
             }
-            _ => idle = board_mj.unwrap_or(0.0),
         }
-        if board_mj.is_some() || models.is_some() {
-            e.steps.push((t, board_mj, gpu_mj, idle));
+        if board.mj.is_some() || models.is_some() {
+            e.steps.push(step);
         }
         t += step_ns;
     }
@@ -696,18 +755,17 @@ mod tests {
         let p = pieces_from_samples(&samples, max_gap(&ts));
         assert_eq!(p.len(), 3);
         // [0, 4 s): 2 s covered of 4 = 50 %: reported, 10 J.
-        assert_eq!(
-            step_energy(std::slice::from_ref(&p), 0, 4 * S),
-            Some(10_000.0)
-        );
+        let four = step_power(std::slice::from_ref(&p), 0, 4 * S);
+        assert_eq!(four.mj, Some(10_000.0));
+        assert_eq!((four.coverage, four.covered), (0.5, vec![(0, 2 * S)]));
         // [0, 5 s): 2 of 5 s: null.
-        assert_eq!(step_energy(std::slice::from_ref(&p), 0, 5 * S), None);
+        assert_eq!(step_power(std::slice::from_ref(&p), 0, 5 * S).mj, None);
         // One sample alone covers nothing.
         let one = pieces_from_samples(&[(0, 5.0)], i64::MAX);
-        assert_eq!(step_energy(&[one], 0, S), None);
+        assert_eq!(step_power(&[one], 0, S).mj, None);
         // No series at all: null; two summed series add up.
-        assert_eq!(step_energy(&[], 0, S), None);
-        assert_eq!(step_energy(&[p.clone(), p], 0, 2 * S), Some(20_000.0));
+        assert_eq!(step_power(&[], 0, S).mj, None);
+        assert_eq!(step_power(&[p.clone(), p], 0, 2 * S).mj, Some(20_000.0));
     }
 
     #[test]
@@ -757,10 +815,10 @@ mod tests {
 
     #[test]
     fn attribution_by_gpu_time_then_wall_time_then_counts() {
-        let w = |gpu_ms, wall_ms, count| Work {
+        let w = |gpu_ms, wall_ms, count: u64| Work {
             gpu_ms,
             wall_ms,
-            count,
+            count: count as f64,
         };
         assert_eq!(
             shares(&[w(30.0, 50.0, 3), w(10.0, 50.0, 1)]),
@@ -779,30 +837,104 @@ mod tests {
         let a = ModelStep {
             board_mj: Some(1000.0),
             gpu_mj: Some(400.0),
-            count: 4,
-            gpu_count: 4,
+            count: 4.0,
+            gpu_count: 4.0,
         };
         assert_eq!(a.per_inference(), (Some(250.0), Some(100.0), Some(4.0)));
         let unknown = ModelStep {
             board_mj: None,
             gpu_mj: None,
-            count: 10,
-            gpu_count: 10,
+            count: 10.0,
+            gpu_count: 10.0,
         };
         let no_gpu = ModelStep {
             board_mj: Some(500.0),
             gpu_mj: None,
-            count: 5,
-            gpu_count: 5,
+            count: 5.0,
+            gpu_count: 5.0,
         };
         assert_eq!(unknown.per_inference(), (None, None, None));
         let mut sum = ModelStep::default();
         sum.add(&a);
         sum.add(&unknown);
         sum.add(&no_gpu);
-        assert_eq!((sum.count, sum.gpu_count), (9, 4));
+        assert_eq!((sum.count, sum.gpu_count), (9.0, 4.0));
         assert_eq!(sum.per_inference().0, Some(1500.0 / 9.0));
         // The GPU energy divides by the inferences of the steps where it is known.
         assert_eq!(sum.per_inference().1, Some(100.0));
+    }
+
+    #[test]
+    fn spans_merge_intersect_and_contain() {
+        let p = |t0, t1| Piece {
+            t0,
+            w0: 1.0,
+            t1,
+            w1: 1.0,
+        };
+        assert_eq!(
+            covered(&[p(5, 8), p(0, 3), p(3, 4), p(20, 30)], 1, 25),
+            vec![(1, 4), (5, 8), (20, 25)]
+        );
+        assert_eq!(
+            intersect(&[(0, 4), (6, 10)], &[(2, 7), (9, 20)]),
+            vec![(2, 4), (6, 7), (9, 10)]
+        );
+        assert_eq!(span_len(&[(2, 4), (6, 7)]), 3);
+        let s = [(0, 4), (6, 10)];
+        assert!(contains(&s, 0) && contains(&s, 3) && contains(&s, 6));
+        assert!(!contains(&s, 4) && !contains(&s, 5) && !contains(&s, 10));
+        // Two summed series: only the time both cover counts, each over it.
+        let a = vec![p(0, 10)];
+        let b = vec![p(0, 6)];
+        let both = step_power(&[a, b], 0, 10);
+        assert_eq!(both.covered, vec![(0, 6)]);
+        assert_eq!(both.coverage, 0.6);
+    }
+
+    /// A collector gap: 5 W sampled every second over 0-6 s, then nothing until 13 s; one
+    /// inference a second all through the 10 s step. The 30 J of the covered 6 s belong to
+    /// the 6 inferences in them (5 J each, what 5 W at one a second is), not to all 10
+    /// (3 J each, reading low).
+    #[test]
+    fn a_collector_gap_divides_the_covered_energy_by_the_covered_inferences() {
+        let ts: Vec<i64> = (0..=6).chain(13..=20).map(|i| i * S).collect();
+        let samples: Vec<(i64, f64)> = ts.iter().map(|t| (*t, 5.0)).collect();
+        let pieces = pieces_from_samples(&samples, max_gap(&ts));
+        let step = step_power(&[pieces], 0, 10 * S);
+        assert_eq!(step.covered, vec![(0, 6 * S)]);
+        assert_eq!(step.coverage, 0.6);
+        assert_eq!(step.mj, Some(30_000.0));
+        let points: Vec<(i64, f64)> = (0..10).map(|k| (k * S + S / 2, 10.0)).collect();
+        let done = [Done::Points(points.clone()), Done::Points(points)];
+        let w = work_within(&done, &step.covered);
+        assert_eq!((w.count, w.gpu_ms), (6.0, 60.0));
+        let m = ModelStep {
+            board_mj: step.mj,
+            gpu_mj: None,
+            count: w.count,
+            gpu_count: 0.0,
+        };
+        assert_eq!(m.per_inference().0, Some(5_000.0));
+        assert_eq!(work_within(&done, &[(0, 10 * S)]).count, 10.0);
+        // From a tier: 10 inferences between 0.5 s and 9.5 s; 5.5 s of those 9 covered.
+        let agg = Done::Agg {
+            count: 10,
+            sum: 100.0,
+            first: S / 2,
+            last: 9 * S + S / 2,
+        };
+        let (n, sum) = agg.within(&step.covered);
+        assert!((n - 10.0 * 5.5 / 9.0).abs() < 1e-9, "{n}");
+        assert!((sum - 100.0 * 5.5 / 9.0).abs() < 1e-9, "{sum}");
+        // One inference: all or nothing.
+        let one = Done::Agg {
+            count: 1,
+            sum: 3.0,
+            first: 7 * S,
+            last: 7 * S,
+        };
+        assert_eq!(one.within(&step.covered), (0.0, 0.0));
+        assert_eq!(one.within(&[(0, 10 * S)]), (1.0, 3.0));
     }
 }

@@ -2,8 +2,10 @@
 //! restart resumes it with its original start) and `alert_history` (every transition with
 //! its value). One evaluation's changes are written in one `BEGIN IMMEDIATE` transaction on
 //! the evaluator's own connection, together with the outbox entries their notifications
-//! need ([`super::outbox::enqueue`]), so a transition is never recorded without its
-//! notification. Never decides a state: `alert::eval` does.
+//! need ([`super::outbox::enqueue`]) and the incidents they open or resolve
+//! ([`super::incidents`]), so a transition is never recorded without its notification, and
+//! a firing whose commit fails leaves no incident behind (the retry opens the only one).
+//! Never decides a state: `alert::eval` does.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,6 +41,9 @@ pub struct Change {
     pub transition: Option<Transition>,
     /// The notification (firing, resolved).
     pub event: Option<AlertEvent>,
+    /// The incident to open with a firing (its id is then set in the instance, its history
+    /// row and its event).
+    pub incident: Option<super::incidents::Draft>,
 }
 
 /// One row of the history.
@@ -101,12 +106,15 @@ pub fn load(conn: &Connection, path: &Path) -> Result<Vec<Stored>, StoreError> {
     rows.collect::<rusqlite::Result<Vec<_>>>().ctx(path)
 }
 
-/// Records one evaluation's changes in one transaction: instance rows (deleted once
-/// inactive), a history row per transition, an outbox entry per notification.
+/// Records one evaluation's changes in one transaction: the incident a firing opens (its id
+/// written into the change), instance rows (deleted once inactive), a history row per
+/// transition, an outbox entry per notification, and the resolve of the incident of an
+/// instance that resolved. On an error nothing is recorded (the ids written into `changes`
+/// then name no row).
 pub fn record(
     conn: &mut Connection,
     path: &Path,
-    changes: &[Change],
+    changes: &mut [Change],
     now_ns: i64,
 ) -> Result<(), StoreError> {
     if changes.is_empty() {
@@ -115,7 +123,38 @@ pub fn record(
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
-    for c in changes {
+    for c in changes.iter_mut() {
+        if let Some(d) = &c.incident {
+            let i = &c.stored.instance;
+            let id = super::incidents::insert(
+                &tx,
+                path,
+                &super::incidents::NewIncident {
+                    rule: &c.stored.rule,
+                    labels: &c.stored.labels,
+                    value: i.value,
+                    threshold: d.threshold,
+                    active_since_ns: i.active_since_ns.or(i.fired_ns).unwrap_or(now_ns),
+                    fired_ns: i.fired_ns.unwrap_or(now_ns),
+                    top_finding: d.top_finding.as_deref(),
+                    snapshot: &d.snapshot,
+                },
+            )?;
+            c.stored.instance.incident_id = Some(id);
+            if let Some(ev) = c.event.as_mut() {
+                crate::alert::incident::link_event(ev, &d.link_base, id);
+            }
+        }
+        if c.transition == Some(Transition::Resolved) {
+            let id = c
+                .stored
+                .instance
+                .incident_id
+                .or(c.event.as_ref().and_then(|e| e.incident_id));
+            if let Some(id) = id {
+                super::incidents::resolve(&tx, path, id, now_ns)?;
+            }
+        }
         let s = &c.stored;
         let i = &s.instance;
         let labels = labels_json(&s.labels);
@@ -210,6 +249,21 @@ pub fn history(
     rows.collect::<rusqlite::Result<Vec<_>>>().ctx(path)
 }
 
+/// Makes every later state commit on the store of `conn` fail (`true`: a trigger aborts
+/// each history insert, as a full disk or an I/O error would in the middle of the
+/// transaction) or succeed again (`false`). Tests only.
+#[cfg(test)]
+pub(crate) fn fail_commits(conn: &Connection, fail: bool) {
+    let sql = if fail {
+        "CREATE TRIGGER IF NOT EXISTS test_fail_history BEFORE INSERT ON alert_history \
+         BEGIN SELECT RAISE(ABORT, 'injected failure'); END;"
+    } else {
+        "DROP TRIGGER IF EXISTS test_fail_history;"
+    };
+    conn.execute_batch(sql)
+        .expect("toggle the injected failure");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,10 +307,11 @@ mod tests {
         record(
             &mut conn,
             &path,
-            &[Change {
+            &mut [Change {
                 stored: firing.clone(),
                 transition: Some(Transition::Firing),
                 event: Some(event(EventStatus::Firing)),
+                incident: None,
             }],
             6,
         )
@@ -267,10 +322,11 @@ mod tests {
         record(
             &mut conn,
             &path,
-            &[Change {
+            &mut [Change {
                 stored: gone,
                 transition: Some(Transition::Resolved),
                 event: Some(event(EventStatus::Resolved)),
+                incident: None,
             }],
             8,
         )

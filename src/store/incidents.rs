@@ -1,7 +1,11 @@
 //! The `incidents` rows: one per alert instance that fired, with its triage snapshot (JSON
-//! text, made and read by `alert::incident`). Inserted once on a short read-write connection
-//! of the caller's; listed by fire time and read by id on any connection. This file never
-//! builds or interprets a snapshot: it stores and returns its text.
+//! text, made and read by `alert::incident`). The evaluator inserts and resolves them inside
+//! the transaction that records the alert state (`store::alerts::record`), so one firing has
+//! one incident whatever fails in between; [`close_unreferenced`] closes, at the evaluator's
+//! start, those no firing instance names any more (left by a crash of an older version, or a
+//! rule removed while the agent was down). Listed by fire time and read by id on any
+//! connection. This file never builds or interprets a snapshot: it stores and returns its
+//! text.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -29,6 +33,21 @@ pub struct NewIncident<'a> {
     pub top_finding: Option<&'a str>,
     /// The snapshot, JSON.
     pub snapshot: &'a str,
+}
+
+/// What an incident's row holds beyond the alert instance it belongs to (rule, labels,
+/// value and times come from the instance when the row is inserted with its state).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Draft {
+    /// The rule's threshold.
+    pub threshold: Option<f64>,
+    /// The first finding's sentence.
+    pub top_finding: Option<String>,
+    /// The snapshot, JSON.
+    pub snapshot: String,
+    /// The agent's base URL: the firing event's `incident` annotation is this plus the
+    /// incident's path.
+    pub link_base: String,
 }
 
 /// A stored incident. `snapshot` is `None` in listings.
@@ -94,6 +113,36 @@ pub fn resolve(conn: &Connection, path: &Path, id: i64, at_ns: i64) -> Result<bo
         )
         .ctx(path)?;
     Ok(n == 1)
+}
+
+/// Marks resolved at `at_ns` every open incident whose id is not in `keep` (the incidents of
+/// the instances still firing); returns their ids. For the evaluator's start: an incident
+/// no firing instance names belongs to an alert that ended while the agent was down (or
+/// was left by a state commit that never happened).
+pub fn close_unreferenced(
+    conn: &mut Connection,
+    path: &Path,
+    keep: &[i64],
+    at_ns: i64,
+) -> Result<Vec<i64>, StoreError> {
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .ctx(path)?;
+    let open: Vec<i64> = {
+        let mut st = tx
+            .prepare("SELECT id FROM incidents WHERE resolved_ns IS NULL ORDER BY id")
+            .ctx(path)?;
+        let rows = st.query_map([], |r| r.get(0)).ctx(path)?;
+        rows.collect::<rusqlite::Result<_>>().ctx(path)?
+    };
+    let mut closed = Vec::new();
+    for id in open.into_iter().filter(|id| !keep.contains(id)) {
+        if resolve(&tx, path, id, at_ns)? {
+            closed.push(id);
+        }
+    }
+    tx.commit().ctx(path)?;
+    Ok(closed)
 }
 
 fn row(r: &rusqlite::Row<'_>, with_snapshot: bool) -> rusqlite::Result<IncidentRow> {

@@ -12,13 +12,14 @@
 //! `routine.rs` (the six steps and the measurement names they read), `snapshot.rs` (the
 //! snapshot's shape, the scores and sentences, the ranking; pure), `procs.rs` (the CPU
 //! sample of `/proc`). The rows are `store::incidents`. This module never writes points,
-//! never evaluates rules and never sends anything: the evaluator calls [`open`] and keeps
-//! the id; notifiers only carry its URL.
+//! never evaluates rules and never sends anything: the evaluator calls [`prepare`] and stores
+//! the incident with the instance's state (one transaction, so one firing has one incident);
+//! notifiers only carry its URL.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::event::Firing;
+use super::event::{incident_path, AlertEvent, Firing};
 use crate::rollup::{Plan, RetentionConfig, RollupConfig};
 use crate::store::bucket::bucket_start;
 use crate::store::{incidents, Mode, Reader};
@@ -132,7 +133,8 @@ pub fn snapshot(
 
 /// Takes the triage snapshot for `firing` and stores the incident in the store under
 /// `data_dir`; returns its id. Blocking: call it from the blocking pool. `now_ns` is the
-/// evaluation time.
+/// evaluation time. (The evaluator does not call this: it [`prepare`]s the snapshot and
+/// stores the incident in the transaction that records the alert's state.)
 pub fn open(data_dir: &Path, firing: &Firing, now_ns: i64) -> Result<Option<i64>, IncidentError> {
     open_with(data_dir, &Options::new()?, firing, now_ns)
 }
@@ -144,14 +146,7 @@ pub fn open_with(
     firing: &Firing,
     now_ns: i64,
 ) -> Result<Option<i64>, IncidentError> {
-    let started = std::time::Instant::now();
-    let mut snap = {
-        let reader = Reader::open(data_dir)?;
-        snapshot(&reader, &opts.plan, firing, now_ns)?
-    };
-    snap.processes.by_cpu = procs::top_by_cpu(&opts.proc_dir, opts.cpu_sample, TOP_PROCESSES);
-    let text = serde_json::to_string(&snap)?;
-    let top = snap.findings.first().map(|f| f.message.clone());
+    let draft = prepare(data_dir, opts, firing, now_ns, "")?;
     let (conn, path) = crate::store::open(data_dir, Mode::Cursor)?;
     let id = incidents::insert(
         &conn,
@@ -160,27 +155,57 @@ pub fn open_with(
             rule: &firing.rule,
             labels: &firing.labels,
             value: firing.value,
-            threshold: firing.threshold,
+            threshold: draft.threshold,
             active_since_ns: firing.active_since_ns,
             fired_ns: firing.fired_ns,
-            top_finding: top.as_deref(),
-            snapshot: &text,
+            top_finding: draft.top_finding.as_deref(),
+            snapshot: &draft.snapshot,
         },
     )?;
+    Ok(Some(id))
+}
+
+/// Takes the triage snapshot for `firing` (reads only): the incident's row but for what the
+/// alert instance itself gives, to be stored with the instance's state
+/// (`store::alerts::record`), so that a failed commit leaves no incident behind and the
+/// retry opens the only one. `link_base` is the agent's base URL (see
+/// [`incidents::Draft::link_base`]).
+pub fn prepare(
+    data_dir: &Path,
+    opts: &Options,
+    firing: &Firing,
+    now_ns: i64,
+    link_base: &str,
+) -> Result<incidents::Draft, IncidentError> {
+    let started = std::time::Instant::now();
+    let mut snap = {
+        let reader = Reader::open(data_dir)?;
+        snapshot(&reader, &opts.plan, firing, now_ns)?
+    };
+    snap.processes.by_cpu = procs::top_by_cpu(&opts.proc_dir, opts.cpu_sample, TOP_PROCESSES);
+    let text = serde_json::to_string(&snap)?;
+    let top = snap.findings.first().map(|f| f.message.clone());
     tracing::info!(
-        id,
         rule = %firing.rule,
         findings = snap.findings.len(),
         top = top.as_deref().unwrap_or("-"),
         ms = started.elapsed().as_millis() as u64,
-        "incident opened"
+        "incident snapshot taken"
     );
-    Ok(Some(id))
+    Ok(incidents::Draft {
+        threshold: firing.threshold,
+        top_finding: top,
+        snapshot: text,
+        link_base: link_base.to_string(),
+    })
 }
 
-/// Records that incident `id` resolved at `at_ns` (for the evaluator, when the instance
-/// resolves); false when it is unknown or already resolved.
-pub fn resolve(data_dir: &Path, id: i64, at_ns: i64) -> Result<bool, IncidentError> {
-    let (conn, path) = crate::store::open(data_dir, Mode::Cursor)?;
-    Ok(incidents::resolve(&conn, &path, id, at_ns)?)
+/// Names incident `id` in `event`: its `incident_id` and the `incident` annotation (the
+/// incident's page under `base_url`).
+pub fn link_event(event: &mut AlertEvent, base_url: &str, id: i64) {
+    event.incident_id = Some(id);
+    event.annotations.insert(
+        "incident".into(),
+        format!("{base_url}{}", incident_path(id)),
+    );
 }

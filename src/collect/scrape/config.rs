@@ -22,9 +22,10 @@ pub struct ScrapeConfig {
     /// How often.
     #[serde(default = "default_interval")]
     pub interval: Interval,
-    /// Whole-request limit (connect, headers, body); at most `interval`.
-    #[serde(default = "default_timeout")]
-    pub timeout: Delay,
+    /// Whole-request limit (connect, headers, body); at most `interval`. Unset: the smaller
+    /// of 3 s and `interval` (as Prometheus), see [`ScrapeConfig::timeout`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Delay>,
     /// Metric-name globs (`*`, `?`) to keep; empty: all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub include: Vec<String>,
@@ -46,9 +47,8 @@ fn default_interval() -> Interval {
     Interval(Duration::from_secs(10))
 }
 
-fn default_timeout() -> Delay {
-    Interval(Duration::from_secs(3))
-}
+/// The timeout of a target that sets none, when its interval is longer.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
 
 fn default_max_body() -> u64 {
     DEFAULT_MAX_BODY_BYTES
@@ -61,12 +61,21 @@ impl ScrapeConfig {
             name: name.into(),
             url: url.into(),
             interval: default_interval(),
-            timeout: default_timeout(),
+            timeout: None,
             include: Vec::new(),
             exclude: Vec::new(),
             bearer_token: Secret::default(),
             tags: BTreeMap::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+
+    /// The effective whole-request limit: `timeout` when set, else the smaller of
+    /// [`DEFAULT_TIMEOUT`] and the interval.
+    pub fn timeout(&self) -> Duration {
+        match self.timeout {
+            Some(t) => t.0,
+            None => DEFAULT_TIMEOUT.min(self.interval.0),
         }
     }
 
@@ -132,7 +141,7 @@ pub fn validate_all(targets: &[ScrapeConfig]) -> Result<(), String> {
                 ))
             }
         }
-        if t.timeout.0.is_zero() || t.timeout.0 > t.interval.0 {
+        if t.timeout().is_zero() || t.timeout() > t.interval.0 {
             return Err(format!(
                 "{which}: timeout must be above zero and at most the interval ({})",
                 humantime::format_duration(t.interval.0)
@@ -196,10 +205,18 @@ mod tests {
             ),
             (
                 ScrapeConfig {
-                    timeout: Interval(Duration::from_secs(20)),
+                    timeout: Some(Interval(Duration::from_secs(20))),
                     ..ScrapeConfig::new("b", "http://x/")
                 },
                 "timeout must be above zero and at most the interval (10s)",
+            ),
+            (
+                ScrapeConfig {
+                    interval: Interval(Duration::from_secs(1)),
+                    timeout: Some(Interval(Duration::from_secs(2))),
+                    ..ScrapeConfig::new("b", "http://x/")
+                },
+                "timeout must be above zero and at most the interval (1s)",
             ),
             (
                 ScrapeConfig {
@@ -218,6 +235,29 @@ mod tests {
             e.contains("[[scrape]] \"a\": the name is used twice"),
             "{e}"
         );
+    }
+
+    /// As Prometheus: an unset timeout is the smaller of 3 s and the interval, so a fast
+    /// target needs no `timeout`; one set above the interval is still refused.
+    #[test]
+    fn an_unset_timeout_follows_a_short_interval() {
+        let t: ScrapeConfig =
+            toml::from_str("name = \"a\"\nurl = \"http://x/\"\ninterval = \"1s\"\n").unwrap();
+        assert_eq!(t.timeout, None);
+        assert_eq!(t.timeout(), Duration::from_secs(1));
+        assert_eq!(validate_all(std::slice::from_ref(&t)), Ok(()));
+        let t: ScrapeConfig =
+            toml::from_str("name = \"a\"\nurl = \"http://x/\"\ninterval = \"500ms\"\n").unwrap();
+        assert_eq!(t.timeout(), Duration::from_millis(500));
+        assert_eq!(validate_all(&[t]), Ok(()));
+        let t: ScrapeConfig = toml::from_str("name = \"a\"\nurl = \"http://x/\"\n").unwrap();
+        assert_eq!(t.timeout(), Duration::from_secs(3));
+        let t: ScrapeConfig = toml::from_str(
+            "name = \"a\"\nurl = \"http://x/\"\ninterval = \"1s\"\ntimeout = \"1s\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.timeout(), Duration::from_secs(1));
+        assert_eq!(validate_all(&[t]), Ok(()));
     }
 
     #[test]

@@ -37,7 +37,7 @@ use crate::model::Batch;
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
 
-pub use config::{glob_match, validate_all, ScrapeConfig, DEFAULT_MAX_BODY_BYTES};
+pub use config::{glob_match, validate_all, ScrapeConfig, DEFAULT_MAX_BODY_BYTES, DEFAULT_TIMEOUT};
 pub use status::{display_url, ScrapeStatus};
 
 /// The `Accept` header: OpenMetrics preferred, Prometheus text accepted.
@@ -193,7 +193,7 @@ async fn run_target(
     shutdown: CancellationToken,
 ) {
     let agent = ureq::AgentBuilder::new()
-        .timeout(cfg.timeout.0)
+        .timeout(cfg.timeout())
         .redirects(2)
         .build();
     let cfg = Arc::new(cfg);
