@@ -8,6 +8,34 @@ use base64::Engine as _;
 use super::answer::{classify, Outcome, Peer};
 use crate::config::values::Secret;
 
+/// The `username` and `password` keys every peer table takes (flattened into `[[sink]]`
+/// and `[[notify]]`): HTTP basic auth, MQTT credentials.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct Credentials {
+    /// User name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Password (needs `username`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<Secret>,
+}
+
+impl Credentials {
+    /// Checks the keys together, and against a `token` key of the table (`token_key`: its
+    /// name) that excludes them.
+    pub fn validate(&self, token: Option<&Secret>, token_key: &str) -> Result<(), String> {
+        if token.is_some() && (self.username.is_some() || self.password.is_some()) {
+            return Err(format!(
+                "use either `{token_key}` (bearer) or `username`/`password` (basic auth), not both"
+            ));
+        }
+        if self.password.is_some() && self.username.is_none() {
+            return Err("`password` needs `username`".into());
+        }
+        Ok(())
+    }
+}
+
 /// How a peer proves who it is.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Auth {
@@ -28,16 +56,12 @@ pub enum Auth {
 }
 
 impl Auth {
-    /// Basic auth when `user` is set, else `token` as a bearer token, else none.
-    pub fn basic_or_bearer(
-        user: Option<&String>,
-        password: Option<&Secret>,
-        token: Option<&Secret>,
-    ) -> Auth {
-        match (user, token) {
+    /// Basic auth when a user name is set, else `token` as a bearer token, else none.
+    pub fn basic_or_bearer(c: &Credentials, token: Option<&Secret>) -> Auth {
+        match (&c.username, token) {
             (Some(u), _) => Auth::Basic {
                 user: u.clone(),
-                password: password.cloned(),
+                password: c.password.clone(),
             },
             (None, Some(t)) => Auth::Bearer(t.clone()),
             (None, None) => Auth::None,
@@ -150,8 +174,24 @@ mod tests {
         assert_eq!(Auth::Token(Secret::new("t")).header().unwrap(), "Token t");
         assert_eq!(Auth::None.header(), None);
         assert_eq!(
-            Auth::basic_or_bearer(None, None, Some(&Secret::new("x"))),
+            Auth::basic_or_bearer(&Credentials::default(), Some(&Secret::new("x"))),
             Auth::Bearer(Secret::new("x"))
         );
+        let c = Credentials {
+            username: None,
+            password: Some(Secret::new("p")),
+        };
+        assert!(c
+            .validate(None, "token")
+            .unwrap_err()
+            .contains("needs `username`"));
+        let c = Credentials {
+            username: Some("u".into()),
+            password: None,
+        };
+        assert!(c
+            .validate(Some(&Secret::new("t")), "bearer_token")
+            .unwrap_err()
+            .contains("bearer_token"));
     }
 }

@@ -30,7 +30,7 @@ pub mod mqtt;
 pub mod retry;
 
 pub use answer::{classify, parse_retry_after, Outcome, Peer, MAX_RETRY_AFTER};
-pub use http::{Auth, HttpPeer};
+pub use http::{Auth, Credentials, HttpPeer};
 pub use retry::{nap, Report, Retrier, Retry};
 
 /// Splits `scheme://host:port[/path]` into (scheme, host, port).
@@ -58,4 +58,15 @@ pub fn host_port(url: &str) -> Result<(String, String, u16), String> {
         return Err(format!("url {url:?} has no host"));
     }
     Ok((scheme.to_string(), host, port))
+}
+
+/// A peer table read from TOML and checked, as the config loader does (tests of both
+/// tables).
+#[cfg(test)]
+pub(crate) fn parse_table<T: serde::de::DeserializeOwned>(
+    text: &str,
+    validate: impl Fn(&T) -> Result<(), String>,
+) -> Result<T, String> {
+    let t: T = toml::from_str(text).map_err(|e| e.to_string())?;
+    validate(&t).map(|()| t)
 }

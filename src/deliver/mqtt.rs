@@ -8,8 +8,6 @@ use std::time::Duration;
 
 use rumqttc::{MqttOptions, TlsConfiguration, Transport};
 
-use crate::config::values::Secret;
-
 /// The system's CA bundle, used when `ca_file` is not set.
 pub const SYSTEM_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
 
@@ -96,9 +94,7 @@ pub struct Endpoint<'a> {
     /// The client id.
     pub client_id: String,
     /// User name and password.
-    pub username: Option<&'a str>,
-    /// The password, with `username`.
-    pub password: Option<&'a Secret>,
+    pub credentials: &'a super::Credentials,
     /// Keepalive interval.
     pub keepalive: Duration,
     /// A new session on every connect.
@@ -184,10 +180,12 @@ pub fn options(e: &Endpoint<'_>) -> Result<MqttOptions, SetupError> {
     let mut o = MqttOptions::new(e.client_id.clone(), host, port);
     o.set_keep_alive(e.keepalive.max(Duration::from_secs(1)));
     o.set_clean_session(e.clean_session);
-    if let Some(u) = e.username {
+    if let Some(u) = &e.credentials.username {
         o.set_credentials(
-            u.to_string(),
-            e.password
+            u.clone(),
+            e.credentials
+                .password
+                .as_ref()
                 .map(|p| p.expose().to_string())
                 .unwrap_or_default(),
         );

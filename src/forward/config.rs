@@ -155,12 +155,9 @@ pub struct SinkConfig {
     /// gzip payloads (default: on for InfluxDB, off for MQTT).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gzip: Option<bool>,
-    /// Username (InfluxDB 1.x, MQTT).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    /// Password (InfluxDB 1.x, MQTT).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password: Option<Secret>,
+    /// `username`, `password`: InfluxDB 1.x and remote write basic auth, MQTT credentials.
+    #[serde(flatten)]
+    pub credentials: crate::deliver::Credentials,
 
     // InfluxDB
     /// 1 (`/write`) or 2 (`/api/v2/write`).
@@ -375,11 +372,8 @@ impl SinkConfig {
                 if !wrong.is_empty() {
                     return err(format!("keys {wrong:?} do not apply to type = \"prometheus_remote_write\" (payloads are always snappy; auth is `username`/`password`, `token` or `headers`)"));
                 }
-                if self.token.is_some() && (self.username.is_some() || self.password.is_some()) {
-                    return err("use either `token` (bearer) or `username`/`password` (basic auth), not both".into());
-                }
-                if self.password.is_some() && self.username.is_none() {
-                    return err("`password` needs `username`".into());
+                if let Err(e) = self.credentials.validate(self.token.as_ref(), "token") {
+                    return err(e);
                 }
                 for k in self.headers.iter().flat_map(|h| h.keys()) {
                     if k.is_empty()
@@ -477,8 +471,7 @@ mod tests {
     use super::*;
 
     fn parse(t: &str) -> Result<SinkConfig, String> {
-        let c: SinkConfig = toml::from_str(t).map_err(|e| e.to_string())?;
-        c.validate().map(|_| c)
+        crate::deliver::parse_table(t, SinkConfig::validate)
     }
 
     #[test]

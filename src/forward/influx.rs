@@ -78,7 +78,7 @@ struct LineProtocol {
 impl LineProtocol {
     fn new(cfg: &super::SinkConfig) -> LineProtocol {
         let auth = if cfg.influx_version() == 1 {
-            match (&cfg.username, &cfg.password) {
+            match (&cfg.credentials.username, &cfg.credentials.password) {
                 (Some(u), Some(p)) => Auth::Basic {
                     user: u.clone(),
                     password: Some(p.clone()),
@@ -459,20 +459,18 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
                     .as_ref()
                     .filter(|_| matches!(batch, Batch::Fallback))
                     .map(|f| f.span.progress(f.off, f.off + points.len(), 0));
-                let r = cur.dead_letter(
-                    &super::store::Refusal {
-                        first,
-                        through,
-                        moves_cursor: moves,
-                        seq,
-                        points: n,
-                        status,
-                        reason: &reason,
-                        payload: &payload,
-                        now_ns: now,
-                    },
-                    progress.as_ref(),
-                );
+                let r = cur.dead_letter(&super::store::Refused {
+                    first,
+                    through,
+                    moves_cursor: moves,
+                    seq,
+                    points: n,
+                    status,
+                    reason: &reason,
+                    payload: &payload,
+                    now_ns: now,
+                    fallback: progress.as_ref(),
+                });
                 ctx.status.error(&reason);
                 match r {
                     Err(e) => {

@@ -68,8 +68,7 @@ fn options(ctx: &SinkCtx) -> Result<MqttOptions, String> {
             .client_id
             .clone()
             .unwrap_or_else(|| format!("edgewatch-{}-{}", ctx.device_id, cfg.name)),
-        username: cfg.username.as_deref(),
-        password: cfg.password.as_ref(),
+        credentials: &cfg.credentials,
         keepalive: cfg.keepalive.map_or(Duration::from_secs(30), |k| k.0),
         clean_session: cfg.clean_session.unwrap_or(false),
         tls: cfg.tls_files(),

@@ -493,11 +493,7 @@ impl RemoteWrite {
         names: Mutex<Names>,
         status: Option<Arc<SinkStatus>>,
     ) -> RemoteWrite {
-        let auth = Auth::basic_or_bearer(
-            cfg.username.as_ref(),
-            cfg.password.as_ref(),
-            cfg.token.as_ref(),
-        );
+        let auth = Auth::basic_or_bearer(&cfg.credentials, cfg.token.as_ref());
         let headers = cfg
             .headers
             .iter()
@@ -898,10 +894,8 @@ mod tests {
         )
         .unwrap();
         let w = RemoteWrite::new(&cfg);
-        let auth = |c: &SinkConfig| {
-            Auth::basic_or_bearer(c.username.as_ref(), c.password.as_ref(), c.token.as_ref())
-                .header()
-        };
+        let auth =
+            |c: &SinkConfig| Auth::basic_or_bearer(&c.credentials, c.token.as_ref()).header();
         assert_eq!(auth(&cfg).as_deref(), Some("Basic ZWRnZTpzZWNyZXQ="));
         let points = vec![point("m", 5_000_000, vec![("v", Value::F64(1.5))])];
         let e = w.body(&points, usize::MAX);

@@ -19,10 +19,10 @@ use rusqlite::Connection;
 
 use super::encode::{series, Point, Series};
 use crate::store::chunks::{self, Chunk, Scan};
-use crate::store::sinks::{self, Ack, Refused};
+use crate::store::sinks::{self, Ack};
 use crate::store::{clockfix, dict, tiers, Ctx, Mode, Reader, StoreError};
 
-pub use crate::store::sinks::{Durable, FallbackPos, FallbackProgress};
+pub use crate::store::sinks::{Durable, FallbackPos, FallbackProgress, Refused};
 
 /// A run of whole chunks read after a cursor.
 #[derive(Debug, Default)]
@@ -353,30 +353,6 @@ pub struct RollupRows {
     pub keys: Vec<(i64, i64)>,
 }
 
-/// A batch (or one part of a split chunk) the remote end refused as bad data.
-#[derive(Debug, Clone, Copy)]
-pub struct Refusal<'a> {
-    /// First chunk id of the batch.
-    pub first: i64,
-    /// Last chunk id of the batch.
-    pub through: i64,
-    /// Whether the cursor moves past `through` (false for one part of a split chunk: the
-    /// cursor moves once the whole chunk is through).
-    pub moves_cursor: bool,
-    /// Its sequence number.
-    pub seq: i64,
-    /// Its points.
-    pub points: i64,
-    /// The HTTP status.
-    pub status: u16,
-    /// The receiver's reason.
-    pub reason: &'a str,
-    /// The batch as sent, before compression.
-    pub payload: &'a [u8],
-    /// When, ns.
-    pub now_ns: i64,
-}
-
 /// The sink's cursor row, through its own read-write connection.
 pub struct Cursor {
     conn: Connection,
@@ -440,24 +416,8 @@ impl Cursor {
     /// in one transaction. A refused batch of rollup points (`fallback`) is kept the same
     /// way, but the raw cursor stays where it is and the span moves on past it (as
     /// [`Cursor::fallback_ack`] records).
-    pub fn dead_letter(
-        &mut self,
-        r: &Refusal<'_>,
-        fallback: Option<&FallbackProgress>,
-    ) -> Result<(), StoreError> {
-        let r = Refused {
-            first: r.first,
-            through: r.through,
-            moves_cursor: r.moves_cursor,
-            seq: r.seq,
-            points: r.points,
-            status: r.status,
-            reason: r.reason,
-            payload: r.payload,
-            now_ns: r.now_ns,
-            fallback,
-        };
-        sinks::dead_letter(&mut self.conn, &self.path, &self.name, &r)
+    pub fn dead_letter(&mut self, r: &Refused<'_>) -> Result<(), StoreError> {
+        sinks::dead_letter(&mut self.conn, &self.path, &self.name, r)
     }
 
     /// Dead-lettered batches of this sink.
@@ -623,7 +583,7 @@ mod tests {
         let (_dir, src, mut cur) = store_with_an_eviction_gap();
         let span = crate::forward::fallback_span(Some(60), &ident(), &src, &cur).unwrap();
         let p = span.progress(0, 4, 0);
-        let r = Refusal {
+        let r = Refused {
             first: 0,
             through: 5,
             moves_cursor: true,
@@ -633,8 +593,9 @@ mod tests {
             reason: "bad",
             payload: b"x",
             now_ns: 1,
+            fallback: Some(&p),
         };
-        cur.dead_letter(&r, Some(&p)).unwrap();
+        cur.dead_letter(&r).unwrap();
         let d = cur.load().unwrap();
         assert_eq!(d.cursor, 0);
         assert_eq!((d.seq, d.dead_points, d.fallback_points), (3, 4, 4));

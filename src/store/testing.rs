@@ -94,6 +94,9 @@ pub fn downgrade_to_v3(dir: &Path) {
         c.execute(&format!("ALTER TABLE sinks DROP COLUMN {col}"), [])
             .unwrap();
     }
+    // Migration 0011's column (the outbox bound).
+    c.execute("ALTER TABLE notifiers DROP COLUMN pruned_unsent", [])
+        .unwrap();
     c.pragma_update(None, "user_version", 3).unwrap();
 }
 

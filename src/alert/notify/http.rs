@@ -24,11 +24,7 @@ impl Http {
             }
             _ => cfg.url.clone(),
         };
-        let auth = Auth::basic_or_bearer(
-            cfg.username.as_ref(),
-            cfg.password.as_ref(),
-            cfg.bearer_token.as_ref(),
-        );
+        let auth = Auth::basic_or_bearer(&cfg.credentials, cfg.bearer_token.as_ref());
         let headers = cfg.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
         Http {
             peer: HttpPeer::new(Peer::Notifier, url, cfg.retry.timeout.0, &auth, headers),

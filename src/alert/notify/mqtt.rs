@@ -55,8 +55,7 @@ fn options(cfg: &NotifyConfig, device_id: &str) -> Result<MqttOptions, String> {
             .client_id
             .clone()
             .unwrap_or_else(|| format!("edgewatch-{device_id}-notify-{}", cfg.name)),
-        username: cfg.username.as_deref(),
-        password: cfg.password.as_ref(),
+        credentials: &cfg.credentials,
         keepalive: cfg.keepalive.map_or(Duration::from_secs(30), |k| k.0),
         // The notifier republishes what a dead connection had in flight itself.
         clean_session: true,
