@@ -1,22 +1,24 @@
 //! The [`Index`] `/metrics` keeps between scrapes: per measurement and field of the store,
 //! the family name (base units applied) and the label names of its tag keys, read from
-//! the series added to the dictionary since the last scrape.
+//! the series added to the dictionary since the last scrape; and the [`Family`] list a
+//! scrape writes, taken from it (owned: the index is not held while a scrape writes).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 
-use super::text::{base_unit, key_tags, label_name, metric_name};
+use super::text::{base_unit, family_help, key_tags, label_name, metric_name};
+use crate::config::HttpConfig;
 use crate::store::{dict, Reader, StoreError};
 
 /// One measurement + field of the store, as `/metrics` exports it.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Pair {
+struct Pair {
     /// Family name (base units applied).
-    pub(super) name: String,
+    name: String,
     /// Factor to base units.
-    pub(super) factor: f64,
+    factor: f64,
     /// Label names of its tag keys, seen so far.
-    pub(super) labels: BTreeSet<String>,
+    labels: BTreeSet<String>,
 }
 
 /// What `/metrics` keeps between scrapes: per measurement and field, its family name and
@@ -26,7 +28,7 @@ pub(super) struct Pair {
 #[derive(Debug, Default)]
 pub struct Index {
     after: i64,
-    pub(super) pairs: BTreeMap<String, BTreeMap<String, Pair>>,
+    pairs: BTreeMap<String, BTreeMap<String, Pair>>,
 }
 
 impl Index {
@@ -59,4 +61,55 @@ impl Index {
         self.after = after;
         Ok(())
     }
+
+    /// The store's families to export, in name order: the measurements `http` exports,
+    /// names starting `edgewatch_` left out (the agent's own). Members whose unit factor
+    /// differs from the first member's are a name clash: left out (logged at debug).
+    pub(super) fn families(&self, http: &HttpConfig) -> Vec<Family> {
+        let mut by_name: BTreeMap<&str, Vec<(&str, &str, &Pair)>> = BTreeMap::new();
+        for (m, fields) in &self.pairs {
+            if !http.metrics_exports(m) {
+                continue;
+            }
+            for (f, p) in fields {
+                if p.name.starts_with("edgewatch_") {
+                    continue;
+                }
+                by_name.entry(&p.name).or_default().push((m, f, p));
+            }
+        }
+        let mut out = Vec::with_capacity(by_name.len());
+        for (name, members) in by_name {
+            let (m0, f0, p0) = members[0];
+            let mut labels = BTreeSet::new();
+            let mut keep = Vec::with_capacity(members.len());
+            for (m, f, p) in members {
+                if p.factor != p0.factor {
+                    tracing::debug!(metric = %name, measurement = %m, field = %f, "left out of /metrics: name clash");
+                    continue;
+                }
+                labels.extend(p.labels.iter().cloned());
+                keep.push((m.to_string(), f.to_string()));
+            }
+            out.push(Family {
+                name: name.to_string(),
+                help: family_help(f0, m0, p0.factor),
+                labels: labels.into_iter().collect(),
+                factor: p0.factor,
+                members: keep,
+            });
+        }
+        out
+    }
+}
+
+/// One family of the store's part of a scrape: its name, help, label names (sorted), unit
+/// factor and its (measurement, field) members.
+#[derive(Debug, Clone)]
+pub(super) struct Family {
+    pub(super) name: String,
+    pub(super) help: String,
+    pub(super) labels: Vec<String>,
+    pub(super) factor: f64,
+    pub(super) members: Vec<(String, String)>,
 }

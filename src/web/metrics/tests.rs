@@ -6,8 +6,6 @@ use super::text::key_tags;
 use super::*;
 use crate::status::{self, Status};
 
-use super::*;
-
 fn l(m: &str, tags: &[(&str, &str)], f: &str, v: f64) -> Latest {
     Latest {
         measurement: m.into(),
