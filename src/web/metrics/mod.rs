@@ -3,12 +3,15 @@
 //! from the typed status document that `/api/v1/status` answers: each family's name, type
 //! and help are written out next to the field it exports, never derived from a field name.
 //!
-//! The newest values come from [`LatestValues`], which the writer keeps as it commits (no
-//! chunk is decoded per scrape); the names and tags come from the series dictionary, read
-//! row by row through SQLite and written out as they are read, so a scrape holds one chunk
-//! of output and the small [`Index`] (per measurement and field: the family name and its
-//! label names), never the whole exposition or the whole dictionary. The writer thread is
-//! never touched, and nothing is written to the store.
+//! The newest values come from [`LatestValues`](crate::store::LatestValues), which the
+//! writer keeps as it commits (no chunk is decoded per scrape); the names and tags come from
+//! the series dictionary, read row by row through SQLite and written out as they are read,
+//! so a scrape holds one 64 KB piece of output and the small [`Index`] (per measurement and
+//! field: the family name and its label names), never the whole exposition or the whole
+//! dictionary. No lock is held while a piece is written (the scraper may be slow or gone):
+//! the store's reader is taken per piece, the index only to take the family list. A scrape
+//! the store fails halfway ends without its last chunk. The writer thread is never
+//! touched, and nothing is written to the store.
 //!
 //! Names of stored series: `measurement,tags field=` becomes the gauge
 //! `measurement_field{tags}` (snake_case; characters outside `[a-z0-9_]` become `_`), e.g.
@@ -29,7 +32,6 @@
 //! by [`FamilyWriter`] in the same format: the crate's registry holds every sample (a
 //! `GaugeVec` child each) before encoding, which cost 1.9 s and hundreds of MB at 100,000
 //! series.
-
 //!
 //! Layout: [`text`] (names, units, escaping and the [`FamilyWriter`] of the text format),
 //! [`index`] (the [`Index`] kept between scrapes), [`series`] (the store's families,
