@@ -33,9 +33,9 @@
 //! `GaugeVec` child each) before encoding, which cost 1.9 s and hundreds of MB at 100,000
 //! series.
 //!
-//! Layout: [`text`] (names, units, escaping and the [`FamilyWriter`] of the text format),
-//! [`index`] (the [`Index`] kept between scrapes), [`series`] (the store's families,
-//! streamed), [`health`] (the agent's own `edgewatch_*` families and `ALERTS`).
+//! Layout: `text.rs` (names, units, escaping and the [`FamilyWriter`] of the text format),
+//! `index.rs` (the [`Index`] kept between scrapes), `series.rs` (the store's families,
+//! streamed), `health.rs` (the agent's own `edgewatch_*` families and `ALERTS`).
 
 mod health;
 mod index;
