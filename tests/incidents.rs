@@ -498,6 +498,18 @@ fn alerts_tab_and_incident_page_in_chromium() {
     assert_eq!(r["page"]["bandsBefore"], 1, "{r}");
     assert_eq!(r["page"]["bandsAfter"], 0, "{r}");
     assert_eq!(r["page"]["tabOn"], "alerts", "{r}");
+    // Links in the tables (incident ids, fired times) are readable on the dark theme: WCAG
+    // contrast of at least 4.5 against their background (the browser's default link blue
+    // there was 1.8).
+    eprintln!("table links: {}", r["contrast"]);
+    for table in ["incidents", "active"] {
+        let links = r["contrast"][table].as_array().unwrap();
+        assert!(!links.is_empty(), "no link in the {table} table: {r}");
+        for l in links {
+            let ratio = l["ratio"].as_f64().unwrap_or(0.0);
+            assert!(ratio >= 4.5, "{table} table link contrast {ratio:.2}: {l}");
+        }
+    }
 }
 
 /// An agent evaluating every second, no collectors, no built-ins, with the rule `Hot`

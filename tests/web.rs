@@ -9,6 +9,9 @@ use serde_json::Value as J;
 
 use crate::support::*;
 
+/// Streamed answers against a scraper that stops reading and a store that fails halfway.
+pub(crate) mod streams;
+
 // Collectors off: the tests feed every measurement themselves, with known values.
 const FED: &str =
     "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n";

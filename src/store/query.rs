@@ -292,6 +292,41 @@ impl Reader {
         Ok(n)
     }
 
+    /// One run of the numeric series `field` of the tag sets of `measurement` whose tag set
+    /// id is above `after`, by tag set id: calls `f(series id, tag set key)` for each until
+    /// `f` breaks. Returns the tag set id to resume after when `f` broke (there may be more),
+    /// `None` when every member was read. One statement per call, so a caller that shares
+    /// this reader can let go of it between runs (`/metrics` writes each run out unlocked).
+    pub fn numeric_members_after(
+        &self,
+        measurement: &str,
+        field: &str,
+        after: i64,
+        mut f: impl FnMut(i64, &str) -> ControlFlow<()>,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT t.id, s.id, t.key FROM tagsets t JOIN series s \
+                 ON s.tagset_id = t.id AND s.field = ?2 \
+                 WHERE t.measurement = ?1 AND t.id > ?3 AND s.kind != 4 ORDER BY t.id",
+            )
+            .ctx(&self.path)?;
+        let mut rows = st
+            .query(rusqlite::params![measurement, field, after])
+            .ctx(&self.path)?;
+        while let Some(r) = rows.next().ctx(&self.path)? {
+            #[cfg(any(test, feature = "test-fakes"))]
+            fault::row(&self.path)?;
+            let tagset: i64 = r.get(0).ctx(&self.path)?;
+            let key = r.get_ref(2).and_then(|v| Ok(v.as_str()?)).ctx(&self.path)?;
+            if f(r.get(1).ctx(&self.path)?, key).is_break() {
+                return Ok(Some(tagset));
+            }
+        }
+        Ok(None)
+    }
+
     /// Every series, optionally of one measurement, ordered by key and field.
     pub fn series(&self, measurement: Option<&str>) -> Result<Vec<SeriesInfo>, StoreError> {
         let mut out = Vec::new();
@@ -378,5 +413,50 @@ impl Reader {
             })
         })?;
         Ok(RawResult { series, truncated })
+    }
+}
+
+/// A store that fails mid-read, for the tests of what a half-read answer does (tests and the
+/// `test-fakes` feature only, never in the release binary): with `EW_FAULT_STORE_READ_ROWS`
+/// set to row numbers (`2000,8000`), the read of each of those rows by
+/// [`Reader::numeric_members_after`], counted over the whole process, fails with an I/O
+/// error.
+#[cfg(any(test, feature = "test-fakes"))]
+mod fault {
+    use std::path::Path;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+
+    use super::StoreError;
+
+    /// The environment variable naming the rows that fail.
+    pub const VAR: &str = "EW_FAULT_STORE_READ_ROWS";
+
+    static ROWS: AtomicU64 = AtomicU64::new(0);
+
+    pub fn row(path: &Path) -> Result<(), StoreError> {
+        static FAIL: OnceLock<Vec<u64>> = OnceLock::new();
+        let fail = FAIL.get_or_init(|| {
+            std::env::var(VAR)
+                .unwrap_or_default()
+                .split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .collect()
+        });
+        if fail.is_empty() {
+            return Ok(());
+        }
+        let n = ROWS.fetch_add(1, Ordering::Relaxed) + 1;
+        if !fail.contains(&n) {
+            return Ok(());
+        }
+        tracing::warn!(row = n, "{VAR}: failing this read");
+        Err(StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some(format!("read of row {n} failed ({VAR})")),
+            ),
+        })
     }
 }

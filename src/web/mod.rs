@@ -107,28 +107,22 @@ async fn scrape(ctx: ApiCtx, index: Arc<Mutex<metrics::Index>>) -> Response {
     let (mut out, body) = crate::api::body::BodyWriter::channel();
     tokio::task::spawn_blocking(move || {
         use std::io::Write;
-        // One scrape at a time writes the store's part (the index is shared).
-        let mut index = index.lock().unwrap_or_else(|p| p.into_inner());
+        // No lock is held while writing (see `write_store`): a scraper that stops reading
+        // holds up only its own scrape. Any error drops `out` unfinished, which aborts
+        // the answer: a scraper never takes half an exposition for a whole one.
         let res = out
             .write_all(health.as_bytes())
             .map_err(metrics::ExpositionError::from)
             .and_then(|()| {
-                metrics::write_store(
-                    &ctx.reader,
-                    &ctx.latest,
-                    &ctx.http,
-                    &mut index,
-                    since,
-                    &mut out,
-                )
+                metrics::write_store(&ctx.reader, &ctx.latest, &ctx.http, &index, since, &mut out)
             })
-            .and_then(|()| out.flush().map_err(Into::into));
+            .and_then(|()| out.finish().map_err(Into::into));
         match res {
             Ok(()) => {}
             Err(metrics::ExpositionError::Client(e)) => {
                 tracing::debug!(error = %e, "/metrics: scrape abandoned");
             }
-            Err(e) => tracing::warn!(error = %e, "/metrics: cannot read the newest values"),
+            Err(e) => tracing::warn!(error = %e, "/metrics: cannot read the store; answer aborted"),
         }
     });
     let mut r = Response::new(body);

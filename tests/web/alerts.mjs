@@ -25,6 +25,29 @@ try {
   page.on('pageerror', (e) => report.errors.push(String(e)));
   page.on('requestfailed', (r) => report.errors.push('request failed: ' + r.url()));
   const texts = (sel) => page.$$eval(sel, (rows) => rows.map((r) => r.textContent));
+  // WCAG 2 contrast of each link matched by `sel`: its computed colour over its effective
+  // background (the backgrounds of it and its ancestors composited over a white canvas).
+  const contrast = (sel) => page.$$eval(sel, (links) => {
+    const rgba = (c) => {
+      const m = c.match(/rgba?\(([^)]+)\)/);
+      if (!m) throw new Error('unparsed colour ' + c);
+      const p = m[1].split(/[\s,/]+/).filter(Boolean).map(Number);
+      return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+    };
+    const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3])).concat(1);
+    const lum = (c) => {
+      const f = (v) => { v /= 255; return v <= 0.04045 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+      return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]);
+    };
+    return links.map((a) => {
+      const chain = [];
+      for (let e = a; e; e = e.parentElement) chain.unshift(getComputedStyle(e).backgroundColor);
+      const bg = chain.reduce((under, c) => over(rgba(c), under), [255, 255, 255, 1]);
+      const fg = over(rgba(getComputedStyle(a).color), bg);
+      const [hi, lo] = [lum(fg), lum(bg)].sort((x, y) => y - x);
+      return { text: a.textContent, color: getComputedStyle(a).color, background: 'rgb(' + bg.slice(0, 3).map(Math.round).join(', ') + ')', ratio: (hi + 0.05) / (lo + 0.05) };
+    });
+  });
 
   // 1. No alerts API: the tab says so and still lists the incident; no badge.
   await page.goto(url + '/#alerts', { waitUntil: 'load' });
@@ -35,6 +58,7 @@ try {
     badgeHidden: await page.$eval('#alert-badge', (b) => b.hidden),
     incidents: await texts('#incidents-list tbody tr'),
   };
+  report.contrast = { incidents: await contrast('#incidents-list td a') };
 
   // 2. With the alerts API: two firing, one pending, one inactive.
   const now = Date.now();
@@ -68,6 +92,7 @@ try {
   await page.waitForSelector('#alerts-active tbody tr', { timeout: T });
   report.active = await texts('#alerts-active tbody tr');
   report.activeLink = await page.$eval('#alerts-active a[href^="#/incidents/"]', (a) => a.getAttribute('href'));
+  report.contrast.active = await contrast('#alerts-active td a');
   report.history = await texts('#alerts-history tbody tr');
 
   // 3. The incident's page, from the incidents list: findings beside the latency chart.
