@@ -88,6 +88,13 @@ fn main() -> ExitCode {
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
+    if !matches!(cli.command, Command::Run(_)) {
+        // A one-shot command piped into `head` ends quietly when the reader goes, as other
+        // command-line tools do (the agent itself keeps Rust's ignored SIGPIPE: a socket
+        // write to a gone peer must be an error, not a kill).
+        // SAFETY: resetting a signal to its default action before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::Run(args) => cli::run::run(args),
         Command::Tegrastats { command } => cli::tegrastats::run(command),

@@ -589,3 +589,20 @@ fn status_refuses_a_document_of_another_shape_and_json_prints_it_as_sent() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["sinks"], serde_json::json!([]), "{out}");
 }
+
+/// A command piped into a reader that goes away (`edgewatch check-config f | head -2`) ends
+/// quietly, without a panic message.
+#[test]
+fn a_command_whose_reader_goes_away_ends_quietly() {
+    let mut child = std::process::Command::new(bin())
+        .args(["check-config", "config/edgewatch.toml"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}
