@@ -442,6 +442,12 @@ fn write_seconds(agent: &Agent, from: usize, n: usize, start: i64) {
 /// Writes 600 old points (3 h ago, 10 whole minutes) and 600 recent ones while the sink is
 /// down, then evicts the old raw chunks with `edgewatch maintain` and a 1 h raw retention.
 pub(crate) fn evict_unsent_old_span(agent: &Agent, dir: &std::path::Path) -> i64 {
+    // Eviction is charged to the sinks whose cursor rows exist: wait until the sink opened
+    // its row (a loaded machine can start its task after the agent answers HTTP).
+    wait_for(Duration::from_secs(10), || {
+        agent.log_text().contains("sink started").then_some(())
+    })
+    .unwrap_or_else(|| panic!("no sink started:\n{}", agent.log_text()));
     let now = edgewatch_now();
     let old = (now - 180 * MIN) / MIN * MIN;
     let recent = (now - 10 * MIN) / MIN * MIN;
@@ -676,7 +682,13 @@ fn mqtt_kill9_mid_fallback_span_resends_only_the_batch_in_flight() {
     wait_for(Duration::from_secs(10), || {
         (sink_status(&agent, "mq")["evicted_unforwarded_points"] == 600).then_some(())
     })
-    .expect("eviction counted for the sink");
+    .unwrap_or_else(|| {
+        panic!(
+            "eviction counted for the sink: {}\n{}",
+            sink_status(&agent, "mq"),
+            agent.log_text()
+        )
+    });
     let broker = Mosquitto::start(&dir.path().join("mq"), port, None);
     wait_for(Duration::from_secs(30), || {
         (rollup_lines(&sub.text()).len() >= 3).then_some(())

@@ -250,26 +250,31 @@ async fn connection(
 /// The sink's task.
 pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     let name = ctx.cfg.name.clone();
+    // Opening can fail while the store is busy: retry with backoff until stopped, as every
+    // peer does (on the blocking pool: the store is blocking IO).
     let opened = tokio::task::spawn_blocking({
         let dir = ctx.dir.clone();
         let ident = ctx.identity.clone();
         let name = name.clone();
         let feed = ctx.feed;
+        let status = ctx.status.clone();
+        let stop = stop.clone();
+        let mut retry = Retrier::new("sink", &name, ctx.cfg.retry);
         move || {
-            let s = Source::open_feed(&dir, ident, feed)?;
-            let (c, d) = Cursor::open_feed(&dir, &name, feed)?;
-            let backlog = s.backlog(d.cursor).map_or(0, |b| b.0);
-            Ok::<_, crate::store::StoreError>((s, c, d, backlog))
+            let opened = retry.until_ok("cannot open the store", &stop, &*status, || {
+                let s = Source::open_feed(&dir, ident.clone(), feed)?;
+                let (c, d) = Cursor::open_feed(&dir, &name, feed)?;
+                let backlog = s.backlog(d.cursor).map_or(0, |b| b.0);
+                Ok::<_, crate::store::StoreError>((s, c, d, backlog))
+            });
+            (opened, retry)
         }
     })
     .await;
-    let (src, cur, d, backlog) = match opened {
-        Ok(Ok(x)) => x,
-        Ok(Err(e)) => {
-            ctx.status.error(&e.to_string());
-            tracing::error!(sink = %name, error = %e, "mqtt sink cannot open the store; it is off");
-            return;
-        }
+    let (src, cur, d, backlog, mut retry) = match opened {
+        Ok((Some((s, c, d, b)), retry)) => (s, c, d, b, retry),
+        // Stopped before the store opened.
+        Ok((None, _)) => return,
         Err(e) => {
             tracing::error!(sink = %name, error = %e, "mqtt sink failed to start");
             return;
@@ -291,7 +296,6 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
     // issue's guarantee); a larger window drains faster over high-latency links.
     let window = ctx.cfg.inflight.unwrap_or(1);
     let status_topic = status_topic(&ctx);
-    let mut retry = Retrier::new("sink", &name, ctx.cfg.retry);
     let started = Instant::now();
     let mut rate = RateLimit::new(ctx.cfg.max_rate);
     let mut meter = RateMeter::default();
