@@ -45,13 +45,13 @@ pub use throttle::{read_throttle, throttle_line, Throttle};
 /// that every `jetson_*` point carries. Shared by the collector (which writes it) with the
 /// API and the tegrastats collector (which read it).
 #[derive(Debug)]
-pub struct JetsonStatus(StatusCell<Shared>);
+pub struct JetsonStatus(StatusCell<Shared>, tokio::sync::watch::Sender<bool>);
 
 impl Default for JetsonStatus {
     fn default() -> Self {
         let mut s = Shared::default();
         s.status.state = "not started".into();
-        JetsonStatus(StatusCell::new(s))
+        JetsonStatus(StatusCell::new(s), tokio::sync::watch::channel(false).0)
     }
 }
 
@@ -67,10 +67,19 @@ impl JetsonStatus {
         self.0.read(|s| s.status.clone())
     }
 
-    /// Records a state (`off: <why>`, `running`).
+    /// Records a state (`off: <why>`, `running`). Any state but "not started" settles the
+    /// identity (see [`JetsonStatus::settled`]).
     pub fn set_state(&self, state: impl Into<String>) {
         let state = state.into();
         self.0.update(|s| s.status.state = state);
+        self.1.send_replace(true);
+    }
+
+    /// Waits until the collector has read the identity (or is off), at most `limit`: the
+    /// tegrastats collector's first points then carry the identity tags like the rest.
+    pub async fn settled(&self, limit: std::time::Duration) {
+        let mut rx = self.1.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|s| *s)).await;
     }
 
     /// Adds the identity tags to every `jetson_*` line of `batch` (none before the
@@ -96,6 +105,7 @@ impl JetsonStatus {
             st.power_mode_id = id.power_mode_id;
             st.jetson_clocks = id.jetson_clocks_tag().map(str::to_string);
         });
+        self.1.send_replace(true);
     }
 
     fn update(&self, f: impl FnOnce(&mut crate::status::Jetson)) {

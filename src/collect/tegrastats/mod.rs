@@ -113,6 +113,9 @@ pub async fn run(
         status.set("off", "disabled in the configuration");
         return;
     }
+    // The Jetson identity first (read once at start, a few files): then every point, the
+    // first ones included, carries its tags.
+    jetson.settled(std::time::Duration::from_secs(5)).await;
     if let Some(file) = cfg.replay.clone() {
         status.set("replaying", file.display().to_string());
         run_replay(
