@@ -149,6 +149,43 @@ fn write_backlog(agent: &Agent, lines: &[String]) {
     }
 }
 
+/// A receiver that is down on a port the test keeps: every connection is accepted and
+/// closed at once; the port is free again once this is dropped.
+struct Refuser {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Refuser {
+    fn hold(port: u16) -> Refuser {
+        let l = std::net::TcpListener::bind(("127.0.0.1", port)).expect("hold the port");
+        l.set_nonblocking(true).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((c, _)) => drop(c),
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Refuser {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Refuser {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[test]
 fn ten_agents_drain_a_backlog_into_one_influxdb_exactly_once() {
     if !require(Peer::Influxdb) {
@@ -162,6 +199,9 @@ fn ten_agents_drain_a_backlog_into_one_influxdb_exactly_once() {
         influx_create_db(&i, "fleet");
     }
     let port = free_port();
+    // The receiver is down, but its port stays ours: another test's agent or peer must not
+    // take it meanwhile (an agent there once took the whole backlog as a gateway).
+    let down = Refuser::hold(port);
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -197,6 +237,7 @@ fn ten_agents_drain_a_backlog_into_one_influxdb_exactly_once() {
         assert!(s.is_some(), "{}", sink_status(agent, "fleet"));
     }
 
+    drop(down);
     let started = Instant::now();
     let influx = Influxd::start_on(&influx_dir, port);
     let drained = wait_for(Duration::from_secs(25), || {
