@@ -14,16 +14,17 @@ use crate::support::*;
 
 const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[udp]\nenabled = false\n";
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64
 }
 
-/// Writes `n` series of measurement `m` (`m,req=rNNNNNNN,host=dev value=...`), one fresh
-/// point each, in posts of 5,000 lines.
-fn write_series(agent: &Agent, m: &str, n: usize) {
+/// Writes `n` series of measurement `m` (`m,req=rNNNNNNN,host=dev<pad> value=...`), one
+/// fresh point each, in posts of 5,000 lines; `pad` (extra tags) makes each exposition line
+/// longer.
+pub(crate) fn write_series(agent: &Agent, m: &str, n: usize, pad: &str) {
     let now = now_ms();
     let mut i = 0;
     while i < n {
@@ -31,7 +32,7 @@ fn write_series(agent: &Agent, m: &str, n: usize) {
         let body: String = (i..end)
             .map(|j| {
                 format!(
-                    "{m},req=r{j:07},host=dev value={}.5 {}\n",
+                    "{m},req=r{j:07},host=dev{pad} value={}.5 {}\n",
                     j % 977,
                     now - (j as i64 % 30_000)
                 )
@@ -80,7 +81,7 @@ fn list_all(agent: &Agent, query: &str, limit: usize) -> (Vec<String>, usize) {
 fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
-    write_series(&agent, "bench", 10_000);
+    write_series(&agent, "bench", 10_000, "");
     std::thread::sleep(Duration::from_secs(2));
     let pid = agent.pid();
     let steady = status_kb(pid, "VmRSS");
@@ -135,8 +136,8 @@ fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
 fn the_series_listing_pages_and_filters() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
-    write_series(&agent, "bench", 2_500);
-    write_series(&agent, "other", 3);
+    write_series(&agent, "bench", 2_500, "");
+    write_series(&agent, "other", 3, "");
     let first = json(&agent, "/api/v1/series");
     assert_eq!(first["total"], 2_503, "{}", first["total"]);
     assert_eq!(first["series"].as_array().unwrap().len(), 1_000);
@@ -175,7 +176,7 @@ fn the_series_listing_pages_and_filters() {
 fn queries_past_the_answer_bound_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
-    write_series(&agent, "bench", 3_000);
+    write_series(&agent, "bench", 3_000, "");
     // 3,000 series x 121 steps (10 s over 20 min) = 363,000 values > 50,000.
     let (code, body) =
         get(&agent.url("/api/v1/query?measurement=bench&field=value&from=-20m&step=10s&agg=mean"))
@@ -205,8 +206,8 @@ fn queries_past_the_answer_bound_are_refused() {
 fn metrics_keep_newest_values_across_a_restart_and_filter_measurements() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
-    write_series(&agent, "bench", 5);
-    write_series(&agent, "gpu_x", 2);
+    write_series(&agent, "bench", 5, "");
+    write_series(&agent, "gpu_x", 2, "");
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
     let agent = Agent::start(
@@ -222,7 +223,7 @@ fn metrics_keep_newest_values_across_a_restart_and_filter_measurements() {
     assert!(!text.contains("gpu_x_value"), "{text}");
     assert!(text.contains("edgewatch_points_written_total"), "{text}");
     // New points show at once.
-    write_series(&agent, "bench", 6);
+    write_series(&agent, "bench", 6, "");
     let text = get_ok(&agent, "/metrics");
     assert!(
         text.contains("bench_value{host=\"dev\",req=\"r0000005\"} 5.5\n"),
@@ -251,7 +252,7 @@ fn held_kb(n: usize) -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
     let pad = format!(",pad={}", "p".repeat(600));
-    crate::web::streams::write_series(&agent, "bench", n, &pad);
+    write_series(&agent, "bench", n, &pad);
     crate::web::streams::wait_series(&agent, n as u64);
     // One scrape first: the scrape index, the newest values and the reader's page cache
     // (1 MiB) are filled before the baselines. Not a listing: what a listing allocates

@@ -64,18 +64,6 @@ impl Outcome {
             unreachable: true,
         }
     }
-
-    /// The reason to show, if this is not an acknowledgement.
-    pub fn reason(&self) -> Option<&str> {
-        match self {
-            Outcome::Ack => None,
-            Outcome::DeadLetter { reason, .. }
-            | Outcome::Pause { reason, .. }
-            | Outcome::Shrink { reason }
-            | Outcome::RetryAfter { reason, .. }
-            | Outcome::Retry { reason, .. } => Some(reason),
-        }
-    }
 }
 
 /// The longest wait a `Retry-After` can impose (a misconfigured proxy must not silence a

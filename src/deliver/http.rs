@@ -119,11 +119,6 @@ impl HttpPeer {
         }
     }
 
-    /// The URL requests go to.
-    pub fn url(&self) -> &str {
-        &self.url
-    }
-
     /// Posts `body` with `fixed` headers (content type and the like) before the peer's own;
     /// classifies the answer.
     pub fn post(&self, fixed: &[(&str, &str)], body: &[u8]) -> Outcome {

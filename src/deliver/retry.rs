@@ -143,11 +143,6 @@ impl Retrier {
         self.jitter.sample()
     }
 
-    /// Failures in a row.
-    pub fn failures(&self) -> u32 {
-        self.failures
-    }
-
     /// The peer acknowledged: the backoff starts over.
     pub fn succeeded(&mut self) {
         self.failures = 0;

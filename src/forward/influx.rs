@@ -449,9 +449,12 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
             }
             Outcome::DeadLetter { status, reason } => {
                 seq += 1;
-                let (first, through, moves) = match (&batch, &split) {
-                    (Batch::Raw { first, last }, _) => (*first, *last, true),
-                    (Batch::Part, Some(sp)) => (sp.first, sp.last, false),
+                // The chunks the refused points came from (a fallback batch: the raw cursor and
+                // the gap it covers, as before the split existed).
+                let (first, through, moves) = match (&batch, &split, &fb) {
+                    (Batch::Raw { first, last }, _, _) => (*first, *last, true),
+                    (Batch::Part, Some(sp), _) => (sp.first, sp.last, false),
+                    (_, _, Some(f)) => (cursor, f.span.through, true),
                     _ => (cursor, cursor, true),
                 };
                 tracing::warn!(sink = %name, status, %reason, first_chunk = first, last_chunk = through, points = n, "refused as bad data; kept in dead_letters");

@@ -8,41 +8,13 @@ use std::net::{Ipv4Addr, TcpStream};
 use std::os::fd::FromRawFd;
 use std::time::{Duration, Instant};
 
+use crate::memory::{now_ms, write_series};
 use crate::support::*;
 
 const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[udp]\nenabled = false\n";
 
 /// The agent gives up on a scraper that takes no data for this long (`api::body`).
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// Writes `n` series of measurement `m` (`m,req=rNNNNNNN,host=dev,pad=<pad> value=...`),
-/// one fresh point each, in posts of 5,000 lines; `pad` makes each exposition line longer.
-pub(crate) fn write_series(agent: &Agent, m: &str, n: usize, pad: &str) {
-    let now = now_ms();
-    let mut i = 0;
-    while i < n {
-        let end = (i + 5_000).min(n);
-        let body: String = (i..end)
-            .map(|j| {
-                format!(
-                    "{m},req=r{j:07},host=dev{pad} value={}.5 {}\n",
-                    j % 977,
-                    now - (j as i64 % 30_000)
-                )
-            })
-            .collect();
-        let (code, text) = post(&agent.url("/write?precision=ms"), body.as_bytes(), &[]).unwrap();
-        assert_eq!(code, 204, "{text}");
-        i = end;
-    }
-}
 
 /// Waits until the store holds `n` series.
 pub(crate) fn wait_series(agent: &Agent, n: u64) {
