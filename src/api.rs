@@ -1,7 +1,8 @@
 //! The read side of the HTTP server: `/health`, `/ping`, `/api/v1/series` (paged, filtered),
 //! `/api/v1/fields` (measurement + field pairs),
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
-//! `/api/v1/inference` (derived latency signals), `/api/v1/incidents` and
+//! `/api/v1/inference` (derived latency signals), `/api/v1/llm` (LLM serving signals:
+//! TTFT, ITL, tokens per second and per joule), `/api/v1/incidents` and
 //! `/api/v1/incidents/{id}` (alert incidents with their triage snapshots) and `/api/v1/status` (the one place the
 //! status document, [`Status`], is assembled). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
@@ -296,6 +297,33 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             .await;
             engine_reply(res)
         });
+    let llm = warp::path!("api" / "v1" / "llm")
+        .and(warp::get())
+        .and(warp::query::<HashMap<String, String>>())
+        .and(with.clone())
+        .then(|q: HashMap<String, String>, ctx: ApiCtx| async move {
+            let now = crate::now_ns();
+            let iq = match inference_query_from_params(&q, now) {
+                Ok(iq) => iq,
+                Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
+            };
+            let plan = ctx.plan.clone();
+            let res = with_reader(&ctx, move |r| {
+                // The largest series the signals read: the gaps between tokens.
+                let tags: Vec<(String, String)> = iq
+                    .model
+                    .iter()
+                    .map(|m| ("model".to_string(), m.clone()))
+                    .collect();
+                let n = r.count_numeric("llm", "itl_ms", &tags)?;
+                if let Err(e) = params::answer_size(n, iq.from, iq.to, iq.step_ns) {
+                    return Ok(Err(crate::engine::EngineError::BadQuery(e)));
+                }
+                Ok(crate::engine::llm(r, &plan, &iq, now))
+            })
+            .await;
+            engine_reply(res)
+        });
     // ---- incidents (alert::incident): the list and one incident with its snapshot ----
     let incidents = warp::path!("api" / "v1" / "incidents")
         .and(warp::get())
@@ -358,6 +386,8 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .or(query)
         .unify()
         .or(inference)
+        .unify()
+        .or(llm)
         .unify()
         .or(status)
         .unify()

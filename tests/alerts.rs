@@ -356,14 +356,17 @@ fn no_data_modes() {
     assert_eq!(state_of(&agent, "SilentFiring", &[]), "firing");
 }
 
-/// `ratio_of` (a user's P99/P50) and the built-in `InferenceLatencyRatioHigh` on the same
-/// long tail: 1 in 10 requests 10x slower gives P99/P50 = 10; a steady model stays quiet.
+/// `ratio_of` (a user's P99/P50) and the built-ins `InferenceLatencyRatioHigh` and
+/// `LlmTtftRatioHigh` on the same long tail: 1 in 10 requests 10x slower gives P99/P50 = 10;
+/// a steady model stays quiet. A user's rule on the `llm` measurement (TTFT p99 above a
+/// threshold, the README's example) works like any other.
 #[test]
 fn ratio_of_and_the_builtin_latency_ratio() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = format!(
         "{BASE}builtin = true\nbuiltin_for = \"0s\"\nlatency_ratio_window = \"3s\"\nlatency_ratio_for = \"0s\"\n\
-         [[alert]]\nname = \"TailRatio\"\nmeasurement = \"inference\"\nfield = \"wall_ms\"\ngroup_by = [\"model\"]\nagg = \"p99\"\nratio_of = \"p50\"\nwindow = \"3s\"\nop = \">\"\nthreshold = 5\n"
+         [[alert]]\nname = \"TailRatio\"\nmeasurement = \"inference\"\nfield = \"wall_ms\"\ngroup_by = [\"model\"]\nagg = \"p99\"\nratio_of = \"p50\"\nwindow = \"3s\"\nop = \">\"\nthreshold = 5\n\
+         [[alert]]\nname = \"LlmTtftP99High\"\nmeasurement = \"llm\"\nfield = \"ttft_ms\"\ngroup_by = [\"model\"]\nagg = \"p99\"\nwindow = \"3s\"\nop = \">\"\nthreshold = 1500\n"
     );
     let agent = Agent::start(dir.path(), &cfg);
     // 10 points per write, one 100 ms among nine 10 ms, for model `tail`; `flat` all 10.
@@ -382,6 +385,16 @@ fn ratio_of_and_the_builtin_latency_ratio() {
             let v = if i == 0 { 100 } else { 10 };
             body.push_str(&format!("inference,model=tail wall_ms={v} {}\n", t + i));
             body.push_str(&format!("inference,model=flat wall_ms=10 {}\n", t + i));
+            // TTFT in ms: the tail model's slow one is over the 1.5 s threshold.
+            let ttft = if i == 0 { 2000 } else { 200 };
+            body.push_str(&format!(
+                "llm,model=tail ttft_ms={ttft},e2e_ms=3000 {}\n",
+                t + i
+            ));
+            body.push_str(&format!(
+                "llm,model=flat ttft_ms=200,e2e_ms=3000 {}\n",
+                t + i
+            ));
         }
         assert_eq!(
             post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
@@ -389,17 +402,24 @@ fn ratio_of_and_the_builtin_latency_ratio() {
         );
         let a = instance(&agent, "TailRatio", &[("model", "tail")]);
         let b = instance(&agent, "InferenceLatencyRatioHigh", &[("model", "tail")]);
-        if let (Some(a), Some(b)) = (a, b) {
-            if a["state"] == "firing" && b["state"] == "firing" {
-                fired = Some((a, b));
+        let c = instance(&agent, "LlmTtftRatioHigh", &[("model", "tail")]);
+        let d = instance(&agent, "LlmTtftP99High", &[("model", "tail")]);
+        if let (Some(a), Some(b), Some(c), Some(d)) = (a, b, c, d) {
+            if [&a, &b, &c, &d].iter().all(|x| x["state"] == "firing") {
+                fired = Some((a, b, c, d));
                 break;
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let (a, b) = fired.unwrap_or_else(|| panic!("not firing: {:?}", alerts(&agent)));
+    let (a, b, c, d) = fired.unwrap_or_else(|| panic!("not firing: {:?}", alerts(&agent)));
     assert_eq!(a["value"], 10.0, "{a}");
     assert_eq!(b["value"], 10.0, "{b}");
+    assert_eq!(c["value"], 10.0, "{c}");
+    assert_eq!(d["value"], 2000.0, "{d}");
+    for rule in ["LlmTtftRatioHigh", "LlmTtftP99High"] {
+        assert_eq!(state_of(&agent, rule, &[("model", "flat")]), "inactive");
+    }
     assert_eq!(
         state_of(&agent, "TailRatio", &[("model", "flat")]),
         "inactive"

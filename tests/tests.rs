@@ -28,6 +28,9 @@ mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),
 /// the incident API of the real agent, the Alerts tab and incident page in Chromium.
 mod incidents;
+/// LLM serving signals (`/api/v1/llm`): true TTFT/ITL percentiles, tokens per joule, the
+/// prompt-length knee, scraped intervals.
+mod llm;
 
 /// Bandwidth-aware forwarding (`forward = "rollup:1m"`, fallback percentiles) and reconnect
 /// storms (reconnect jitter, five agents against one 429 receiver).

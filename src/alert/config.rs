@@ -19,6 +19,7 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "GpuTemperatureNearSlowdown",
     "JetsonTemperatureHigh",
     "InferenceLatencyRatioHigh",
+    "LlmTtftRatioHigh",
     "AgentDroppingPoints",
     "SinkBacklogStale",
     "StoreNearDiskBudget",
@@ -49,6 +50,9 @@ pub struct AlertsConfig {
     pub latency_ratio_window: Interval,
     /// How long `InferenceLatencyRatioHigh` must hold.
     pub latency_ratio_for: Delay,
+    /// `LlmTtftRatioHigh`: fires when P99/P50 of an LLM's time to first token is above this
+    /// (over `latency_ratio_window`, for `latency_ratio_for`).
+    pub ttft_ratio: f64,
     /// `SinkBacklogStale`: fires when a sink's oldest unsent point is older than this.
     pub sink_backlog_age: Interval,
     /// `StoreNearDiskBudget`: fires above this share of `[retention] max_bytes`, percent.
@@ -75,6 +79,7 @@ impl Default for AlertsConfig {
             latency_ratio: 3.0,
             latency_ratio_window: Interval(s(300)),
             latency_ratio_for: Interval(s(300)),
+            ttft_ratio: 4.0,
             sink_backlog_age: Interval(s(3600)),
             disk_budget_pct: 90.0,
             clock_unset_for: Interval(s(600)),
@@ -336,6 +341,7 @@ pub fn validate_all(
         ("gpu_temp_margin_c", alerts.gpu_temp_margin_c),
         ("jetson_temp_limit_c", alerts.jetson_temp_limit_c),
         ("latency_ratio", alerts.latency_ratio),
+        ("ttft_ratio", alerts.ttft_ratio),
         ("disk_budget_pct", alerts.disk_budget_pct),
     ] {
         if !v.is_finite() {

@@ -221,6 +221,14 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
         ns(a.latency_ratio_window.0),
     );
     ratio.ratio_of = Some(Agg::Quantile(0.5));
+    let mut ttft = series(
+        "llm",
+        &["ttft_ms"],
+        "model",
+        Agg::Quantile(0.99),
+        ns(a.latency_ratio_window.0),
+    );
+    ttft.ratio_of = Some(Agg::Quantile(0.5));
     vec![
         rule(
             "GpuThrottling",
@@ -264,6 +272,15 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
             a.latency_ratio,
             ns(a.latency_ratio_for.0),
             "P99/P50 latency of model {model} is {value} (above {threshold}): a long tail",
+        ),
+        rule(
+            "LlmTtftRatioHigh",
+            Watch::Series(ttft),
+            Op::Gt,
+            a.ttft_ratio,
+            ns(a.latency_ratio_for.0),
+            "P99/P50 time to first token of LLM {model} is {value} (above {threshold}): \
+             long prompts or queueing",
         ),
         rule(
             "AgentDroppingPoints",

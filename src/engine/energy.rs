@@ -1,7 +1,11 @@
-//! Energy per inference for `/api/v1/inference`: the board's input power and the GPU rail,
-//! integrated by trapezoids over the stored, time-stamped power samples of each step, then
-//! attributed to the models that ran in the step by their share of summed `gpu_ms`
-//! in the covered time (falling back to `wall_ms`, then to counts). Read-only; it never
+//! Energy per inference for `/api/v1/inference` and per output token for `/api/v1/llm`: the
+//! board's input power and the GPU rail, integrated by trapezoids over the stored,
+//! time-stamped power samples of each step, then attributed to the workloads that ran in the
+//! step by their share of summed `gpu_ms` in the covered time (falling back to `wall_ms`,
+//! then to counts). A workload is a model of the `inference` measurement or of `llm`; an LLM
+//! request's `e2e_ms` counts as both its wall and its GPU time (decoding keeps the GPU busy
+//! for the whole request), and its `output_tokens` are summed over the same covered time,
+//! the divisor of tokens per joule. Read-only; it never
 //! writes and never invents a number: a step whose power samples cover less than half of
 //! it has no energy (`null` in the answer), and so has every model's energy per inference
 //! in that step.
@@ -160,13 +164,14 @@ impl Done {
 }
 
 /// A model's `wall_ms` and `gpu_ms` in a step, within `spans`.
-pub fn work_within(done: &[Done; 2], spans: &[(i64, i64)]) -> Work {
+pub fn work_within(done: &[Done], spans: &[(i64, i64)]) -> Work {
     let (wall_n, wall_ms) = done[0].within(spans);
     let (gpu_n, gpu_ms) = done[1].within(spans);
     Work {
         gpu_ms,
         wall_ms,
         count: wall_n.max(gpu_n),
+        tokens: done.get(2).map_or(0.0, |d| d.within(spans).1),
     }
 }
 
@@ -179,10 +184,13 @@ pub struct Work {
     pub wall_ms: f64,
     /// Inferences (fractional when estimated from a tier, see [`Done::within`]).
     pub count: f64,
+    /// Output tokens (LLM workloads).
+    pub tokens: f64,
 }
 
 /// Each model's share of a step's energy: its part of the summed `gpu_ms` when any is
-/// positive, else of `wall_ms`, else of the counts; all zero when nothing ran. Pure.
+/// positive, else of `wall_ms`, else of the counts, else of the output tokens (a scraped
+/// LLM server reports tokens, not requests' times); all zero when nothing ran. Pure.
 pub fn shares(work: &[Work]) -> Vec<f64> {
     let pick = |f: fn(&Work) -> f64| -> Option<Vec<f64>> {
         let total: f64 = work.iter().map(f).sum();
@@ -191,6 +199,7 @@ pub fn shares(work: &[Work]) -> Vec<f64> {
     pick(|w| w.gpu_ms)
         .or_else(|| pick(|w| w.wall_ms))
         .or_else(|| pick(|w| w.count))
+        .or_else(|| pick(|w| w.tokens))
         .unwrap_or_else(|| vec![0.0; work.len()])
 }
 
@@ -205,6 +214,17 @@ pub struct Power {
     pub lower_bound: bool,
 }
 
+/// A workload energy is attributed to: the measurement (`inference` or `llm`), the model,
+/// and the `scrape` target that reported it (empty for points an app sent).
+pub type Workload = (&'static str, String, String);
+
+/// The measurements whose work shares the energy: `(measurement, wall field, GPU field,
+/// tokens field)`.
+const WORKLOADS: [(&str, &str, &str, Option<&str>); 2] = [
+    ("inference", "wall_ms", "gpu_ms", None),
+    ("llm", "e2e_ms", "e2e_ms", Some("output_tokens")),
+];
+
 /// One model's energy in one step.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ModelStep {
@@ -217,6 +237,8 @@ pub struct ModelStep {
     /// Inferences in the time the GPU rail covers, in the steps whose GPU energy is known
     /// (the divisor of the GPU energy).
     pub gpu_count: f64,
+    /// Output tokens (LLM requests) in the time the board's power covers.
+    pub tokens: f64,
 }
 
 impl ModelStep {
@@ -234,11 +256,22 @@ impl ModelStep {
         )
     }
 
+    /// `tokens_per_joule` and `joules_per_1k_tokens` (board energy over the output tokens
+    /// in the time it covers).
+    pub fn per_token(&self) -> (Option<f64>, Option<f64>) {
+        let e = self.board_mj.filter(|e| *e > 0.0 && self.tokens > 0.0);
+        (
+            e.map(|e| self.tokens / (e / 1000.0)),
+            e.map(|e| e / self.tokens),
+        )
+    }
+
     /// Adds another step (for the summary: only steps with energy count).
     pub fn add(&mut self, other: &ModelStep) {
         if let Some(b) = other.board_mj {
             self.board_mj = Some(self.board_mj.unwrap_or(0.0) + b);
             self.count += other.count;
+            self.tokens += other.tokens;
         }
         if let Some(g) = other.gpu_mj {
             self.gpu_mj = Some(self.gpu_mj.unwrap_or(0.0) + g);
@@ -255,8 +288,8 @@ pub struct Energy {
     pub board: Power,
     /// GPU power source.
     pub gpu: Power,
-    /// `(model, step start)` -> that model's energy.
-    pub per_model: BTreeMap<(String, i64), ModelStep>,
+    /// `(workload, step start)` -> that workload's energy.
+    pub per_model: BTreeMap<(Workload, i64), ModelStep>,
     /// Each step with power or inferences.
     pub steps: Vec<StepEnergy>,
 }
@@ -283,10 +316,23 @@ pub struct StepEnergy {
 }
 
 impl Energy {
-    /// A model's energy in a step (zero inferences and no energy when unknown).
+    /// An `inference` model's energy in a step (zero inferences and no energy when
+    /// unknown).
     pub fn get(&self, model: &str, t: i64) -> ModelStep {
+        self.get_in("inference", model, "", t)
+    }
+
+    /// The energy of `model` of `measurement` (sent by an app, or scraped by target
+    /// `scrape`) in a step.
+    pub fn get_in(
+        &self,
+        measurement: &'static str,
+        model: &str,
+        scrape: &str,
+        t: i64,
+    ) -> ModelStep {
         self.per_model
-            .get(&(model.to_string(), t))
+            .get(&((measurement, model.to_string(), scrape.to_string()), t))
             .copied()
             .unwrap_or_default()
     }
@@ -351,7 +397,7 @@ fn series_of(measurement: &str, id: i64, tags: &BTreeMap<String, String>) -> Str
 /// `key` = `val` (any when `None`), per tag set with its tags, from raw points in
 /// `[from, to]`.
 #[allow(clippy::type_complexity)]
-fn raw_points(
+pub(super) fn raw_points(
     reader: &Reader,
     measurement: &str,
     field: &str,
@@ -599,50 +645,75 @@ impl Ctx<'_> {
     }
 }
 
-/// Per step and model: the `wall_ms` and `gpu_ms` of its inferences, from the `inference`
-/// measurement (every model, whatever the query's model filter: attribution needs them
-/// all): each point with its time from raw points, each step's aggregate from a tier.
-#[allow(clippy::type_complexity)]
-fn work(ctx: &Ctx) -> Result<BTreeMap<i64, BTreeMap<String, [Done; 2]>>, EngineError> {
-    let mut out: BTreeMap<i64, BTreeMap<String, [Done; 2]>> = BTreeMap::new();
-    for (fi, field) in ["wall_ms", "gpu_ms"].into_iter().enumerate() {
-        if ctx.raw {
-            for (_, tags, pts) in
-                raw_points(ctx.reader, "inference", field, None, ctx.from, ctx.to, 1.0)?
-            {
-                let model = tags.get("model").cloned().unwrap_or_default();
-                for (ts, v) in pts {
-                    let t = ctx.from + (ts - ctx.from).div_euclid(ctx.step_ns) * ctx.step_ns;
-                    let done = out.entry(t).or_default().entry(model.clone()).or_default();
-                    match &mut done[fi] {
-                        Done::Points(p) => p.push((ts, v)),
-                        agg => agg.add_agg(1, v, ts, ts),
-                    }
-                }
-            }
-            continue;
-        }
-        let c = collect(
-            ctx.reader,
-            ctx.plan,
-            "inference",
-            field,
-            &[],
-            ctx.from,
-            ctx.to,
-            ctx.step_ns,
-            Need::All,
-            ctx.now,
-        )?;
-        for (tags, steps) in c.sets {
-            let model = tags.get("model").cloned().unwrap_or_default();
-            for (t, s) in steps.iter() {
-                let done = out.entry(t).or_default().entry(model.clone()).or_default();
-                done[fi].add_agg(s.acc.count, s.acc.sum, s.acc.first.0, s.acc.last.0);
-            }
+/// One workload's work in one step: `wall`, `gpu` and output tokens.
+type Doing = [Done; 3];
+
+/// Per step and workload: the wall and GPU times of its requests and its output tokens,
+/// from every measurement of [`WORKLOADS`] (every model, whatever the query's model
+/// filter: attribution needs them all): each point with its time from raw points, each
+/// step's aggregate from a tier.
+fn work(ctx: &Ctx) -> Result<BTreeMap<i64, BTreeMap<Workload, Doing>>, EngineError> {
+    let mut out: BTreeMap<i64, BTreeMap<Workload, Doing>> = BTreeMap::new();
+    for (measurement, wall, gpu, tokens) in WORKLOADS {
+        let fields = [Some(wall), Some(gpu), tokens];
+        for (fi, field) in fields.iter().enumerate() {
+            let Some(field) = *field else { continue };
+            add_work(ctx, &mut out, measurement, field, fi)?;
         }
     }
     Ok(out)
+}
+
+/// The workload of a tag set of `measurement`.
+fn workload(measurement: &'static str, tags: &BTreeMap<String, String>) -> Workload {
+    let get = |k: &str| tags.get(k).cloned().unwrap_or_default();
+    (measurement, get("model"), get("scrape"))
+}
+
+/// Adds `field` of `measurement` into slot `fi` of each step's workloads.
+fn add_work(
+    ctx: &Ctx,
+    out: &mut BTreeMap<i64, BTreeMap<Workload, Doing>>,
+    measurement: &'static str,
+    field: &str,
+    fi: usize,
+) -> Result<(), EngineError> {
+    if ctx.raw {
+        for (_, tags, pts) in
+            raw_points(ctx.reader, measurement, field, None, ctx.from, ctx.to, 1.0)?
+        {
+            let key = workload(measurement, &tags);
+            for (ts, v) in pts {
+                let t = ctx.from + (ts - ctx.from).div_euclid(ctx.step_ns) * ctx.step_ns;
+                let done = out.entry(t).or_default().entry(key.clone()).or_default();
+                match &mut done[fi] {
+                    Done::Points(p) => p.push((ts, v)),
+                    agg => agg.add_agg(1, v, ts, ts),
+                }
+            }
+        }
+        return Ok(());
+    }
+    let c = collect(
+        ctx.reader,
+        ctx.plan,
+        measurement,
+        field,
+        &[],
+        ctx.from,
+        ctx.to,
+        ctx.step_ns,
+        Need::All,
+        ctx.now,
+    )?;
+    for (tags, steps) in c.sets {
+        let key = workload(measurement, &tags);
+        for (t, s) in steps.iter() {
+            let done = out.entry(t).or_default().entry(key.clone()).or_default();
+            done[fi].add_agg(s.acc.count, s.acc.sum, s.acc.first.0, s.acc.last.0);
+        }
+    }
+    Ok(())
 }
 
 /// Computes the energy of an inference query over steps of `step_ns` from `from` (aligned)
@@ -714,6 +785,7 @@ pub fn energy(
                         gpu_mj: gpu.mj.map(|g| g * gs[i]),
                         count: in_board[i].count,
                         gpu_count: in_gpu[i].count,
+                        tokens: in_board[i].tokens,
                     },
                 );
             }
@@ -819,6 +891,7 @@ mod tests {
             gpu_ms,
             wall_ms,
             count: count as f64,
+            tokens: 0.0,
         };
         assert_eq!(
             shares(&[w(30.0, 50.0, 3), w(10.0, 50.0, 1)]),
@@ -830,6 +903,12 @@ mod tests {
         );
         assert_eq!(shares(&[w(0.0, 0.0, 1), w(0.0, 0.0, 3)]), vec![0.25, 0.75]);
         assert_eq!(shares(&[w(0.0, 0.0, 0)]), vec![0.0]);
+        // Scraped LLM servers: tokens only.
+        let t = |tokens| Work {
+            tokens,
+            ..w(0.0, 0.0, 0)
+        };
+        assert_eq!(shares(&[t(300.0), t(100.0)]), vec![0.75, 0.25]);
     }
 
     #[test]
@@ -839,19 +918,26 @@ mod tests {
             gpu_mj: Some(400.0),
             count: 4.0,
             gpu_count: 4.0,
+            tokens: 0.0,
         };
         assert_eq!(a.per_inference(), (Some(250.0), Some(100.0), Some(4.0)));
+        // 1 J for 50 tokens: 50 tokens/J, 20 J per 1k tokens; no tokens, no figure.
+        let llm = ModelStep { tokens: 50.0, ..a };
+        assert_eq!(llm.per_token(), (Some(50.0), Some(20.0)));
+        assert_eq!(a.per_token(), (None, None));
         let unknown = ModelStep {
             board_mj: None,
             gpu_mj: None,
             count: 10.0,
             gpu_count: 10.0,
+            tokens: 0.0,
         };
         let no_gpu = ModelStep {
             board_mj: Some(500.0),
             gpu_mj: None,
             count: 5.0,
             gpu_count: 5.0,
+            tokens: 0.0,
         };
         assert_eq!(unknown.per_inference(), (None, None, None));
         let mut sum = ModelStep::default();
@@ -914,6 +1000,7 @@ mod tests {
             gpu_mj: None,
             count: w.count,
             gpu_count: 0.0,
+            tokens: 0.0,
         };
         assert_eq!(m.per_inference().0, Some(5_000.0));
         assert_eq!(work_within(&done, &[(0, 10 * S)]).count, 10.0);

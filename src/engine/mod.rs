@@ -12,8 +12,10 @@
 //! The files: [`request`] turns a user's words (times, step, agg names, group-by) into the
 //! typed queries of this module; `source.rs` picks the tier and reads it into steps;
 //! `steps.rs` holds the per-step accumulators and their values (`value`, `rates`);
-//! `inference.rs` derives the inference signals and the knee; `energy.rs` the energy per
-//! inference (power integrated per step, attributed to models); `config.rs` is `[inference]`.
+//! `inference.rs` derives the inference signals and the knee; `llm.rs` the LLM serving
+//! signals (TTFT, ITL, tokens per second and per joule, the prompt-length knee);
+//! `energy.rs` the energy per inference and per token (power integrated per step,
+//! attributed to models); `config.rs` is `[inference]`.
 //! Parsing a transport (an HTTP query string, command-line flags) is never done here: that
 //! belongs to `api::params` and the CLI, which both build these types.
 //!
@@ -36,12 +38,14 @@ use crate::store::{Reader, StoreError};
 pub mod config;
 pub mod energy;
 mod inference;
+mod llm;
 pub mod request;
 mod source;
 mod steps;
 
 pub use config::InferenceConfig;
 pub use inference::{inference, knee, ratio, InferenceQuery};
+pub use llm::{llm, prompt_curve, PromptBucket};
 pub use request::{parse_step, DEFAULT_LIMIT, DEFAULT_RANGE_NS};
 pub use source::{
     choose_source, collect, collect_window, need_of, Collected, Need, SeriesRef, Source,
