@@ -217,3 +217,118 @@ fn the_prompt_length_knee_and_scraped_intervals() {
     close(&s["requests_waiting"], 2.0);
     assert!(q.get("prompt_curve").is_none());
 }
+
+/// The overview's LLM section in a real headless Chromium (tests/web/llm.mjs): a card per
+/// model with the API's TTFT p99 and tokens per joule, the TTFT, ITL and tokens charts, and
+/// the prompt-length chart with its knee; an LLM-only device shows no empty inference box.
+#[test]
+fn the_llm_section_in_chromium() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert!(
+        root.join("tests/web/node_modules/playwright-core").exists(),
+        "run: npm install --no-save --prefix tests/web playwright-core@1"
+    );
+    assert!(
+        std::path::Path::new("/usr/bin/chromium").exists()
+            || std::env::var_os("CHROMIUM").is_some(),
+        "the UI test needs Debian's chromium (apt-get install chromium)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    // The last 10 minutes: a request every 2 s from `chat` with prompts that cross a knee,
+    // a vLLM server's scrape intervals, and 6 W of board power sampled every second.
+    let now = edgewatch::now_ns();
+    let t0 = now - 600 * S;
+    let mut body = String::new();
+    for i in 0..=600 {
+        body.push_str(&format!(
+            "jetson_power,rail=VDD_IN current_mw=6000,average_mw=6000 {}\n",
+            t0 + i * S
+        ));
+    }
+    for k in 0..300i64 {
+        let p = (128.0 * 2f64.powf((k % 24) as f64 / 4.0)).ceil();
+        let ttft = if p <= 2048.0 {
+            20.0 + 0.002 * p
+        } else {
+            24.096 + 0.04 * (p - 2048.0)
+        };
+        body.push_str(&request(
+            "chat",
+            t0 + k * 2 * S + S,
+            ttft,
+            &[25.0; 8],
+            p as u64,
+            true,
+        ));
+    }
+    for k in 0..40i64 {
+        body.push_str(&format!(
+            "llm,model=qwen,server=vllm,scrape=v ttft_p50_ms=40,ttft_p90_ms=70,ttft_p99_ms=90,itl_p50_ms=12,itl_p99_ms=30,requests=5,output_tokens=600 {}\n",
+            t0 + k * 15 * S
+        ));
+    }
+    write(&agent, &body);
+
+    // Kept beside the other UI screenshot (target/), for a person to look at.
+    let shot = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.ancestors().nth(3).map(|p| p.join("llm-screenshot.png")))
+        .unwrap_or_else(|| std::env::temp_dir().join("llm-screenshot.png"));
+    let out = std::process::Command::new("node")
+        .arg(root.join("tests/web/llm.mjs"))
+        .arg(agent.url(""))
+        .arg(&shot)
+        .output()
+        .expect("node (apt-get install nodejs)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "llm.mjs failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: J = serde_json::from_str(stdout.lines().last().unwrap_or("")).unwrap();
+    assert!(
+        r["failure"].is_null(),
+        "browser step failed: {}",
+        r["failure"]
+    );
+    assert_eq!(r["errors"], serde_json::json!([]), "console errors");
+    assert_eq!(r["headings"][0], "LLM", "{r}");
+    assert_eq!(r["emptyInference"], 0, "{r}");
+    // The cards show what the API answered.
+    let chat = &model(&r["api"], "chat", "app")["summary"];
+    let card = r["cards"]["chat/app"].as_str().unwrap();
+    let p99 = chat["ttft_ms"]["p99"].as_f64().unwrap();
+    assert!(
+        card.contains(&format!("{p99:.0} ms")) || card.contains(&format!("{p99:.1} ms")),
+        "{card} vs {p99}"
+    );
+    assert!(card.contains("tokens/J"), "{card}");
+    assert!(chat["tokens_per_joule"].as_f64().unwrap() > 0.0, "{chat}");
+    let qwen = r["cards"]["qwen/scrape"].as_str().unwrap();
+    assert!(qwen.contains("vllm") && qwen.contains("90.0 ms"), "{qwen}");
+    // Every chart has its series; the ITL chart the per-step points.
+    let charts = &r["charts"];
+    for id in [
+        "ttft-chat",
+        "itl-chat",
+        "llm-tokens",
+        "llm-tokens-per-joule",
+        "ttft-vllm-v-qwen",
+    ] {
+        assert!(
+            charts[id]["p99"].as_i64().unwrap_or(0) > 0
+                || charts[id].as_object().is_some_and(|o| !o.is_empty()),
+            "{id}: {charts}"
+        );
+    }
+    assert_eq!(charts["prompt-chat"]["p50"], 24, "{charts}");
+    // The knee the page marks is the API's, at the 2048-token bucket.
+    let knee = r["knee"][0].as_f64().unwrap();
+    let api_knee = model(&r["api"], "chat", "app")["prompt_curve"]["knee"]["prompt_tokens"]
+        .as_f64()
+        .unwrap();
+    assert_eq!(knee, api_knee);
+    assert!((knee - 2048.0).abs() < 1.0, "{knee}");
+}

@@ -37,6 +37,11 @@ pub const ASSETS: &[(&str, &str, &[u8])] = &[
         "text/javascript; charset=utf-8",
         include_bytes!("assets/alerts.js"),
     ),
+    (
+        "/assets/llm.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("assets/llm.js"),
+    ),
 ];
 
 /// The UI's Content-Security-Policy: scripts, styles, data and images from the agent only;

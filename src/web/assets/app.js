@@ -279,13 +279,17 @@ async function loadOverview() {
       .then((r) => (r.series || []).flatMap((x) => x.points.map((p) => ms(p[0]))).sort((a, b) => a - b))
       .catch(() => [])
     : Promise.resolve([]);
+  // LLM serving signals, when an app or a scrape preset wrote `llm` points.
+  const llmP = [...have].some((k) => k.startsWith('llm/'))
+    ? getJSON(`/api/v1/llm?${q}`).catch(() => null) : Promise.resolve(null);
   const res = await pool(jobs, 4);
   S.starts = await starts;
+  const llm = await llmP;
   if (gen !== S.gen) return;
   S.status = status;
   const to = ms(inf.to || Date.now() * 1e6);
   S.domain = [to - R.s * 1000, to];
-  renderOverview(inf, res, where, status);
+  renderOverview(inf, res, where, status, llm);
   renderMeta(status);
 }
 
@@ -305,7 +309,7 @@ function renderMeta(st) {
   banner.hidden = !text;
 }
 
-function renderOverview(inf, res, where, status) {
+function renderOverview(inf, res, where, status, llm) {
   const secs = $('#sections');
   secs.textContent = '';
   S.charts = [];
@@ -314,10 +318,11 @@ function renderOverview(inf, res, where, status) {
     .sort((a, b) => (b.summary.p99_p50 || 0) - (a.summary.p99_p50 || 0));
   const add = (grid, c) => { grid.append(c.panel); S.charts.push(c); };
 
-  // Inference: what the engineer came for.
-  secs.append(el('h2', {}, 'Inference'));
+  // Inference: what the engineer came for (an LLM-only device shows its LLM section alone).
+  const llmOnly = !models.length && llm && (llm.models || []).length;
+  if (!llmOnly) secs.append(el('h2', {}, 'Inference'));
   if (!models.length) {
-    secs.append(el('div', { class: 'empty', id: 'empty-inference' },
+    if (!llmOnly) secs.append(el('div', { class: 'empty', id: 'empty-inference' },
       el('p', {}, 'No inference data yet in this range. Report each request’s latency to the agent (InfluxDB line protocol, HTTP or UDP):'),
       el('pre', {}, `curl -XPOST 'http://${location.host}/write' --data-binary 'inference,model=yolov8n wall_ms=41.2,gpu_ms=30.5,batch_size=1i'\n` +
         `echo 'inference,model=yolov8n wall_ms=41.2,gpu_ms=30.5' | nc -u -w0 127.0.0.1 8089`),
@@ -365,6 +370,7 @@ function renderOverview(inf, res, where, status) {
     const energy = per('energy_mj_per_inference').filter((l) => l.pts.length);
     if (energy.length) add(grid, Chart({ id: 'energy', title: 'Energy per inference' + (inf.energy && inf.energy.lower_bound ? ' (lower bound)' : ''), unit: 'mJ', lines: energy }));
   }
+  renderLlm(secs, llm, add);
 
   // GPU, Jetson, thermal, host: only panels with data.
   const built = {};
