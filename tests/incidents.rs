@@ -56,12 +56,12 @@ fn stage_lines(now: i64, cause: Cause) -> String {
     let spike_from = now - 8 * MIN;
     let mut t = now - 80 * MIN;
     out.push_str(&format!(
-        "edgewatch_event,event=start,version=0.1.0 pid=100i {}\n",
+        "edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 pid=100i {}\n",
         now - 70 * MIN
     ));
     if cause == Cause::Restart {
         out.push_str(&format!(
-            "edgewatch_event,event=start,version=0.1.0 pid=200i {}\n",
+            "edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 pid=200i {}\n",
             now - 5 * MIN
         ));
     }

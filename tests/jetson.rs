@@ -151,14 +151,18 @@ fn identity_tags_status_power_mode_event_throttle_and_processes() {
     put(&root, "sys/class/hwmon/hwmon3/oc3_event_cnt", "3\n");
     put(&root, "var/lib/nvpmodel/status", "pmode:0000 fmode:quiet\n");
     let ev = wait_for(Duration::from_secs(10), || {
-        let e = stored_points(&agent, "measurement=edgewatch_event&tag.event=power_mode");
-        (e.len() >= 2).then_some(e)
+        let e = stored_points(&agent, "measurement=edgewatch_event&tag.kind=power_mode");
+        (e.len() >= 3).then_some(e)
     })
     .unwrap_or_else(|| panic!("no power_mode event:\n{}", agent.log_text()));
     let fields: Vec<(&str, &J)> = ev.iter().map(|e| (e.1.as_str(), &e.3)).collect();
     assert_eq!(
         fields,
-        vec![("from", &J::from("MAXN_SUPER")), ("to", &J::from("15W"))]
+        vec![
+            ("from", &J::from("MAXN_SUPER")),
+            ("message", &J::from("power_mode changed: MAXN_SUPER → 15W")),
+            ("to", &J::from("15W"))
+        ]
     );
     let capped = wait_for(Duration::from_secs(10), || {
         let p = stored_points(

@@ -247,7 +247,7 @@ fn a_busy_port_is_a_clear_startup_error() {
 }
 
 /// The agent's own health is stored as data (and so forwarded and rolled up like any
-/// sample), and every start leaves an `edgewatch_event,event=start` point: a restart shows up
+/// sample), and every start leaves an `edgewatch_event,kind=start` point: a restart shows up
 /// in the data next to the latency it may explain.
 #[test]
 fn own_health_is_stored_and_each_start_is_an_event() {
@@ -287,14 +287,13 @@ fn own_health_is_stored_and_each_start_is_an_event() {
     let events = wait_for(Duration::from_secs(10), || {
         let n = count(
             &agent,
-            "measurement=edgewatch_event&tag.event=start&field=pid",
+            "measurement=edgewatch_event&tag.kind=start&field=pid",
         );
         (n >= 2).then_some(n)
     });
     assert_eq!(events, Some(2), "{}", agent.log_text());
-    let (_, body) = get(&agent.url(
-        "/api/v1/query?measurement=edgewatch_event&tag.event=start&field=pid&from=-1h&to=now",
-    ))
+    let (_, body) = get(&agent
+        .url("/api/v1/query?measurement=edgewatch_event&tag.kind=start&field=pid&from=-1h&to=now"))
     .unwrap();
     assert!(body.contains(&first_pid.to_string()), "{body}");
     assert!(body.contains(&agent.pid().to_string()), "{body}");

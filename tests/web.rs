@@ -356,7 +356,7 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
     feed(
         &agent.url(""),
         &format!(
-            "edgewatch_event,event=start,version=0.1.0 pid=4242i {}\n",
+            "edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 pid=4242i {}\n",
             now - 12 * 60_000
         ),
         &[],

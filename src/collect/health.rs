@@ -1,7 +1,7 @@
 //! `[health]`: the agent's own health as data. Emits the `edgewatch_agent` and
 //! `edgewatch_event` measurements: every `[health] interval` one `edgewatch_agent` point
 //! (uptime, memory, CPU, ingest counters, queue, last commit, database size, forwarding
-//! backlog), and one `edgewatch_event,event=start` point when the agent starts. They go
+//! backlog), and one `edgewatch_event,kind=start` point when the agent starts. They go
 //! through the queue like any sample, so they are stored, rolled up and forwarded with the
 //! rest: the fleet sees in InfluxDB/Grafana when an agent restarted, fell behind or dropped
 //! data, next to the latency it explains. (`/metrics` exposes the same health natively and
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::collect::event::{Event, Severity};
 use crate::model::{series_key, Batch, Line, Value};
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
@@ -77,15 +78,16 @@ impl Own {
 
     /// The start event.
     pub fn start_event(&self, ts: i64) -> Line {
-        Line {
-            key: series_key(
-                "edgewatch_event",
-                &[("event", "start"), ("version", self.version)],
-            ),
-            fields: vec![("pid".into(), Value::I64(i64::from(std::process::id())))],
-            ts,
-            line_no: 0,
-        }
+        let pid = std::process::id();
+        Event::new(
+            "start",
+            Severity::Info,
+            "agent",
+            format!("agent {} started (pid {pid})", self.version),
+        )
+        .tag("version", self.version)
+        .field("pid", Value::I64(i64::from(pid)))
+        .line(ts)
     }
 
     /// One `edgewatch_agent` point.
@@ -222,7 +224,8 @@ mod tests {
         assert!(matches!(field(&second, "cpu_pct"), Some(Value::F64(p)) if p >= 0.0));
         let ev = own.start_event(5);
         assert!(
-            ev.key.starts_with("edgewatch_event,event=start,version="),
+            ev.key
+                .starts_with("edgewatch_event,kind=start,severity=info,source=agent,version="),
             "{}",
             ev.key
         );

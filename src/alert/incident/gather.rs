@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::snapshot::{Event, Process, Span};
+use crate::collect::event::KIND_TAGS;
 use crate::engine::{collect, EngineError, Need};
 use crate::model::Value;
 use crate::rollup::Plan;
@@ -207,20 +208,24 @@ impl Gather<'_> {
         // One event is one point: its fields are separate series at the same timestamp.
         let mut by_point: BTreeMap<(i64, String), Event> = BTreeMap::new();
         for s in res.series {
+            // The kind: `kind`, or `event` on points stored before it.
+            let kind = KIND_TAGS
+                .iter()
+                .find_map(|k| s.tags.get(*k))
+                .cloned()
+                .unwrap_or_default();
             for (ts, v) in s.points {
-                let e = by_point
-                    .entry((ts, s.tags.get("event").cloned().unwrap_or_default()))
-                    .or_insert_with(|| Event {
-                        at_ns: ts,
-                        event: s.tags.get("event").cloned().unwrap_or_default(),
-                        tags: s
-                            .tags
-                            .iter()
-                            .filter(|(k, _)| k.as_str() != "event")
-                            .map(|(k, v)| (k.clone(), v.clone()))
-                            .collect(),
-                        fields: BTreeMap::new(),
-                    });
+                let e = by_point.entry((ts, kind.clone())).or_insert_with(|| Event {
+                    at_ns: ts,
+                    event: kind.clone(),
+                    tags: s
+                        .tags
+                        .iter()
+                        .filter(|(k, _)| !KIND_TAGS.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    fields: BTreeMap::new(),
+                });
                 let text = match v {
                     Value::Str(s) => s,
                     other => match crate::store::bucket::numeric(&other) {

@@ -22,8 +22,10 @@ pub const MIN_SCORE: f64 = 1.0;
 pub const VERSION_SCORE: f64 = 5.0;
 /// An agent start or power-mode change inside the window.
 pub const EVENT_SCORE: f64 = 4.0;
-/// Any other `edgewatch_event` inside the window.
+/// Any other `edgewatch_event` inside the window (a `warning` one scores [`EVENT_SCORE`]).
 pub const OTHER_EVENT_SCORE: f64 = 3.0;
+/// A `critical` event inside the window (a fatal GPU error, an OOM kill).
+pub const CRITICAL_EVENT_SCORE: f64 = 6.0;
 /// Added to a thermal finding when a throttle reason became active in the window.
 pub const THROTTLE_SCORE: f64 = 3.0;
 
@@ -335,10 +337,18 @@ pub fn event_findings(events: &[Event]) -> Vec<Finding> {
                     (Some(f), Some(t)) => format!(": {f} → {t}"),
                     _ => String::new(),
                 };
-                (
-                    format!("{other} event in the window{times}{detail}"),
-                    OTHER_EVENT_SCORE,
-                )
+                // The event's own sentence when it has one; its severity ranks it.
+                let message = match last.fields.get("message").filter(|m| !m.is_empty()) {
+                    Some(m) if n == 1 => m.clone(),
+                    Some(m) => format!("{other} ×{n} in the window, last: {m}"),
+                    None => format!("{other} event in the window{times}{detail}"),
+                };
+                let score = match last.tags.get("severity").map(String::as_str) {
+                    Some("critical") => CRITICAL_EVENT_SCORE,
+                    Some("warning") => EVENT_SCORE,
+                    _ => OTHER_EVENT_SCORE,
+                };
+                (message, score)
             }
         };
         out.push(Finding {

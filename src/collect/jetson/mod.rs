@@ -4,7 +4,7 @@
 //! `nvpmodel -q` at most once a minute) and the jetson_clocks state (`identity.rs`);
 //! throttling as `jetson_throttle` points (`throttle.rs`); per-process GPU memory from the
 //! nvmap debugfs client list as `jetson_process` points (`nvmap.rs`). A power-mode or
-//! jetson_clocks change is an `edgewatch_event` point (`event=power_mode`,
+//! jetson_clocks change is an `edgewatch_event` point (`kind=power_mode`,
 //! `event=jetson_clocks`). The identity is also the tag set of every `jetson_*` point,
 //! the tegrastats collector's included ([`JetsonStatus::tag_batch`]), and the
 //! `collectors.jetson` object of `/api/v1/status`.
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{series_key, Batch, Line, Value};
+use crate::model::{Batch, Line, Value};
 use crate::queue::IngestHandle;
 use crate::stats::Stats;
 use crate::status::StatusCell;
@@ -328,20 +328,29 @@ impl JetsonCollector {
     }
 }
 
-/// The `edgewatch_event,event=<what>` point for a change from `from` to `to`.
+/// The `edgewatch_event,kind=<what>` point (source `jetson`) for a change from `from` to
+/// `to`.
 pub fn change_event(what: &str, from: Option<String>, to: Option<String>, ts: i64) -> Line {
-    Line {
-        key: series_key("edgewatch_event", &[("event", what)]),
-        fields: vec![
-            ("from".into(), Value::Str(from.unwrap_or_default())),
-            ("to".into(), Value::Str(to.unwrap_or_default())),
-        ],
-        ts,
-        line_no: 0,
-    }
+    let (from, to) = (from.unwrap_or_default(), to.unwrap_or_default());
+    let show = |s: &str| {
+        if s.is_empty() {
+            "?".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    crate::collect::event::Event::new(
+        what,
+        crate::collect::event::Severity::Info,
+        "jetson",
+        format!("{what} changed: {} → {}", show(&from), show(&to)),
+    )
+    .field("from", Value::Str(from))
+    .field("to", Value::Str(to))
+    .line(ts)
 }
 
-/// The `edgewatch_event,event=power_mode` point for a change from `old` to `new`.
+/// The `edgewatch_event,kind=power_mode` point for a change from `old` to `new`.
 pub fn power_mode_event(old: &Identity, new: &Identity, ts: i64) -> Line {
     change_event("power_mode", old.power_mode_tag(), new.power_mode_tag(), ts)
 }

@@ -238,7 +238,10 @@ fn throttle_from_a_capped_devfreq_and_a_staged_over_current_counter() {
     put(root, "var/lib/nvpmodel/status", "pmode:0000 fmode:quiet\n");
     let b = c.sample(2);
     let ev = &b.lines[0];
-    assert_eq!(ev.key, "edgewatch_event,event=power_mode");
+    assert_eq!(
+        ev.key,
+        "edgewatch_event,kind=power_mode,severity=info,source=jetson"
+    );
     assert_eq!(field(ev, "from"), Some(&Value::Str("MAXN_SUPER".into())));
     assert_eq!(field(ev, "to"), Some(&Value::Str("15W".into())));
     let l = &b.lines[1];
@@ -285,7 +288,10 @@ fn a_jetson_clocks_change_is_an_event() {
     );
     let b = c.sample(2);
     let ev = &b.lines[0];
-    assert_eq!(ev.key, "edgewatch_event,event=jetson_clocks");
+    assert_eq!(
+        ev.key,
+        "edgewatch_event,kind=jetson_clocks,severity=info,source=jetson"
+    );
     assert_eq!(
         (field(ev, "from"), field(ev, "to")),
         (

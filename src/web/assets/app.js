@@ -275,7 +275,7 @@ async function loadOverview() {
   }));
   // Agent (re)starts in the range: one point each (measurement edgewatch_event).
   const starts = have.has('edgewatch_event/pid')
-    ? getJSON(`/api/v1/query?measurement=edgewatch_event&tag.event=start&field=pid&from=-${S.range}`)
+    ? getJSON(`/api/v1/query?measurement=edgewatch_event&tag.kind=start&field=pid&from=-${S.range}`)
       .then((r) => (r.series || []).flatMap((x) => x.points.map((p) => ms(p[0]))).sort((a, b) => a - b))
       .catch(() => [])
     : Promise.resolve([]);
