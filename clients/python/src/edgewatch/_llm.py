@@ -165,13 +165,14 @@ class Generation:
         if times:
             ttft_ms = (times[0] - t0) / 1e6
             fields["ttft_ms"] = ttft_ms
-        counted = len(times) + sum(k - 1 for _, k in multi)
-        output = counted if self._reported is None else self._reported
-        fields["output_tokens"] = output
-        fields["tokens_counted"] = self._reported is None
-        rate = decode_rate(output, e2e_ms, ttft_ms)
-        if rate is not None:
-            fields["tokens_per_s"] = rate
+        reported = self._reported
+        if reported is None or reported >= 0:  # -1: the count is unknown, left out
+            output = len(times) + sum(k - 1 for _, k in multi) if reported is None else reported
+            fields["output_tokens"] = output
+            fields["tokens_counted"] = reported is None
+            rate = decode_rate(output, e2e_ms, ttft_ms)
+            if rate is not None:
+                fields["tokens_per_s"] = rate
         fields["ok"] = exc_type is None and not self._failed
         gaps = len(times) - 1 if len(times) > 1 else 0
         self._rec._submit_llm(
