@@ -95,7 +95,7 @@ def instrument(
         if create is None:
             continue
         create = getattr(create, _MARK, create)
-        if inspect.iscoroutinefunction(create):
+        if inspect.iscoroutinefunction(create) or type(res).__name__.startswith("Async"):
             wrapper: Any = _async_wrapper(create, opts)
         else:
             wrapper = _sync_wrapper(create, opts)
@@ -374,6 +374,8 @@ def _sync_wrapper(create: Any, opts: _Options) -> Any:
         except BaseException as e:
             _finish(gen, e)
             raise
+        if inspect.isawaitable(result):  # an async client not recognised as one
+            return _finish_async(result, gen, stream, added)
         if not stream:
             _record_response(gen, result)
             return result
@@ -393,16 +395,25 @@ def _async_wrapper(create: Any, opts: _Options) -> Any:
             log.warning("edgewatch: timing an OpenAI call failed: %r", e)
             return await create(*args, **kwargs)
         try:
-            result = await create(*args, **kwargs)
+            pending = create(*args, **kwargs)
         except BaseException as e:
             _finish(gen, e)
             raise
-        if not stream:
-            _record_response(gen, result)
-            return result
-        if not _is_stream(result, ("AsyncStream",)):
-            return result
-        return _AsyncStream(result, _Tracker(gen, added))
+        return await _finish_async(pending, gen, stream, added)
 
     return wrapper
+
+
+async def _finish_async(pending: Any, gen: Generation, stream: bool, added: bool) -> Any:
+    try:
+        result = await pending
+    except BaseException as e:
+        _finish(gen, e)
+        raise
+    if not stream:
+        _record_response(gen, result)
+        return result
+    if not _is_stream(result, ("AsyncStream",)):
+        return result
+    return _AsyncStream(result, _Tracker(gen, added))
 
