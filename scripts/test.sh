@@ -38,11 +38,15 @@ if ! python3 -c 'import influxdb, influxdb_client' >/dev/null 2>&1; then
 fi
 
 # The Python client's tests (clients/python): pytest, a real onnxruntime (CPU) with onnx to
-# build its model, and a real torch (PyPI's only Linux x86-64 build: about 3 GB of CUDA
-# wheels, installed once; the tests run it on the CPU).
+# build its model, a real torch (PyPI's only Linux x86-64 build: about 3 GB of CUDA
+# wheels, installed once; the tests run it on the CPU), the openai client and
+# transformers with its `serving` extras (`transformers serve`, an OpenAI-compatible
+# server, runs a tiny model the tests build). Checked by import name, installed by
+# PyPI name.
 need_pip=()
-for pkg in pytest onnx onnxruntime torch; do
-    python3 -c "import $pkg" >/dev/null 2>&1 || need_pip+=("$pkg")
+for spec in pytest onnx onnxruntime torch openai "fastapi:transformers[serving]" "uvicorn:transformers[serving]" "transformers:transformers[serving]"; do
+    mod="${spec%%:*}" pkg="${spec#*:}"
+    python3 -c "import $mod" >/dev/null 2>&1 || [[ " ${need_pip[*]} " == *" $pkg "* ]] || need_pip+=("$pkg")
 done
 if [ ${#need_pip[@]} -gt 0 ]; then
     echo "==> installing Python client test packages: ${need_pip[*]}"

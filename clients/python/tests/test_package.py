@@ -33,7 +33,8 @@ def test_wheel_has_no_dependencies_and_ships_py_typed(tmp_path: Path) -> None:
         names = set(z.namelist())
         meta = z.read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "edgewatch/py.typed" in names
-    assert {"edgewatch/torch.py", "edgewatch/onnxruntime.py", "edgewatch/__init__.py"} <= names
+    assert {"edgewatch/torch.py", "edgewatch/onnxruntime.py", "edgewatch/openai.py",
+            "edgewatch/transformers.py", "edgewatch/__init__.py"} <= names
     requires = [l for l in meta.splitlines() if l.startswith("Requires-Dist:")]
     assert all("extra ==" in l for l in requires), requires
     assert "Requires-Python: >=3.9" in meta
@@ -41,8 +42,8 @@ def test_wheel_has_no_dependencies_and_ships_py_typed(tmp_path: Path) -> None:
 
 def test_import_pulls_in_no_framework() -> None:
     code = (
-        "import sys, edgewatch, edgewatch.torch, edgewatch.onnxruntime\n"
-        "bad = [m for m in ('torch', 'onnxruntime', 'numpy') if m in sys.modules]\n"
+        "import sys, edgewatch, edgewatch.torch, edgewatch.onnxruntime, edgewatch.openai, edgewatch.transformers\n"
+        "bad = [m for m in ('torch', 'onnxruntime', 'numpy', 'openai', 'transformers', 'httpx') if m in sys.modules]\n"
         "assert not bad, bad\n"
         "print(edgewatch.__version__)\n"
     )

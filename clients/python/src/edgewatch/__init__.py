@@ -9,8 +9,13 @@ without slowing the model down.
         with t.gpu():
             y = model(x)
 
-Standard library only. The integrations ``edgewatch.torch`` and ``edgewatch.onnxruntime``
-are imported on first use and never import torch or onnxruntime themselves.
+    with rec.generate("llama-3-8b", prompt_tokens=41, server="vllm") as g:
+        for chunk in stream:
+            g.token()
+
+Standard library only. The integrations ``edgewatch.torch``, ``edgewatch.onnxruntime``,
+``edgewatch.openai`` and ``edgewatch.transformers`` are imported on first use and never
+import torch, onnxruntime, openai or transformers themselves.
 """
 
 from __future__ import annotations
@@ -20,25 +25,29 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from ._gpu import EventFactory, GpuEvent
+from ._llm import Generation
 from ._recorder import GpuSpan, Inference, Recorder, Stage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import onnxruntime, torch
+    from . import onnxruntime, openai, torch, transformers
 
 __version__ = "0.1.0"
 __all__ = [
     "Recorder",
     "Inference",
     "Stage",
+    "Generation",
     "GpuSpan",
     "GpuEvent",
     "EventFactory",
     "torch",
     "onnxruntime",
+    "openai",
+    "transformers",
     "__version__",
 ]
 
-_LAZY = ("torch", "onnxruntime")
+_LAZY = ("torch", "onnxruntime", "openai", "transformers")
 
 
 def __getattr__(name: str) -> ModuleType:

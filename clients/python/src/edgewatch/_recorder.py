@@ -17,10 +17,11 @@ from types import TracebackType
 from typing import Dict, List, Mapping, Optional, Tuple, Type, Union
 
 from ._gpu import EventFactory, GpuClock, Span
+from ._llm import LLM, Generation, _new_generation
 from ._sender import Pipeline, TagPairs
 from ._transport import HttpTransport, UdpTransport, parse_url
 
-__all__ = ["Recorder", "Inference", "Stage", "GpuSpan"]
+__all__ = ["Recorder", "Inference", "Stage", "GpuSpan", "Generation"]
 
 _perf_ns = time.perf_counter_ns
 _time_ns = time.time_ns
@@ -260,6 +261,7 @@ class Recorder:
         self._wake = self._pipeline.wake
         self._wake_at = self._pipeline.wake_at
         self._tag_cache: Dict[Tuple[str, Optional[str], Optional[str]], TagPairs] = {}
+        self._llm_tag_cache: Dict[Tuple[str, Optional[str], Optional[str], Optional[str]], TagPairs] = {}
         self._closed = False
         self._close_lock = threading.Lock()
         # At interpreter exit (or if the recorder is dropped unclosed) what is queued is
@@ -305,6 +307,51 @@ class Recorder:
         inf._t0 = 0
         inf._done = False
         return inf
+
+    def generate(
+        self,
+        model: str,
+        prompt_tokens: Optional[int] = None,
+        *,
+        server: Optional[str] = None,
+        model_version: Optional[str] = None,
+        stage: Optional[str] = None,
+        tags: Optional[Mapping[str, str]] = None,
+        queue_ms: Optional[float] = None,
+    ) -> Generation:
+        """Times one LLM request of ``model`` as an ``llm`` point: ``with
+        rec.generate("llama-3-8b", prompt_tokens=41, server="vllm") as g:`` then
+        ``g.token()`` as each token (or chunk: ``g.token(n)``) arrives. The points are
+        sent when the block ends."""
+        fields: Dict[str, object] = {}
+        if prompt_tokens is not None:
+            fields["prompt_tokens"] = int(prompt_tokens)
+        if queue_ms is not None:
+            fields["queue_ms"] = float(queue_ms)
+        extra: Optional[Dict[str, str]] = None
+        if server is not None or tags:
+            extra = {"server": str(server)} if server is not None else {}
+            if tags:
+                extra.update(tags)
+        key = (model, model_version, stage, server)
+        pairs = None if tags else self._llm_tag_cache.get(key)
+        if pairs is None:
+            pairs = _tag_pairs(model, model_version, stage, extra)
+            if not tags and len(self._llm_tag_cache) < _TAG_CACHE_MAX:
+                self._llm_tag_cache[key] = pairs
+        gen = _new_generation(Generation)
+        gen._rec = self
+        gen._tags = pairs
+        gen.fields = fields
+        gen._t0 = 0
+        gen._times = []
+        gen._multi = []
+        gen._end = 0
+        gen._n_at_end = -1
+        gen._reported = None
+        gen._failed = False
+        gen._exited = False
+        return gen
 
     def record(
         self,
@@ -376,6 +423,25 @@ class Recorder:
             self._pipeline.count_drop()
             return False
         queue.append((measurement, tags, fields, ts, spans))
+        if len(queue) >= self._wake_at and not self._wake.is_set():
+            self._wake.set()
+        return True
+
+    def _submit_llm(
+        self,
+        tags: TagPairs,
+        fields: Dict[str, object],
+        ts: int,
+        readings: Optional[Tuple[object, ...]],
+        points: int,
+    ) -> bool:
+        """One ``llm`` request: its point and, from ``readings``, its ``points - 1``
+        ``itl_ms`` points, as one queue item (dropped and counted together)."""
+        queue = self._queue
+        if self._closed or len(queue) >= self._capacity:
+            self._pipeline.count_drop(points)
+            return False
+        queue.append((LLM, tags, fields, ts, None, readings))
         if len(queue) >= self._wake_at and not self._wake.is_set():
             self._wake.set()
         return True

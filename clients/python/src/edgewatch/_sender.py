@@ -19,9 +19,9 @@ import threading
 import time
 import weakref
 from collections import deque
-from typing import Deque, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Deque, Dict, List, Mapping, Optional, Tuple, Union
 
-from . import _line
+from . import _line, _llm
 from ._gpu import GpuClock, Span
 from ._retry import DROP, PARTIAL, RETRY, SENT, SPLIT, backoff_delay, decide
 from ._transport import HttpTransport, UdpTransport
@@ -29,8 +29,11 @@ from ._transport import HttpTransport, UdpTransport
 log = logging.getLogger("edgewatch")
 
 TagPairs = Tuple[Tuple[str, str], ...]
-# measurement, per-point tags, fields, timestamp (ns), GPU spans to resolve (or None)
-Item = Tuple[str, TagPairs, Dict[str, object], int, Optional[List[Span]]]
+# measurement, per-point tags, fields, timestamp (ns), GPU spans to resolve (or None);
+# an ``llm`` request's item has a sixth element: its token readings (perf_counter_ns), the
+# readings of several tokens and the request's end (perf_counter_ns), from which the sender
+# writes one ``itl_ms`` line per gap (``_llm.itl_points``).
+Item = Tuple[Any, ...]
 
 _WARN_EVERY_S = 60.0
 _TAG_CACHE_MAX = 4096
@@ -38,6 +41,8 @@ _TAG_CACHE_MAX = 4096
 # application's thread never waits for it longer than that: Python would otherwise let a
 # busy sender keep the GIL for a whole switch interval (5 ms) before handing it over.
 _YIELD_EVERY = 16
+# The same for an ``llm`` request's ``itl_ms`` lines, which cost about a fifth as much.
+_YIELD_GAPS = 64
 # After a 413 the HTTP batch stays at the size that was last accepted for this long (since
 # the last 413), then doubles with each accepted batch back to ``batch_points``: a limit
 # that lasts costs one refused body per period, one that went away (a proxy reconfigured,
@@ -263,10 +268,13 @@ class Pipeline:
         return text
 
     def _encode(self, item: Item, gpu_ms: Optional[float]) -> None:
-        measurement, tags, fields, ts, _ = item
+        measurement, tags, fields, ts = item[0], item[1], item[2], item[3]
         if gpu_ms is not None:
             fields["gpu_ms"] = gpu_ms
-        line = _line.encode_line(measurement, self._tag_text(tags), fields, ts, self._divisor)
+        tag_text = self._tag_text(tags)
+        if len(item) > 5 and item[5] is not None:
+            ts = self._encode_gaps(measurement, tag_text, item[5], ts)
+        line = _line.encode_line(measurement, tag_text, fields, ts, self._divisor)
         self._encoded += 1
         if self._encoded % _YIELD_EVERY == 0:
             time.sleep(0)  # releases the GIL: a waiting application thread runs now
@@ -275,6 +283,25 @@ class Pipeline:
             self._warn("empty", f"edgewatch: a {measurement} point had no field to write; dropped")
             return
         self._ready.append(line)
+
+    def _encode_gaps(self, measurement: str, tag_text: str, readings: Tuple[Any, ...], ts: int) -> int:
+        """The ``itl_ms`` lines of one ``llm`` request (into the ready lines), their
+        timestamps strictly increasing in the written precision (a tie moves one unit
+        on); returns the request point's timestamp, moved after the last gap's if needed."""
+        times, multi, perf_end = readings
+        head = _line.escape_measurement(measurement) + tag_text + " itl_ms="
+        divisor = self._divisor
+        ready = self._ready
+        last = -1
+        for count, (at, value) in enumerate(_llm.itl_points(times, multi, perf_end, ts), 1):
+            unit = at // divisor
+            if unit <= last:
+                unit = last + 1
+            ready.append(f"{head}{value!r} {unit}")
+            last = unit
+            if count % _YIELD_GAPS == 0:
+                time.sleep(0)  # as in _encode: the application's thread waits no longer
+        return ts if ts // divisor > last else (last + 1) * divisor
 
     def _send(self, now: float, deadline: Optional[float]) -> None:
         if not self._ready:
