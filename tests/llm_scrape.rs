@@ -146,8 +146,9 @@ fn quantile_ms(q: f64, obs: &[f64]) -> Option<f64> {
     Some(BOUNDS[BOUNDS.len() - 1] * 1000.0)
 }
 
-/// A field's points of one target: (ns, value), oldest first.
-fn series(agent: &Agent, scrape: &str, field: &str) -> Vec<(i64, f64)> {
+/// A field's points of one target up to `until` (ns, inclusive; the agent goes on
+/// scraping while the test reads): (ns, value), oldest first.
+fn series(agent: &Agent, scrape: &str, field: &str, until: i64) -> Vec<(i64, f64)> {
     let v = query(
         agent,
         &format!("measurement=llm&field={field}&tag.scrape={scrape}"),
@@ -160,11 +161,12 @@ fn series(agent: &Agent, scrape: &str, field: &str) -> Vec<(i64, f64)> {
         .unwrap_or_default()
         .iter()
         .map(|p| (p[0].as_i64().unwrap(), p[1].as_f64().unwrap()))
+        .filter(|p| p.0 <= until)
         .collect()
 }
 
-fn values(agent: &Agent, scrape: &str, field: &str) -> Vec<f64> {
-    series(agent, scrape, field)
+fn values(agent: &Agent, scrape: &str, field: &str, until: i64) -> Vec<f64> {
+    series(agent, scrape, field, until)
         .into_iter()
         .map(|p| p.1)
         .collect()
@@ -296,7 +298,7 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
         ("/vllm", Reply::Pages(pages, "text/plain; version=0.0.4")),
         ("/llama", Reply::Pages(llama, "text/plain; version=0.0.4")),
     ]);
-    let fast = "interval = \"300ms\"\ntimeout = \"300ms\"\ntags = { role = \"llm\" }";
+    let fast = "interval = \"400ms\"\ntimeout = \"400ms\"\ntags = { role = \"llm\" }";
     let mut cfg = target(
         "vllm",
         &server.url("/vllm"),
@@ -318,7 +320,7 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     );
     // Every scrape wrote a point: at least the pages plus one repeat of the last.
     let ts = wait_for(Duration::from_secs(5), || {
-        let t = series(&agent, "vllm", "requests_running");
+        let t = series(&agent, "vllm", "requests_running", i64::MAX);
         (t.len() >= 6).then_some(t)
     })
     .unwrap_or_else(|| panic!("llm points missing:\n{}", agent.log_text()));
@@ -330,8 +332,16 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     assert_eq!(tags["model"], MODEL, "{v}");
     assert_eq!(tags["server"], "vllm");
     assert_eq!(tags["role"], "llm");
+    for name in ["vllm", "llama"] {
+        let s = scrape_status(&agent, name);
+        assert_eq!(
+            s["failures"], 0,
+            "a failed scrape merges two pages into one interval: {s}"
+        );
+    }
     let n = ts.len();
     let repeats = n - 5;
+    let until = ts[n - 1].0;
 
     // Gauges: every point, the first scrape's too.
     let mut want: Vec<f64> = gauges.iter().map(|g| g.running as f64).collect();
@@ -345,14 +355,14 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     want.extend(std::iter::repeat(s4.kv).take(repeats));
     close_all(
         "kv_cache_usage",
-        &values(&agent, "vllm", "kv_cache_usage"),
+        &values(&agent, "vllm", "kv_cache_usage", until),
         &want,
     );
     let mut want: Vec<f64> = gauges.iter().map(|g| g.waiting as f64).collect();
     want.extend(std::iter::repeat(s4.waiting as f64).take(repeats));
     close_all(
         "requests_waiting",
-        &values(&agent, "vllm", "requests_waiting"),
+        &values(&agent, "vllm", "requests_waiting", until),
         &want,
     );
 
@@ -362,7 +372,11 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
         v
     };
     let want = idle(intervals.iter().map(|b| b.e2e.len() as f64).collect());
-    close_all("requests", &values(&agent, "vllm", "requests"), &want);
+    close_all(
+        "requests",
+        &values(&agent, "vllm", "requests", until),
+        &want,
+    );
     let want = idle(
         intervals
             .iter()
@@ -371,13 +385,13 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     );
     close_all(
         "output_tokens",
-        &values(&agent, "vllm", "output_tokens"),
+        &values(&agent, "vllm", "output_tokens", until),
         &want,
     );
     let want = idle(intervals.iter().map(|b| b.prompt_tokens as f64).collect());
     close_all(
         "prompt_tokens",
-        &values(&agent, "vllm", "prompt_tokens"),
+        &values(&agent, "vllm", "prompt_tokens", until),
         &want,
     );
     // Rates: the delta over the time between this point and the previous one.
@@ -395,7 +409,7 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     ));
     close_all(
         "output_tokens_per_s",
-        &values(&agent, "vllm", "output_tokens_per_s"),
+        &values(&agent, "vllm", "output_tokens_per_s", until),
         &want,
     );
     let want = rate(idle(
@@ -403,7 +417,7 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     ));
     close_all(
         "prompt_tokens_per_s",
-        &values(&agent, "vllm", "prompt_tokens_per_s"),
+        &values(&agent, "vllm", "prompt_tokens_per_s", until),
         &want,
     );
 
@@ -417,7 +431,7 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
         for (q, p) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99")] {
             let want: Vec<f64> = obs.iter().filter_map(|o| quantile_ms(q, o)).collect();
             let field = format!("{stage}_{p}_ms");
-            close_all(&field, &values(&agent, "vllm", &field), &want);
+            close_all(&field, &values(&agent, "vllm", &field, until), &want);
         }
         if stage == "ttft" || stage == "e2e" {
             let want: Vec<f64> = obs
@@ -426,13 +440,13 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
                 .map(|o| o.iter().sum::<f64>() / o.len() as f64 * 1000.0)
                 .collect();
             let field = format!("{stage}_mean_ms");
-            close_all(&field, &values(&agent, "vllm", &field), &want);
+            close_all(&field, &values(&agent, "vllm", &field, until), &want);
         }
     }
     // The rule's cases, spelled out for interval b: ranks 9 and 9.9 of 10 lie above 2.5 s.
-    assert_eq!(values(&agent, "vllm", "ttft_p99_ms")[1], 2500.0);
+    assert_eq!(values(&agent, "vllm", "ttft_p99_ms", until)[1], 2500.0);
     // The queue histogram had no observation in interval b: no field for it.
-    assert_eq!(values(&agent, "vllm", "queue_p50_ms").len(), 3);
+    assert_eq!(values(&agent, "vllm", "queue_p50_ms", until).len(), 3);
 
     // llama.cpp: no model label, the configured one.
     let v = query(
@@ -444,8 +458,9 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
         "{v}"
     );
     assert_eq!(v["series"][0]["tags"]["server"], "llamacpp");
-    let lts = series(&agent, "llama", "kv_cache_tokens");
+    let lts = series(&agent, "llama", "kv_cache_tokens", i64::MAX);
     assert!(lts.len() >= 5, "{lts:?}");
+    let until_l = lts[lts.len() - 1].0;
     let repeats = lts.len() - 4;
     let idle = |mut v: Vec<f64>| {
         v.extend(std::iter::repeat(0.0).take(repeats));
@@ -462,33 +477,33 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     want.extend(std::iter::repeat(0.15).take(repeats));
     close_all(
         "kv_cache_usage",
-        &values(&agent, "llama", "kv_cache_usage"),
+        &values(&agent, "llama", "kv_cache_usage", until_l),
         &want,
     );
     let mut want = vec![1.0, 2.0, 1.0, 2.0];
     want.extend(std::iter::repeat(2.0).take(repeats));
     close_all(
         "requests_processing",
-        &values(&agent, "llama", "requests_processing"),
+        &values(&agent, "llama", "requests_processing", until_l),
         &want,
     );
     let mut want = vec![0.0, 1.0, 0.0, 2.0];
     want.extend(std::iter::repeat(2.0).take(repeats));
     close_all(
         "requests_deferred",
-        &values(&agent, "llama", "requests_deferred"),
+        &values(&agent, "llama", "requests_deferred", until_l),
         &want,
     );
     let prompt = idle(vec![600.0, 120.0, 180.0]);
     close_all(
         "prompt_tokens",
-        &values(&agent, "llama", "prompt_tokens"),
+        &values(&agent, "llama", "prompt_tokens", until_l),
         &prompt,
     );
     let predicted = idle(vec![500.0, 64.0, 150.0]);
     close_all(
         "output_tokens",
-        &values(&agent, "llama", "output_tokens"),
+        &values(&agent, "llama", "output_tokens", until_l),
         &predicted,
     );
     let secs: Vec<f64> = lts
@@ -498,18 +513,18 @@ fn vllm_and_llamacpp_pages_become_llm_points_equal_to_the_bucket_math() {
     let per_s = |v: &[f64]| -> Vec<f64> { v.iter().zip(&secs).map(|(t, s)| t / s).collect() };
     close_all(
         "output_tokens_per_s",
-        &values(&agent, "llama", "output_tokens_per_s"),
+        &values(&agent, "llama", "output_tokens_per_s", until_l),
         &per_s(&predicted),
     );
     close_all(
         "prompt_tokens_per_s",
-        &values(&agent, "llama", "prompt_tokens_per_s"),
+        &values(&agent, "llama", "prompt_tokens_per_s", until_l),
         &per_s(&prompt),
     );
     // The server's own decode speed, only where it decoded: 500 / 10, 64 / 0.8, 150 / 2.5.
     close_all(
         "decode_tokens_per_s",
-        &values(&agent, "llama", "decode_tokens_per_s"),
+        &values(&agent, "llama", "decode_tokens_per_s", until_l),
         &[50.0, 80.0, 60.0],
     );
 
@@ -586,21 +601,21 @@ fn a_malformed_family_is_reported_and_nothing_else_is_lost() {
     // The interval before the bad page keeps its TTFT percentiles; the bad pages give none.
     close_all(
         "ttft_p50_ms",
-        &values(&agent, "broken", "ttft_p50_ms"),
+        &values(&agent, "broken", "ttft_p50_ms", i64::MAX),
         &[quantile_ms(0.5, &good.ttft).unwrap()],
     );
     // Everything else of the bad page's interval is written: e2e, counters, gauges.
-    let e2e = values(&agent, "broken", "e2e_p50_ms");
+    let e2e = values(&agent, "broken", "e2e_p50_ms", i64::MAX);
     assert_eq!(e2e.len(), 2, "{e2e:?}");
     close_all(
         "e2e_p50_ms",
         &e2e,
         &[quantile_ms(0.5, &good.e2e).unwrap(); 2],
     );
-    let running = values(&agent, "broken", "requests_running");
+    let running = values(&agent, "broken", "requests_running", i64::MAX);
     assert_eq!(&running[..3], [1.0, 2.0, 7.0]);
     assert_eq!(
-        &values(&agent, "broken", "output_tokens")[..2],
+        &values(&agent, "broken", "output_tokens", i64::MAX)[..2],
         [100.0, 100.0]
     );
     // And the bad page's samples are stored like any page's.
