@@ -16,7 +16,7 @@ use crate::support::*;
 
 /// What the local server answers on one path.
 #[derive(Clone)]
-enum Reply {
+pub(crate) enum Reply {
     /// These pages in turn, the last one repeated.
     Pages(Vec<String>, &'static str),
     /// A page after a delay.
@@ -29,13 +29,13 @@ enum Reply {
 
 /// A tiny HTTP/1.1 server on 127.0.0.1 (one thread per connection) serving [`Reply`]s by
 /// path and counting requests per path.
-struct Server {
+pub(crate) struct Server {
     port: u16,
     hits: Arc<Mutex<HashMap<String, usize>>>,
 }
 
 impl Server {
-    fn start(routes: Vec<(&'static str, Reply)>) -> Server {
+    pub(crate) fn start(routes: Vec<(&'static str, Reply)>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let routes: Arc<HashMap<String, Reply>> = Arc::new(
@@ -91,27 +91,27 @@ impl Server {
         Server { port, hits }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    fn hits(&self, path: &str) -> usize {
+    pub(crate) fn hits(&self, path: &str) -> usize {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 }
 
-fn target(name: &str, url: &str, extra: &str) -> String {
+pub(crate) fn target(name: &str, url: &str, extra: &str) -> String {
     format!("\n[[scrape]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
 }
 
-fn query(agent: &Agent, q: &str) -> Value {
+pub(crate) fn query(agent: &Agent, q: &str) -> Value {
     let (code, body) =
         get(&agent.url(&format!("/api/v1/query?from=0&to=4000000000000000000&{q}"))).unwrap();
     assert_eq!(code, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
 
-fn scrape_status(agent: &Agent, name: &str) -> Value {
+pub(crate) fn scrape_status(agent: &Agent, name: &str) -> Value {
     agent.status()["collectors"]["scrape"]
         .as_array()
         .unwrap()

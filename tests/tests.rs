@@ -43,6 +43,9 @@ mod ingest;
 mod jetson;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
+/// `[[scrape]] preset = "vllm"` / `"llamacpp"`: served LLM-server pages become `llm` points
+/// equal to the bucket math done here; restarts, malformed families, `check-config`.
+mod llm_scrape;
 /// Memory at high cardinality: peak over steady RSS across scrapes, listings and queries;
 /// the paged series listing; the query answer bound; /metrics across a restart.
 mod memory;

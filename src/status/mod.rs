@@ -380,6 +380,16 @@ pub struct ScrapeTarget {
     pub non_finite: u64,
     /// `triton` points written, all scrapes.
     pub triton_points: u64,
+    /// `llm` points written (targets with a `preset`), all scrapes.
+    #[serde(default)]
+    pub llm_points: u64,
+    /// Preset families left out of an `llm` point as malformed (no `+Inf` bucket, buckets
+    /// not cumulative, a wrong declared type, ...), all scrapes.
+    #[serde(default)]
+    pub preset_errors: u64,
+    /// The last such problem (family, model and what is wrong).
+    #[serde(default)]
+    pub last_preset_error: Option<String>,
 }
 
 /// The NVML collector.

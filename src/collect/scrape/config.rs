@@ -41,6 +41,14 @@ pub struct ScrapeConfig {
     /// A body larger than this is refused (the scrape counts as failed).
     #[serde(default = "default_max_body")]
     pub max_body_bytes: u64,
+    /// `vllm` or `llamacpp`: also write one `llm` point per model per interval (see
+    /// [`super::llm`]). Unset: only the samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// The `model` tag of the `llm` points when the page names no model (llama.cpp never
+    /// does). Unset: the target's `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 fn default_interval() -> Interval {
@@ -67,6 +75,8 @@ impl ScrapeConfig {
             bearer_token: Secret::default(),
             tags: BTreeMap::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            preset: None,
+            model: None,
         }
     }
 
@@ -161,6 +171,19 @@ pub fn validate_all(targets: &[ScrapeConfig]) -> Result<(), String> {
                 return Err(format!("{which}: an empty glob in include/exclude"));
             }
         }
+        if let Some(p) = &t.preset {
+            if super::llm::Preset::from_name(p).is_none() {
+                return Err(format!(
+                    "{which}: preset {p:?} is not known; use one of {} (or leave `preset` out)",
+                    super::llm::Preset::ALLOWED
+                ));
+            }
+        }
+        if t.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(format!(
+                "{which}: `model` must not be empty (leave it out to use the target's name)"
+            ));
+        }
     }
     Ok(())
 }
@@ -225,6 +248,20 @@ mod tests {
                 },
                 "the tag `scrape` is set by the agent",
             ),
+            (
+                ScrapeConfig {
+                    preset: Some("tgi".into()),
+                    ..ScrapeConfig::new("b", "http://x/")
+                },
+                "[[scrape]] \"b\": preset \"tgi\" is not known; use one of \"vllm\", \"llamacpp\"",
+            ),
+            (
+                ScrapeConfig {
+                    model: Some(" ".into()),
+                    ..ScrapeConfig::new("b", "http://x/")
+                },
+                "`model` must not be empty",
+            ),
         ];
         for (c, want) in cases {
             let e = validate_all(&[c]).unwrap_err();
@@ -271,5 +308,13 @@ mod tests {
         assert_eq!(t.tags["role"], "server");
         assert_eq!(t.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         assert!(toml::from_str::<ScrapeConfig>("name=\"a\"\nurl=\"http://x/\"\nbogus=1").is_err());
+        let t: ScrapeConfig = toml::from_str(
+            "name = \"llm\"\nurl = \"http://127.0.0.1:8080/metrics\"\npreset = \"llamacpp\"\n\
+             model = \"qwen2.5-1.5b-q4\"\n",
+        )
+        .unwrap();
+        assert_eq!(t.preset.as_deref(), Some("llamacpp"));
+        assert_eq!(t.model.as_deref(), Some("qwen2.5-1.5b-q4"));
+        assert_eq!(validate_all(&[t]), Ok(()));
     }
 }

@@ -2,7 +2,8 @@
 //! `:8002/metrics`, node_exporter, DeepStream, vLLM, ...) every `interval` and submits
 //! their samples like any collector, in the shape Telegraf's `prometheus` input writes with
 //! `metric_version = 2` (`shape`), plus a `triton` point per model and version per interval
-//! when the page carries Triton's `nv_inference_*` counters (`triton`).
+//! when the page carries Triton's `nv_inference_*` counters (`triton`), and with `preset =
+//! "vllm"` or `"llamacpp"` an `llm` point per model per interval (`llm`).
 //!
 //! One task per `[[scrape]]` target, so a slow or dead target never delays another; each
 //! awaits its own scrape before the next tick (at most one in flight per target; missed
@@ -18,10 +19,12 @@
 //! once per change of error, and never sends the bearer token anywhere but its own URL.
 //!
 //! Layout: `config` (`[[scrape]]`), `parse` (the text formats; pure), `shape` (samples ->
-//! points; pure), `triton` (counters -> per-interval latency; pure), `status`; this file
+//! points; pure), `triton` (counters -> per-interval latency; pure), `llm` (vLLM and
+//! llama.cpp counters and histograms -> per-interval `llm` points; pure), `status`; this file
 //! holds the IO shell.
 
 pub(crate) mod config;
+pub mod llm;
 pub mod parse;
 pub mod shape;
 mod status;
@@ -113,6 +116,8 @@ struct Outcome {
     first_bad: Option<String>,
     non_finite: u64,
     triton_points: u64,
+    llm_points: u64,
+    preset_problems: Vec<String>,
     batches: Vec<Batch>,
 }
 
@@ -121,6 +126,7 @@ fn scrape_once(
     agent: &ureq::Agent,
     cfg: &ScrapeConfig,
     triton: &mut triton::Triton,
+    llm: Option<&mut llm::Llm>,
     now: i64,
 ) -> Result<Outcome, ScrapeError> {
     let page = fetch(agent, cfg)?;
@@ -128,15 +134,22 @@ fn scrape_once(
     let shaped = shape::to_lines(&parsed, cfg, now);
     let mut lines = shaped.lines;
     let mut triton_points = 0;
+    let extra: Vec<(&str, &str)> = cfg
+        .tags
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
     if triton::Triton::applies(&parsed.samples) {
-        let extra: Vec<(&str, &str)> = cfg
-            .tags
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
         let t = triton.update(&parsed.samples, now, &cfg.name, &extra);
         triton_points = t.len() as u64;
         lines.extend(t);
+    }
+    let (mut llm_points, mut preset_problems) = (0, Vec::new());
+    if let Some(llm) = llm {
+        let u = llm.update(&parsed, now, &cfg.name, &extra);
+        llm_points = u.lines.len() as u64;
+        preset_problems = u.problems;
+        lines.extend(u.lines);
     }
     let mut batches = Vec::new();
     while !lines.is_empty() {
@@ -152,6 +165,8 @@ fn scrape_once(
         first_bad: parsed.first_error,
         non_finite: shaped.non_finite,
         triton_points,
+        llm_points,
+        preset_problems,
         batches,
     })
 }
@@ -199,15 +214,18 @@ async fn run_target(
     let cfg = Arc::new(cfg);
     let mut ticker = crate::periodic::Ticker::new(cfg.interval.0);
     let mut triton = triton::Triton::default();
+    let mut llm = llm::Llm::for_target(&cfg);
     let mut logged: Option<String> = None;
+    let mut logged_preset: Option<String> = None;
     tracing::info!(target = %cfg.name, url = %display_url(&cfg.url), "scraping");
     while ticker.next(&shutdown).await.is_some() {
         let now = crate::now_ns();
         let started = Instant::now();
         let (a, c, mut t) = (agent.clone(), cfg.clone(), std::mem::take(&mut triton));
+        let mut l = llm.take();
         let job = tokio::task::spawn_blocking(move || {
-            let r = scrape_once(&a, &c, &mut t, now);
-            (r, t)
+            let r = scrape_once(&a, &c, &mut t, l.as_mut(), now);
+            (r, t, l)
         });
         // Cancelling this wait loses nothing but the page in flight (the thread ends
         // within `timeout`); it holds no producer handle.
@@ -218,8 +236,9 @@ async fn run_target(
         };
         let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
         let result = match joined {
-            Ok((r, t)) => {
+            Ok((r, t, l)) => {
                 triton = t;
+                llm = l;
                 r
             }
             Err(e) => Err(ScrapeError::Transport(format!("scrape task failed: {e}"))),
@@ -232,6 +251,13 @@ async fn run_target(
                 if logged.take().is_some() {
                     tracing::info!(target = %cfg.name, "scrape target is up again");
                 }
+                let problem = out.preset_problems.first().cloned();
+                if problem.is_some() && problem != logged_preset {
+                    tracing::warn!(target = %cfg.name, problem = problem.as_deref().unwrap_or(""),
+                        more = out.preset_problems.len() - 1,
+                        "preset metrics left out (logged once until it changes)");
+                }
+                logged_preset = problem;
                 status.update(i, |s| {
                     s.up = true;
                     s.scrapes += 1;
@@ -246,6 +272,11 @@ async fn run_target(
                     }
                     s.non_finite += out.non_finite;
                     s.triton_points += out.triton_points;
+                    s.llm_points += out.llm_points;
+                    s.preset_errors += out.preset_problems.len() as u64;
+                    if let Some(p) = out.preset_problems.last() {
+                        s.last_preset_error = Some(p.clone());
+                    }
                 });
             }
             Err(e) => {

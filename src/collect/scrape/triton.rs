@@ -99,7 +99,7 @@ fn quantile_name(q: &str) -> Option<String> {
 }
 
 /// A bucket's `le` label: a number or `+Inf`.
-fn bound(le: &str) -> Option<f64> {
+pub(super) fn bound(le: &str) -> Option<f64> {
     match le.trim() {
         "+Inf" | "Inf" | "inf" | "+inf" => Some(f64::INFINITY),
         v => v.parse().ok().filter(|v: &f64| v.is_finite()),
