@@ -225,6 +225,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         handle: handle.clone(),
         db_path: db_path.clone(),
         forward: api_ctx.forward.clone(),
+        tegrastats: Some(tegrastats_status.clone()),
     };
     let routes = crate::web::auth::guard(access)
         .and(

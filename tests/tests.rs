@@ -57,6 +57,8 @@ mod notify;
 mod nvml_cli;
 /// The NVML collector end to end through a stand-in `libnvidia-ml.so.1` built from C.
 mod nvml_stub;
+/// The agent's own events: a sink down and up again (real mosquitto), a crashing tegrastats.
+mod own_events;
 /// Power cuts at random moments on a FUSE file system that drops unsynced data
 /// (Debian `python3-fusepy`, `fuse3`): every acknowledged point, a clean SQLite, forwarders
 /// resuming at least once, rollups exact.

@@ -1,7 +1,9 @@
 //! `[health]`: the agent's own health as data. Emits the `edgewatch_agent` and
 //! `edgewatch_event` measurements: every `[health] interval` one `edgewatch_agent` point
 //! (uptime, memory, CPU, ingest counters, queue, last commit, database size, forwarding
-//! backlog), and one `edgewatch_event,kind=start` point when the agent starts. They go
+//! backlog), one `edgewatch_event,kind=start` point when the agent starts, and the agent's
+//! other own events as they are seen at each tick (`own_events.rs`: sink down/up/paused,
+//! collector restarts, clock steps). They go
 //! through the queue like any sample, so they are stored, rolled up and forwarded with the
 //! rest: the fleet sees in InfluxDB/Grafana when an agent restarted, fell behind or dropped
 //! data, next to the latency it explains. (`/metrics` exposes the same health natively and
@@ -25,8 +27,20 @@ pub struct Sources {
     pub handle: IngestHandle,
     /// The database file (its size, with the WAL).
     pub db_path: PathBuf,
-    /// The forwarders (their backlog).
+    /// The forwarders (their backlog, and their link for `sink_down`/`sink_up` events).
     pub forward: Arc<crate::forward::ForwardStatus>,
+    /// The tegrastats collector (its restarts become `collector_restart` events).
+    pub tegrastats: Option<Arc<crate::collect::tegrastats::TegrastatsStatus>>,
+}
+
+/// What the agent's own-events watcher sees now (see [`super::own_events`]).
+fn seen(src: &Sources, now: i64) -> super::own_events::Seen {
+    let m = crate::clock::Machine::read(now);
+    super::own_events::Seen {
+        sinks: src.forward.sinks.iter().map(|s| s.get()).collect(),
+        tegrastats: src.tegrastats.as_ref().map(|t| t.snapshot(now)),
+        clock: Some((m.boot_id, m.offset_ns)),
+    }
 }
 
 /// Resident set size in bytes from `/proc/self/status` text.
@@ -162,17 +176,26 @@ impl Default for Own {
     }
 }
 
-/// Runs until `shutdown`: the start event, then a sample every `interval`.
+/// Runs until `shutdown`: the start event, then every `interval` a sample and the agent's
+/// own events since the previous one (sinks down/up, collector restarts, clock steps).
 pub async fn run(interval: Duration, stats: Arc<Stats>, src: Sources, shutdown: CancellationToken) {
     let mut own = Own::new();
+    let mut watch = super::own_events::Watch::new();
+    let now = crate::now_ns();
     let start = Batch {
-        lines: vec![own.start_event(crate::now_ns())],
+        lines: vec![own.start_event(now)],
     };
     super::submit(&src.handle, &stats, start, "health");
+    watch.tick(&seen(&src, now), now);
     let mut ticker = crate::periodic::Ticker::new(interval);
     while ticker.next(&shutdown).await.is_some() {
-        let line = own.sample(crate::now_ns(), &stats, &src);
-        super::submit(&src.handle, &stats, Batch { lines: vec![line] }, "health");
+        let now = crate::now_ns();
+        let mut lines = vec![own.sample(now, &stats, &src)];
+        for e in watch.tick(&seen(&src, now), now) {
+            tracing::info!(kind = %e.kind, "{}", e.message);
+            lines.push(e.line(now));
+        }
+        super::submit(&src.handle, &stats, Batch { lines }, "health");
     }
 }
 
@@ -204,6 +227,7 @@ mod tests {
             handle,
             db_path: dir.path().join("none.db"),
             forward: Arc::new(crate::forward::ForwardStatus::default()),
+            tegrastats: None,
         };
         let mut own = Own::new();
         let first = own.sample(1, &stats, &src);

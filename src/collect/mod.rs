@@ -7,6 +7,7 @@ pub mod health;
 pub mod host;
 pub mod jetson;
 pub mod nvml;
+pub mod own_events;
 pub mod scrape;
 pub mod tegrastats;
 

@@ -556,6 +556,16 @@ fn scrape_targets(s: &mut Scrape, targets: &[status::ScrapeTarget]) {
                 "triton points derived from the target's counters.",
                 t.triton_points,
             ),
+            (
+                "edgewatch_scrape_llm_points_total",
+                "llm points derived by the target's preset (vllm, llamacpp).",
+                t.llm_points,
+            ),
+            (
+                "edgewatch_scrape_preset_errors_total",
+                "Preset metric families left out as malformed.",
+                t.preset_errors,
+            ),
         ];
         for (name, help, v) in counters {
             s.counter(name, help, &l, v as f64);
