@@ -16,6 +16,7 @@ a new shape, and only when the steady times changed since the last one.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Dict, Hashable, List, Optional, Tuple
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,12 +57,11 @@ def shape_text(key: Hashable) -> str:
 
 
 class _Model:
-    __slots__ = ("shapes", "times", "pos", "median", "pending")
+    __slots__ = ("shapes", "times", "median", "pending")
 
     def __init__(self) -> None:
         self.shapes: Dict[Hashable, None] = {}
-        self.times: List[float] = []
-        self.pos = 0
+        self.times: "deque[float]" = deque(maxlen=WINDOW)
         self.median: Optional[float] = None  # None: times changed since it was computed
         self.pending: List[Tuple[Hashable, float, int]] = []
 
@@ -93,15 +93,9 @@ class FirstCalls:
                 if m is None:
                     return
             if key in m.shapes:
-                times = m.times
-                if len(times) < WINDOW:
-                    times.append(wall_ms)
-                else:
-                    pos = m.pos
-                    times[pos] = wall_ms
-                    m.pos = pos + 1 if pos + 1 < WINDOW else 0
+                m.times.append(wall_ms)
                 m.median = None
-                if m.pending and len(times) >= MIN_STEADY:
+                if m.pending and len(m.times) >= MIN_STEADY:
                     self._judge_pending(tags, m)
                 return
             self._new_shape(tags, m, key, wall_ms, ts)

@@ -165,8 +165,9 @@ class Inference:
         rec = self._rec
         queue = rec._queue
         ts = _time_ns()
-        if self._key is not None and rec._first_calls is not None and exc_type is None:
-            rec._first_calls.observe(self._tags, self._key, wall_ms, ts)
+        first_calls = rec._first_calls
+        if first_calls is not None and self._key is not None and exc_type is None:
+            first_calls.observe(self._tags, self._key, wall_ms, ts)
         # Recorder._submit, inlined: one Python frame less on the hot path.
         if rec._closed or len(queue) >= rec._capacity:
             rec._pipeline.count_drop()
@@ -311,12 +312,12 @@ class Recorder:
         first: Optional[Hashable] = None
         if batch_size is not None:
             fields["batch_size"] = int(batch_size)
-            first = ("sizes", batch_size, input_length)
         if input_length is not None:
             fields["input_length"] = int(input_length)
-            first = ("sizes", batch_size, input_length)
         if shape is not None:
             first = shape if isinstance(shape, (tuple, str)) else tuple(shape)
+        elif batch_size is not None or input_length is not None:
+            first = ("sizes", batch_size, input_length)
         if queue_ms is not None:
             fields["queue_ms"] = float(queue_ms)
         if tags:
