@@ -1,8 +1,10 @@
 """``Recorder`` and the ``with rec.infer(...)`` timer: what the application calls.
 
 The hot path (entering and leaving ``infer``, ``stage`` and ``gpu``, and ``record``) reads
-two clocks, fills a dict and appends one tuple to the bounded queue: no encoding, no IO, no
-lock except when a point is dropped, and no GPU synchronisation. It never raises because of
+two clocks, fills a dict and appends one tuple to the bounded queue (plus, for a call with a
+shape or sizes, a dict lookup and a deque append for the ``slow_first_call`` check): no
+encoding, no IO, no lock except when a point is dropped or a model meets a new input shape,
+and no GPU synchronisation. It never raises because of
 the transport; only wrong arguments from the caller raise (``ValueError``/``TypeError`` at
 ``Recorder(...)``). An exception inside ``infer`` is recorded as ``ok=false`` and re-raised
 unchanged.
