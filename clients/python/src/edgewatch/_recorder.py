@@ -1,8 +1,10 @@
 """``Recorder`` and the ``with rec.infer(...)`` timer: what the application calls.
 
 The hot path (entering and leaving ``infer``, ``stage`` and ``gpu``, and ``record``) reads
-two clocks, fills a dict and appends one tuple to the bounded queue: no encoding, no IO, no
-lock except when a point is dropped, and no GPU synchronisation. It never raises because of
+two clocks, fills a dict and appends one tuple to the bounded queue (plus, for a call with a
+shape or sizes, a dict lookup and a deque append for the ``slow_first_call`` check): no
+encoding, no IO, no lock except when a point is dropped or a model meets a new input shape,
+and no GPU synchronisation. It never raises because of
 the transport; only wrong arguments from the caller raise (``ValueError``/``TypeError`` at
 ``Recorder(...)``). An exception inside ``infer`` is recorded as ``ok=false`` and re-raised
 unchanged.
@@ -14,8 +16,9 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Dict, List, Mapping, Optional, Tuple, Type, Union
+from typing import Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
+from ._events import EVENT, SEVERITIES, FirstCalls, event_tags
 from ._gpu import EventFactory, GpuClock, Span
 from ._llm import LLM, Generation, _new_generation
 from ._sender import Pipeline, TagPairs
@@ -113,7 +116,7 @@ class Inference:
     there); :meth:`set` adds any other field (``queue_ms=...``). ``ok`` is ``False`` when
     the block raised; the exception propagates unchanged."""
 
-    __slots__ = ("_rec", "_tags", "fields", "_spans", "_t0", "_done")
+    __slots__ = ("_rec", "_tags", "fields", "_spans", "_t0", "_done", "_key")
 
     def __init__(self, rec: "Recorder", tags: TagPairs, fields: Dict[str, object]) -> None:
         self._rec = rec
@@ -122,6 +125,7 @@ class Inference:
         self._spans: List[Span] = []
         self._t0 = 0
         self._done = False
+        self._key: Optional[Hashable] = None
 
     def __enter__(self) -> "Inference":
         self._t0 = _perf_ns()
@@ -158,15 +162,19 @@ class Inference:
             return
         self._done = True
         fields = self.fields
-        fields["wall_ms"] = (_perf_ns() - self._t0) / 1e6
+        wall_ms = fields["wall_ms"] = (_perf_ns() - self._t0) / 1e6
         fields["ok"] = exc_type is None
         rec = self._rec
         queue = rec._queue
+        ts = _time_ns()
+        first_calls = rec._first_calls
+        if first_calls is not None and self._key is not None and exc_type is None:
+            first_calls.observe(self._tags, self._key, wall_ms, ts)
         # Recorder._submit, inlined: one Python frame less on the hot path.
         if rec._closed or len(queue) >= rec._capacity:
             rec._pipeline.count_drop()
             return
-        queue.append((INFERENCE, self._tags, fields, _time_ns(), self._spans or None))
+        queue.append((INFERENCE, self._tags, fields, ts, self._spans or None))
         if len(queue) >= rec._wake_at and not rec._wake.is_set():
             rec._wake.set()
 
@@ -204,6 +212,12 @@ class Recorder:
     backoff for up to ``retry_timeout`` seconds and honours ``503 Retry-After`` within
     that budget; a ``413`` halves the batch for a while), see
     :meth:`stats`. :meth:`close` (also run at interpreter exit) sends what is left.
+
+    ``first_call_ratio`` (5), ``first_call_min_ms`` (20) and ``first_call_shapes`` (256):
+    an ``infer`` call on an input shape the model had not seen that takes more than
+    ``first_call_ratio`` times the model's steady median and more than
+    ``first_call_min_ms`` is also recorded as a ``slow_first_call`` event; each model
+    remembers at most ``first_call_shapes`` shapes. ``first_call_ratio=None`` turns it off.
     """
 
     def __init__(
@@ -225,6 +239,9 @@ class Recorder:
         gpu_events: Optional[EventFactory] = None,
         gpu_poll_interval: float = 0.005,
         gpu_timeout: float = 10.0,
+        first_call_ratio: Optional[float] = 5.0,
+        first_call_min_ms: float = 20.0,
+        first_call_shapes: int = 256,
     ) -> None:
         endpoint = parse_url(url)
         if not 512 <= max_datagram_bytes <= 65_507:
@@ -264,6 +281,11 @@ class Recorder:
         self._llm_tag_cache: Dict[Tuple[str, Optional[str], Optional[str], Optional[str]], TagPairs] = {}
         self._closed = False
         self._close_lock = threading.Lock()
+        self._first_calls: Optional[FirstCalls] = (
+            FirstCalls(self, first_call_ratio, first_call_min_ms, first_call_shapes)
+            if first_call_ratio
+            else None
+        )
         # At interpreter exit (or if the recorder is dropped unclosed) what is queued is
         # still sent: the sender thread is a daemon and would otherwise die with it.
         self._finalizer = weakref.finalize(self, self._pipeline.stop, timeout)
@@ -280,14 +302,24 @@ class Recorder:
         stage: Optional[str] = None,
         tags: Optional[Mapping[str, str]] = None,
         queue_ms: Optional[float] = None,
+        shape: Optional[Union[Sequence[int], str]] = None,
     ) -> Inference:
         """Times one inference of ``model``: ``with rec.infer("yolov8n", batch_size=4) as t:``.
-        The point is sent when the block ends (after its GPU events complete)."""
+        The point is sent when the block ends (after its GPU events complete).
+
+        ``shape`` (``x.shape``, or any string naming the input's kind) is what makes a call
+        a first call for the ``slow_first_call`` event; without it, ``batch_size`` and
+        ``input_length`` do, and without those no call is checked. It is not sent."""
         fields: Dict[str, object] = {}
+        first: Optional[Hashable] = None
         if batch_size is not None:
             fields["batch_size"] = int(batch_size)
         if input_length is not None:
             fields["input_length"] = int(input_length)
+        if shape is not None:
+            first = shape if isinstance(shape, (tuple, str)) else tuple(shape)
+        elif batch_size is not None or input_length is not None:
+            first = ("sizes", batch_size, input_length)
         if queue_ms is not None:
             fields["queue_ms"] = float(queue_ms)
         if tags:
@@ -306,6 +338,7 @@ class Recorder:
         inf._spans = []
         inf._t0 = 0
         inf._done = False
+        inf._key = first
         return inf
 
     def generate(
@@ -409,6 +442,29 @@ class Recorder:
         pairs = tuple((str(k), str(v)) for k, v in (tags or {}).items())
         ts = _time_ns() if timestamp_ns is None else int(timestamp_ns)
         return self._submit(measurement, pairs, dict(fields), ts, None)
+
+    def event(
+        self,
+        kind: str,
+        message: str,
+        *,
+        severity: str = "info",
+        tags: Optional[Mapping[str, str]] = None,
+        timestamp_ns: Optional[int] = None,
+        **fields: object,
+    ) -> bool:
+        """Records one ``edgewatch_event`` point, in the agent's own events' shape: tags
+        ``kind``, ``severity`` (``info``, ``warning`` or ``critical``), ``source=python``
+        (and ``tags``, the recorder's ``app`` and tags), fields ``message`` (one sentence a
+        person reads) and the keyword ``fields`` (details: keep each one's type the same).
+        Returns ``False`` when it was dropped."""
+        if severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {severity!r}")
+        values: Dict[str, object] = {"message": str(message)}
+        values.update(fields)
+        pairs = event_tags(str(kind), severity, dict(tags) if tags else None)
+        ts = _time_ns() if timestamp_ns is None else int(timestamp_ns)
+        return self._submit(EVENT, pairs, values, ts, None)
 
     def _submit(
         self,

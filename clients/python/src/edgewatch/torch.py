@@ -10,9 +10,18 @@ list, on one forward call in ``sample_every``, as ``inference_module`` points ta
 ``module`` (kept out of the ``inference`` measurement so that per-model latency and
 throughput stay per call).
 
-torch is never imported here: the hooks are registered through the module you pass.
-An exception inside ``forward`` is recorded as ``ok=false`` (on torch >= 2.0, whose
-``always_call`` hooks run on an exception) and propagates unchanged.
+Each call also passes its input's shape to ``rec.infer``, so a first call on a new shape
+that is far slower than the steady state becomes a ``slow_first_call`` event (see
+``Recorder``), and, once ``torch._dynamo`` is loaded (``torch.compile``), a
+:class:`RecompileWatch` checks after each call whether dynamo compiled again: each
+recompilation becomes one ``recompile`` event (``edgewatch_event``, severity ``warning``)
+with the reason dynamo gives. Instrument the module ``torch.compile`` returned, not the
+one inside it: hooks inside a compiled module are traced by dynamo.
+
+torch is never imported here: the hooks are registered through the module you pass, and
+dynamo's counters are read only once the application has loaded it. An exception inside
+``forward`` is recorded as ``ok=false`` (on torch >= 2.0, whose ``always_call`` hooks run
+on an exception) and propagates unchanged.
 """
 
 from __future__ import annotations
@@ -22,11 +31,12 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
+from ._events import EVENT, event_tags
 from ._recorder import GpuSpan, Inference, Recorder
 
 Sizes = Callable[[Tuple[Any, ...], Mapping[str, Any]], Tuple[Optional[int], Optional[int]]]
 
-__all__ = ["instrument", "Instrumented", "input_sizes", "MODULE_MEASUREMENT"]
+__all__ = ["instrument", "Instrumented", "input_sizes", "RecompileWatch", "MODULE_MEASUREMENT"]
 
 MODULE_MEASUREMENT = "inference_module"
 
@@ -35,7 +45,8 @@ def _first_shape(args: Iterable[Any]) -> Optional[Tuple[int, ...]]:
     for value in args:
         shape = getattr(value, "shape", None)
         if shape is not None:
-            return tuple(int(d) for d in shape)
+            # torch.Size is a tuple of ints already; numpy's shape too.
+            return shape if isinstance(shape, tuple) else tuple(int(d) for d in shape)
         if isinstance(value, (list, tuple)):
             inner = _first_shape(value)
             if inner is not None:
@@ -48,12 +59,20 @@ def input_sizes(
 ) -> Tuple[Optional[int], Optional[int]]:
     """``(batch_size, input_length)`` from the first tensor argument: its first dimension,
     and its last when it has two or more (sequence length, image width)."""
+    return _sizes_of(_input_shape(args, kwargs))
+
+
+def _input_shape(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Optional[Tuple[int, ...]]:
     shape = _first_shape(args)
-    if shape is None:
+    if shape is None and kwargs:
         shape = _first_shape(kwargs.values())
+    return shape
+
+
+def _sizes_of(shape: Optional[Tuple[int, ...]]) -> Tuple[Optional[int], Optional[int]]:
     if not shape:
         return None, None
-    return shape[0], (shape[-1] if len(shape) >= 2 else None)
+    return int(shape[0]), (int(shape[-1]) if len(shape) >= 2 else None)
 
 
 def _raised(result: Any) -> bool:
@@ -92,16 +111,24 @@ def instrument(
     per_module: Union[bool, Iterable[str]] = False,
     sample_every: int = 100,
     sizes: Optional[Sizes] = None,
+    recompiles: Union[bool, "RecompileWatch"] = True,
 ) -> Instrumented:
     """Records each ``module(...)`` call as an ``inference`` point of ``model``.
 
     ``per_module``: ``True`` times the direct children, a list of names (as in
     ``module.named_modules()``) times those; one call in ``sample_every`` is timed so that
     the hooks cost nothing on the others. ``sizes(args, kwargs)`` overrides how batch size
-    and input length are read (default: :func:`input_sizes`)."""
+    and input length are read (default: :func:`input_sizes`). ``recompiles``: after each
+    call, record dynamo's recompilations as ``recompile`` events (``False``: don't; or a
+    :class:`RecompileWatch` to share)."""
     if sample_every < 1:
         raise ValueError("sample_every must be at least 1")
-    read_sizes: Sizes = sizes or input_sizes
+    read_sizes: Optional[Sizes] = sizes
+    watch: Optional[RecompileWatch] = None
+    if isinstance(recompiles, RecompileWatch):
+        watch = recompiles
+    elif recompiles:
+        watch = RecompileWatch(rec)
     local = threading.local()
     done = Instrumented()
     extra_tags = dict(tags) if tags else None
@@ -115,9 +142,10 @@ def instrument(
 
     def pre_hook(_mod: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
         try:
-            batch, length = read_sizes(args, kwargs)
+            shape = _input_shape(args, kwargs)
+            batch, length = _sizes_of(shape) if read_sizes is None else read_sizes(args, kwargs)
         except Exception:
-            batch, length = None, None
+            shape, batch, length = None, None, None
         inf = rec.infer(
             model,
             batch_size=batch,
@@ -125,6 +153,7 @@ def instrument(
             model_version=model_version,
             stage=stage,
             tags=extra_tags,
+            shape=shape,
         )
         counter[0] += 1
         local.sampling = bool(per_module) and counter[0] % sample_every == 0
@@ -145,6 +174,8 @@ def instrument(
             inf.__exit__(exc_type, exc, tb)
         else:
             inf.__exit__(None, None, None)
+        if watch is not None:
+            watch.check(model)
 
     try:
         pre = module.register_forward_pre_hook(pre_hook, with_kwargs=True)
@@ -211,3 +242,119 @@ def _instrument_child(
 
     done.handles.append(child.register_forward_pre_hook(pre_hook))
     done.handles.append(_register_forward_hook(child, hook))
+
+
+class RecompileWatch:
+    """Turns dynamo's recompilations into ``recompile`` events of ``rec``.
+
+    ``check(model)`` compares dynamo's frame counter (``torch._dynamo.utils.counters``) with
+    its value at the last check, a couple of dict lookups; when it moved, it reads the
+    compilations dynamo recorded since (``get_compilation_metrics()``) and records one event
+    per recompilation (a compile of code already compiled: ``recompile_reason`` set, or a
+    cache entry there before), with fields ``model``, ``reason``, ``compile_id``, ``frame``
+    (the compiled function), ``compile_ms``, ``graphs`` (graphs dynamo compiled in this
+    process) and ``recompiles`` (recompilations this watch gave to ``model``); ``error`` when
+    dynamo gave up (its recompile limit). Call it right after each call of a compiled model:
+    dynamo's counters are process-wide, so a compile is given to the model checked next.
+    Nothing is read until the application has loaded ``torch._dynamo``; compilations from
+    before that (or before the watch) are not reported. Never raises."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self._rec = rec
+        self._lock = threading.Lock()
+        self._utils: Any = None
+        self._frames = 0
+        self._last_end_us = -1
+        self._counts: Dict[str, int] = {}
+        self._tags = event_tags("recompile", "warning")
+        self._bind()
+
+    def _bind(self) -> None:
+        utils = sys.modules.get("torch._dynamo.utils")
+        if utils is None:
+            return
+        try:
+            with self._lock:
+                if self._utils is None:
+                    self._frames = self._frame_count(utils)
+                    for m in self._metrics(utils):
+                        end = getattr(m, "end_time_us", None) or 0
+                        self._last_end_us = max(self._last_end_us, end)
+                    self._utils = utils
+        except Exception:  # a dynamo without these counters: nothing to watch
+            return
+
+    @staticmethod
+    def _frame_count(utils: Any) -> int:
+        frames = utils.counters.get("frames")
+        return int(frames.get("total", 0)) if frames is not None else 0
+
+    @staticmethod
+    def _metrics(utils: Any) -> List[Any]:
+        get = getattr(utils, "get_compilation_metrics", None)
+        return list(get()) if get is not None else []
+
+    def check(self, model: str) -> int:
+        """Records the recompilations since the last check as events of ``model``; returns
+        how many. Cheap when dynamo compiled nothing."""
+        utils = self._utils
+        if utils is None:
+            self._bind()
+            return 0
+        try:
+            frames = utils.counters.get("frames")
+            total = frames.get("total", 0) if frames is not None else 0
+            if total == self._frames:
+                return 0
+            return self._scan(utils, model, int(total))
+        except Exception:  # never into the application
+            return 0
+
+    def _scan(self, utils: Any, model: str, total: int) -> int:
+        with self._lock:
+            if total == self._frames:
+                return 0
+            self._frames = total
+            fresh = []
+            for m in self._metrics(utils):
+                end = getattr(m, "end_time_us", None) or 0
+                if end > self._last_end_us:
+                    fresh.append(m)
+            for m in fresh:
+                self._last_end_us = max(self._last_end_us, getattr(m, "end_time_us", None) or 0)
+            stats = utils.counters.get("stats")
+            graphs = int(stats.get("unique_graphs", 0)) if stats is not None else 0
+            sent = 0
+            for m in fresh:
+                reason = getattr(m, "recompile_reason", None)
+                if reason is None and not (getattr(m, "cache_size", None) or 0) > 0:
+                    continue  # a first compile (or one outside dynamo's frames): not a recompile
+                count = self._counts.get(model, 0) + 1
+                if len(self._counts) < 1024 or model in self._counts:
+                    self._counts[model] = count
+                frame = str(getattr(m, "co_name", None) or "?")
+                fields: Dict[str, object] = {
+                    "message": f"{model}: torch.compile recompiled {frame}"
+                    + (f" ({_clip(reason, 160)})" if reason else ""),
+                    "model": model,
+                    "frame": frame,
+                    "graphs": graphs,
+                    "recompiles": count,
+                }
+                if reason:
+                    fields["reason"] = _clip(reason, 500)
+                if getattr(m, "compile_id", None) is not None:
+                    fields["compile_id"] = str(m.compile_id)
+                seconds = getattr(m, "entire_frame_compile_time_s", None)
+                if seconds is not None:
+                    fields["compile_ms"] = float(seconds) * 1000.0
+                if getattr(m, "fail_type", None):
+                    fields["error"] = _clip(f"{m.fail_type}: {getattr(m, 'fail_reason', '')}", 500)
+                self._rec._submit(EVENT, self._tags, fields, time.time_ns(), None)
+                sent += 1
+            return sent
+
+
+def _clip(text: object, limit: int) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
