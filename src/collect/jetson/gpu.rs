@@ -31,7 +31,7 @@ pub struct GpuReading {
 /// Reads a GPU devfreq node; `None` when its clock cannot be read (gone, or not readable).
 pub fn read_node(node: &Path) -> Option<GpuReading> {
     let mhz = |hz: f64| hz / 1e6;
-    let freq_mhz = Some(read_num(&node.join("cur_freq"))?).map(mhz);
+    let freq_mhz = Some(mhz(read_num(&node.join("cur_freq"))?));
     let hw_max_mhz = read(&node.join("available_frequencies")).and_then(|s| {
         s.split_ascii_whitespace()
             .filter_map(|v| v.parse::<f64>().ok())
