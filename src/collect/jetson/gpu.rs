@@ -80,6 +80,9 @@ impl NvmlAnswer {
 
 /// NVML's answer from its collector's status. Pure.
 pub fn nvml_answer(s: &crate::status::Nvml) -> NvmlAnswer {
+    if s.state == "starting" || s.state == "not started" {
+        return NvmlAnswer::Waiting;
+    }
     if s.state != "running" {
         return NvmlAnswer::Off(s.state.clone());
     }

@@ -661,6 +661,11 @@ fn nvml_answer_from_its_status() {
         nvml_answer(&running(vec![gpu(&["power"], false)], 3)),
         NvmlAnswer::Answers
     );
+    let starting = Nvml {
+        state: "starting".into(),
+        ..Nvml::default()
+    };
+    assert_eq!(nvml_answer(&starting), NvmlAnswer::Waiting);
     assert!(matches!(
         nvml_answer(&running(vec![], 3)),
         NvmlAnswer::Off(_)
