@@ -300,6 +300,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 handle.clone(),
                 stats.clone(),
                 jetson_status.clone(),
+                Some(nvml_status.clone()),
                 sources.clone(),
             )),
         ));

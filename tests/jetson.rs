@@ -334,3 +334,146 @@ fn nvpmodel_runs_only_without_a_status_file_and_at_most_once_a_minute() {
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "-q\n");
     agent.terminate();
 }
+
+/// The newest modules through the binary: identity, status line, points and the GPU
+/// source on Jetson AGX Thor (JetPack 7, `gpu-gpc-0`, no load file) and AGX Orin on JetPack
+/// 7.2 (`17000000.gpu` with its load).
+#[test]
+fn thor_and_orin_on_jetpack_7_trees() {
+    // (tree, module, l4t, jetpack, power mode, GPU source, clock, load)
+    let cases = [
+        (
+            "thor-jp7",
+            "NVIDIA Jetson AGX Thor Developer Kit",
+            "38.2.1",
+            "7.0",
+            "MAXN",
+            "devfreq:gpu-gpc-0",
+            314.0,
+            None,
+        ),
+        (
+            "agx-orin-jp72",
+            "NVIDIA Jetson AGX Orin Developer Kit",
+            "39.2.0",
+            "7.2",
+            "MODE_50W",
+            "devfreq:17000000.gpu",
+            918.0,
+            Some(12.0),
+        ),
+    ];
+    for (tree, module, l4t, jetpack, mode, source, clock, load) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let root = jetson_fixture(dir.path(), tree);
+        let agent = Agent::start(dir.path(), &config(&root, None));
+        let st = wait_for(Duration::from_secs(15), || {
+            let j = jetson_status(&agent);
+            (j["samples"].as_u64() >= Some(2)).then_some(j)
+        })
+        .unwrap_or_else(|| panic!("{tree}: no jetson samples:\n{}", agent.log_text()));
+        assert_eq!(st["state"], "running", "{tree} {st}");
+        assert_eq!(st["module"], module, "{tree}");
+        assert_eq!(
+            (st["l4t"].as_str(), st["jetpack"].as_str()),
+            (Some(l4t), Some(jetpack))
+        );
+        assert_eq!(st["power_mode"], mode, "{tree}");
+        assert_eq!(st["gpu_source"], source, "{tree} {st}");
+        assert!(st["gpu_source_reason"].as_str().is_some(), "{st}");
+        assert_eq!(st["gpu_source_switches"], 0);
+        let pts = wait_for(Duration::from_secs(10), || {
+            let p = stored_points(&agent, "measurement=jetson_throttle");
+            p.iter().any(|p| p.1 == "gpu_freq_mhz").then_some(p)
+        })
+        .unwrap_or_else(|| panic!("{tree}: no jetson_throttle points"));
+        let get = |f: &str| pts.iter().find(|p| p.1 == f).map(|p| p.3.clone());
+        assert_eq!(get("gpu_freq_mhz"), Some(J::from(clock)), "{tree}");
+        assert_eq!(get("gpu_load_pct"), load.map(J::from), "{tree}");
+        assert_eq!(get("thermal_trips"), Some(J::from(0)), "{tree}");
+        assert_eq!(get("oc_events"), Some(J::from(0)), "{tree}");
+        assert_eq!(get("current_alarms"), Some(J::from(0)), "{tree}");
+        let t = tags_of(&pts[0].0);
+        assert_eq!(
+            t.get("jetpack").map(String::as_str),
+            Some(jetpack),
+            "{tree}"
+        );
+        assert_eq!(t.get("module").map(String::as_str), Some(module), "{tree}");
+        let out = std::process::Command::new(bin())
+            .args(["status", "--url", &agent.url("")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let want =
+            format!("jetson:     {module}, L4T {l4t} (JetPack {jetpack}), power mode {mode}");
+        assert!(text.contains(&want), "{text}");
+        assert!(text.contains(&format!("GPU source {source}")), "{text}");
+        agent.terminate();
+    }
+}
+
+/// An agent started before the GPU devfreq node exists (as when the driver loads after
+/// the agent) switches to it at the next re-probe: logged once, counted, one
+/// `edgewatch_event` (`kind=gpu_source`), points with the clock from then on.
+#[test]
+fn a_devfreq_node_appearing_after_start_is_picked_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = jetson_fixture(dir.path(), "agx-orin-jp72");
+    let node = root.join("sys/class/devfreq/17000000.gpu");
+    let parked = dir.path().join("parked-gpu");
+    std::fs::rename(&node, &parked).unwrap();
+    let cfg = config(&root, None).replace("[jetson]\n", "[jetson]\ngpu_reprobe = \"300ms\"\n");
+    let agent = Agent::start(dir.path(), &cfg);
+    let st = wait_for(Duration::from_secs(15), || {
+        let j = jetson_status(&agent);
+        (j["samples"].as_u64() >= Some(5)).then_some(j)
+    })
+    .unwrap_or_else(|| panic!("no jetson samples:\n{}", agent.log_text()));
+    assert_eq!(st["gpu_source"], "none", "{st}");
+    let reason = st["gpu_source_reason"].as_str().unwrap();
+    assert!(reason.starts_with("no GPU devfreq node"), "{reason}");
+    assert!(reason.contains("NVML is not running"), "{reason}");
+    assert!(stored_points(&agent, "measurement=jetson_throttle&field=gpu_freq_mhz").is_empty());
+    std::fs::rename(&parked, &node).unwrap();
+    let moved = std::time::Instant::now();
+    let st = wait_for(Duration::from_secs(10), || {
+        let j = jetson_status(&agent);
+        (j["gpu_source"] == "devfreq:17000000.gpu").then_some(j)
+    })
+    .unwrap_or_else(|| panic!("not switched:\n{}", agent.log_text()));
+    // The re-probe interval (300 ms) plus a sample (100 ms), with slack for a busy machine.
+    assert!(
+        moved.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        moved.elapsed()
+    );
+    assert_eq!(st["gpu_source_switches"], 1, "{st}");
+    let ev = wait_for(Duration::from_secs(10), || {
+        let e = stored_points(&agent, "measurement=edgewatch_event&tag.kind=gpu_source");
+        (!e.is_empty()).then_some(e)
+    })
+    .expect("gpu_source event");
+    let msg = ev.iter().find(|e| e.1 == "message").map(|e| e.3.clone());
+    assert_eq!(
+        msg,
+        Some(J::from("gpu_source changed: none → devfreq:17000000.gpu"))
+    );
+    let load = wait_for(Duration::from_secs(10), || {
+        let p = stored_points(&agent, "measurement=jetson_throttle&field=gpu_load_pct");
+        (!p.is_empty()).then_some(p)
+    })
+    .expect("GPU load after the switch");
+    assert_eq!(load[0].3, J::from(12.0));
+    // Settled on the node: more samples, no more switches, one log line.
+    let n = jetson_status(&agent)["samples"].as_u64().unwrap();
+    let st = wait_for(Duration::from_secs(10), || {
+        let j = jetson_status(&agent);
+        (j["samples"].as_u64() >= Some(n + 10)).then_some(j)
+    })
+    .expect("samples");
+    assert_eq!(st["gpu_source_switches"], 1);
+    let log = agent.log_text();
+    assert_eq!(log.matches("jetson GPU source changed").count(), 1, "{log}");
+    agent.terminate();
+}

@@ -148,12 +148,16 @@ fn jetson_line(j: &edgewatch::status::Jetson, now_ns: i64) -> String {
         _ => "not throttled".into(),
     };
     format!(
-        "{}, L4T {} (JetPack {}), power mode {mode}, jetson_clocks {}; {throttled}; processes {}{}",
+        "{}, L4T {} (JetPack {}), power mode {mode}, jetson_clocks {}; {throttled}; processes {}{}{}",
         or_q(&j.module),
         or_q(&j.l4t),
         or_q(&j.jetpack),
         or_q(&j.jetson_clocks),
         j.processes,
+        j.gpu_source
+            .as_ref()
+            .map(|g| format!("; GPU source {g}"))
+            .unwrap_or_default(),
         if j.missing.is_empty() {
             String::new()
         } else {

@@ -343,6 +343,14 @@ pub struct Jetson {
     pub process_count: Option<u64>,
     /// What the tree lacks (missing or unreadable files), left out of the points.
     pub missing: Vec<String>,
+    /// Where the GPU clock and load come from: `devfreq:<node>` (e.g.
+    /// `devfreq:gpu-gpc-0`), `devfreq:<node>+nvml` (clock from the node, load from NVML),
+    /// `nvml`, `none`; `null` before the first sample.
+    pub gpu_source: Option<String>,
+    /// Why that source, in one sentence.
+    pub gpu_source_reason: Option<String>,
+    /// Times the GPU source changed since start (re-probed on a fallback).
+    pub gpu_source_switches: u64,
 }
 
 /// One `[[scrape]]` target (`collectors.scrape[]`).

@@ -23,6 +23,9 @@ pub struct JetsonConfig {
     /// Per-process GPU memory (`jetson_process`) from the nvmap debugfs client list
     /// (readable by root only; off with one log line where it cannot be read).
     pub processes: bool,
+    /// How often the GPU source is probed again while on a fallback (no devfreq node with
+    /// its own load: NVML, none, or a node without a load file).
+    pub gpu_reprobe: Interval,
 }
 
 impl Default for JetsonConfig {
@@ -33,6 +36,7 @@ impl Default for JetsonConfig {
             root: PathBuf::from("/"),
             nvpmodel: PathBuf::from("/usr/sbin/nvpmodel"),
             processes: true,
+            gpu_reprobe: Interval(Duration::from_secs(30)),
         }
     }
 }

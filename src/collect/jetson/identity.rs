@@ -9,7 +9,7 @@ use std::path::Path;
 
 use crate::model::{series_key, split_series_key, Line};
 
-use super::fs::{dirs, is_gpu_devfreq, name_of, read, read_num};
+use super::fs::{dirs, gpu_devfreq_nodes, name_of, read, read_num};
 
 /// What a Jetson is and how it is set.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -139,6 +139,10 @@ pub fn jetpack_of(l4t: &str) -> Option<&'static str> {
         "36.4.0" => "6.1",
         "36.4.3" => "6.2",
         "36.4.4" => "6.2.1",
+        "36.4.7" => "6.2.1",
+        "38.2.0" | "38.2.1" | "38.2.2" => "7.0",
+        "38.4.0" => "7.1",
+        "39.2.0" => "7.2",
         _ => return None,
     })
 }
@@ -203,10 +207,7 @@ pub fn read_jetson_clocks(root: &Path) -> Option<bool> {
             pairs.push((min, max));
         }
     }
-    if let Some(d) = dirs(&sys.join("class/devfreq"))
-        .into_iter()
-        .find(|d| is_gpu_devfreq(&name_of(d)))
-    {
+    if let Some(d) = gpu_devfreq_nodes(root).into_iter().next() {
         if let (Some(min), Some(max)) =
             (read_num(&d.join("min_freq")), read_num(&d.join("max_freq")))
         {

@@ -5,7 +5,10 @@
 //! throttling as `jetson_throttle` points (`throttle.rs`); per-process GPU memory from the
 //! nvmap debugfs client list as `jetson_process` points (`nvmap.rs`). A power-mode or
 //! jetson_clocks change is an `edgewatch_event` point (`kind=power_mode`,
-//! `event=jetson_clocks`). The identity is also the tag set of every `jetson_*` point,
+//! `event=jetson_clocks`). Where the GPU clock and load come from is chosen by `gpu.rs`
+//! (a devfreq node such as Thor's `gpu-gpc-0`, NVML, or none) and chosen again while on a
+//! fallback, so a devfreq node that appears after start is picked up; a change is logged
+//! once, counted and an `edgewatch_event` (`kind=gpu_source`). The identity is also the tag set of every `jetson_*` point,
 //! the tegrastats collector's included ([`JetsonStatus::tag_batch`]), and the
 //! `collectors.jetson` object of `/api/v1/status`.
 //!
@@ -19,6 +22,7 @@
 
 pub mod config;
 mod fs;
+pub mod gpu;
 pub mod identity;
 pub mod nvmap;
 pub mod throttle;
@@ -35,11 +39,12 @@ use crate::stats::Stats;
 use crate::status::StatusCell;
 
 pub use config::JetsonConfig;
+pub use gpu::{choose, nvml_answer, Choice, GpuProbe, GpuReading, NvmlAnswer, Source};
 pub use identity::{
     jetpack_of, mode_name, parse_l4t, parse_model, parse_nvpmodel_query, parse_nvpmodel_status,
     read_identity, read_jetson_clocks, tag_line, Identity,
 };
-pub use throttle::{read_throttle, throttle_line, Throttle};
+pub use throttle::{read_throttle, read_throttle_with, throttle_line, Throttle};
 
 /// The collector's live state: the `collectors.jetson` status part and the identity tags
 /// that every `jetson_*` point carries. Shared by the collector (which writes it) with the
@@ -167,6 +172,8 @@ pub struct JetsonCollector {
     prev_oc: Option<u64>,
     last_query: Option<Instant>,
     status: Arc<JetsonStatus>,
+    gpu: GpuProbe,
+    nvml: Option<Arc<crate::collect::nvml::NvmlStatus>>,
 }
 
 impl JetsonCollector {
@@ -180,7 +187,62 @@ impl JetsonCollector {
             prev_oc: None,
             last_query: None,
             status,
+            gpu: GpuProbe::new(cfg.gpu_reprobe.0),
+            nvml: None,
         }
+    }
+
+    /// Judges NVML as a GPU source from its collector's status.
+    pub fn with_nvml(mut self, nvml: Arc<crate::collect::nvml::NvmlStatus>) -> Self {
+        self.nvml = Some(nvml);
+        self
+    }
+
+    /// The GPU source as chosen by the last sample.
+    pub fn gpu_choice(&self) -> Option<&Choice> {
+        self.gpu.choice()
+    }
+
+    /// Chooses the GPU source when due and reads it; logs, counts and returns an event
+    /// line for a change after the first choice.
+    fn sample_gpu(&mut self, ts: i64) -> (Option<GpuReading>, Option<Line>) {
+        let nvml = self.nvml.clone();
+        let answer = move || {
+            nvml.map_or(NvmlAnswer::Off("not running in this agent".into()), |s| {
+                nvml_answer(&s.snapshot())
+            })
+        };
+        let (reading, switched) = self.gpu.sample(&self.root, answer, Instant::now());
+        let mut event = None;
+        if let Some((old, new)) = switched {
+            match &old {
+                None => {
+                    tracing::info!(source = %new.label(), reason = %new.reason, "jetson GPU source")
+                }
+                Some(o) => {
+                    tracing::info!(from = %o.label(), to = %new.label(), reason = %new.reason, "jetson GPU source changed");
+                    event = Some(change_event(
+                        "gpu_source",
+                        Some(o.label()),
+                        Some(new.label()),
+                        ts,
+                    ));
+                }
+            }
+        }
+        if let Some(c) = self.gpu.choice() {
+            let (label, reason, n) = (c.label(), c.reason.clone(), self.gpu.switches);
+            let on_devfreq = matches!(c.source, Source::Devfreq(_));
+            self.status.update(|s| {
+                s.gpu_source = Some(label);
+                s.gpu_source_reason = Some(reason);
+                s.gpu_source_switches = n;
+                if on_devfreq {
+                    s.missing.retain(|m| !m.starts_with("GPU clock"));
+                }
+            });
+        }
+        (reading, event)
     }
 
     /// The identity as last read.
@@ -285,8 +347,9 @@ impl JetsonCollector {
     pub fn sample(&mut self, ts: i64) -> Batch {
         let mut id = read_identity(&self.root);
         self.query_mode(&mut id);
-        let t = read_throttle(&self.root);
-        let mut lines = Vec::new();
+        let (gpu, gpu_event) = self.sample_gpu(ts);
+        let t = read_throttle_with(&self.root, gpu);
+        let mut lines: Vec<Line> = gpu_event.into_iter().collect();
         let known = self.identity.is_jetson();
         if known && id.power_mode_tag() != self.identity.power_mode_tag() {
             tracing::info!(from = ?self.identity.power_mode_tag(), to = ?id.power_mode_tag(), "power mode changed");
@@ -361,9 +424,13 @@ pub async fn run(
     handle: IngestHandle,
     stats: Arc<Stats>,
     status: Arc<JetsonStatus>,
+    nvml: Option<Arc<crate::collect::nvml::NvmlStatus>>,
     shutdown: CancellationToken,
 ) {
     let mut collector = JetsonCollector::new(&cfg, status.clone());
+    if let Some(n) = nvml {
+        collector = collector.with_nvml(n);
+    }
     let started = tokio::task::spawn_blocking(move || {
         let ok = collector.start();
         (collector, ok)

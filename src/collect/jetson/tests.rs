@@ -1,5 +1,6 @@
 //! Unit tests of the Jetson collector on the fixture trees of `tests/data/jetson/` (Orin
-//! Nano on JetPack 6, AGX Orin and Xavier NX on JetPack 5), copied to a temp dir so a test
+//! Nano on JetPack 6, AGX Orin and Xavier NX on JetPack 5, AGX Thor on JetPack 7, AGX Orin
+//! on JetPack 7.2), copied to a temp dir so a test
 //! can stage changes.
 
 use std::path::Path;
@@ -73,6 +74,22 @@ fn identity_of_each_fixture_module() {
             "35.4.1",
             Some("5.1.2"),
             (8, "MODE_20W_6CORE"),
+            Some(false),
+        ),
+        (
+            "thor-jp7",
+            "NVIDIA Jetson AGX Thor Developer Kit",
+            "38.2.1",
+            Some("7.0"),
+            (0, "MAXN"),
+            Some(false),
+        ),
+        (
+            "agx-orin-jp72",
+            "NVIDIA Jetson AGX Orin Developer Kit",
+            "39.2.0",
+            Some("7.2"),
+            (3, "MODE_50W"),
             Some(false),
         ),
     ];
@@ -405,4 +422,336 @@ fn missing_files_are_named_and_nothing_breaks() {
     let mut c = collector(empty.path());
     assert!(!c.start());
     assert!(c.status.snapshot().state.starts_with("off: not a Jetson"));
+}
+
+/// GPU clock, load and throttle inputs read on each tree, from the source chosen for it.
+#[test]
+fn gpu_source_clock_load_and_throttle_inputs_on_each_tree() {
+    // (tree, source, clock MHz, cap MHz, hw max MHz, load %, trips, oc counters, alarms)
+    let cases = [
+        (
+            "thor-jp7",
+            "devfreq:gpu-gpc-0",
+            314.0,
+            1575.0,
+            1575.0,
+            None,
+            0,
+            3,
+            Some(0),
+        ),
+        (
+            "agx-orin-jp72",
+            "devfreq:17000000.gpu",
+            918.0,
+            1020.0,
+            1300.5,
+            Some(12.0),
+            0,
+            3,
+            Some(0),
+        ),
+        (
+            "agx-orin-jp5",
+            "devfreq:17000000.ga10b",
+            1300.5,
+            1300.5,
+            1300.5,
+            None,
+            0,
+            3,
+            Some(0),
+        ),
+        (
+            "xavier-nx-jp5",
+            "devfreq:17000000.gv11b",
+            114.75,
+            1109.25,
+            1109.25,
+            None,
+            0,
+            0,
+            Some(0),
+        ),
+    ];
+    for (tree, source, freq, max, hw, load, trips, ocs, alarms) in cases {
+        let dir = fixture(tree);
+        let mut c = collector(dir.path());
+        assert!(c.start(), "{tree}");
+        let b = c.sample(1);
+        let choice = c.gpu_choice().unwrap().clone();
+        assert_eq!(choice.label(), source, "{tree}");
+        let t = b
+            .lines
+            .iter()
+            .find(|l| l.key.starts_with("jetson_throttle"))
+            .unwrap();
+        assert_eq!(field(t, "gpu_freq_mhz"), Some(&Value::F64(freq)), "{tree}");
+        assert_eq!(field(t, "gpu_max_mhz"), Some(&Value::F64(max)), "{tree}");
+        assert_eq!(field(t, "gpu_hw_max_mhz"), Some(&Value::F64(hw)), "{tree}");
+        assert_eq!(
+            field(t, "gpu_load_pct"),
+            load.map(Value::F64).as_ref(),
+            "{tree}"
+        );
+        assert_eq!(
+            field(t, "thermal_trips"),
+            Some(&Value::I64(trips)),
+            "{tree}"
+        );
+        let n = (1..=3)
+            .filter(|i| field(t, &format!("oc{i}_events")).is_some())
+            .count();
+        assert_eq!(n, ocs, "{tree}");
+        assert_eq!(
+            field(t, "current_alarms"),
+            alarms.map(Value::I64).as_ref(),
+            "{tree}"
+        );
+        let st = c.status.snapshot();
+        assert_eq!(st.gpu_source.as_deref(), Some(source), "{tree}");
+        assert_eq!(st.gpu_source_switches, 0);
+        assert!(
+            st.missing.is_empty() || tree == "xavier-nx-jp5",
+            "{tree}: {:?}",
+            st.missing
+        );
+    }
+    // Thor: no load file, NVML not running in a bare collector: said so.
+    let dir = fixture("thor-jp7");
+    let mut c = collector(dir.path());
+    c.start();
+    c.sample(1);
+    let r = &c.gpu_choice().unwrap().reason;
+    assert!(
+        r.contains("gpu-gpc-0 answers the clock but has no load file"),
+        "{r}"
+    );
+    assert!(r.contains("NVML is not running"), "{r}");
+}
+
+/// Thor's over-current counters and INA238/INA3221 alarms are read like Orin's.
+#[test]
+fn thor_alarms_and_over_current_counters_throttle() {
+    let dir = fixture("thor-jp7");
+    let mut c = collector(dir.path());
+    c.start();
+    let b = c.sample(1);
+    let thr = |b: &Batch| {
+        b.lines
+            .iter()
+            .find(|l| l.key.starts_with("jetson_throttle"))
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(field(&thr(&b), "throttled"), Some(&Value::Bool(false)));
+    put(dir.path(), "sys/class/hwmon/hwmon0/power1_max_alarm", "1\n");
+    put(dir.path(), "sys/class/hwmon/hwmon2/oc2_event_cnt", "4\n");
+    put(
+        dir.path(),
+        "sys/class/thermal/thermal_zone3/temp",
+        "99500\n",
+    );
+    let t = thr(&c.sample(2));
+    assert_eq!(field(&t, "current_alarms"), Some(&Value::I64(1)));
+    assert_eq!(field(&t, "oc2_events"), Some(&Value::I64(4)));
+    assert_eq!(field(&t, "thermal_trips"), Some(&Value::I64(1)));
+    assert_eq!(field(&t, "throttled"), Some(&Value::Bool(true)));
+}
+
+#[test]
+fn choose_prefers_devfreq_with_load_and_never_a_source_that_answers_not_supported() {
+    let with_load = GpuReading {
+        freq_mhz: Some(918.0),
+        load_pct: Some(12.0),
+        ..GpuReading::default()
+    };
+    let no_load = GpuReading {
+        freq_mhz: Some(314.0),
+        ..GpuReading::default()
+    };
+    let n = |name: &str, r: Option<&GpuReading>| (name.to_string(), r.cloned());
+    // Orin: devfreq with its load, NVML NotSupported: devfreq, settled.
+    let c = choose(
+        &[n("17000000.gpu", Some(&with_load))],
+        &NvmlAnswer::NotSupported,
+    );
+    assert_eq!(
+        (c.label(), c.settled()),
+        ("devfreq:17000000.gpu".into(), true)
+    );
+    // Thor: clock from gpu-gpc-0, load from NVML where it answers.
+    let thor = [n("gpu-gpc-0", Some(&no_load))];
+    let c = choose(&thor, &NvmlAnswer::Answers);
+    assert_eq!(
+        (c.label(), c.settled()),
+        ("devfreq:gpu-gpc-0+nvml".into(), false)
+    );
+    let c = choose(&thor, &NvmlAnswer::Waiting);
+    assert_eq!(c.label(), "devfreq:gpu-gpc-0");
+    assert!(
+        c.reason.contains("NVML has not sampled yet"),
+        "{}",
+        c.reason
+    );
+    // No devfreq: NVML only when it answers; NotSupported or lost is no source.
+    assert_eq!(choose(&[], &NvmlAnswer::Answers).label(), "nvml");
+    for a in [
+        NvmlAnswer::NotSupported,
+        NvmlAnswer::Lost,
+        NvmlAnswer::Off("off: disabled".into()),
+    ] {
+        let c = choose(&[], &a);
+        assert_eq!(c.source, Source::None, "{a:?}");
+        assert!(c.reason.starts_with("no GPU devfreq node"), "{}", c.reason);
+    }
+    assert!(choose(&[], &NvmlAnswer::NotSupported)
+        .reason
+        .contains("NotSupported"));
+    // A node that does not answer is passed over for the next one, and named when none does.
+    let c = choose(
+        &[n("gpu-gpc-0", None), n("17000000.gpu", Some(&with_load))],
+        &NvmlAnswer::NotSupported,
+    );
+    assert_eq!(c.label(), "devfreq:17000000.gpu");
+    let c = choose(&[n("gpu-gpc-0", None)], &NvmlAnswer::NotSupported);
+    assert_eq!(c.source, Source::None);
+    assert!(
+        c.reason.contains("gpu-gpc-0 does not answer"),
+        "{}",
+        c.reason
+    );
+}
+
+#[test]
+fn nvml_answer_from_its_status() {
+    use crate::status::{Gpu, Nvml};
+    let running = |gpus: Vec<Gpu>, samples: u64| Nvml {
+        state: "running".into(),
+        samples,
+        gpus,
+        ..Nvml::default()
+    };
+    let gpu = |unsupported: &[&str], lost: bool| Gpu {
+        unsupported: unsupported.iter().map(|s| s.to_string()).collect(),
+        lost,
+        ..Gpu::default()
+    };
+    let off = Nvml {
+        state: "off: no NVIDIA driver".into(),
+        ..Nvml::default()
+    };
+    assert_eq!(
+        nvml_answer(&off),
+        NvmlAnswer::Off("off: no NVIDIA driver".into())
+    );
+    assert_eq!(
+        nvml_answer(&running(vec![gpu(&[], false)], 0)),
+        NvmlAnswer::Waiting
+    );
+    assert_eq!(
+        nvml_answer(&running(vec![gpu(&["utilization", "power"], false)], 3)),
+        NvmlAnswer::NotSupported
+    );
+    assert_eq!(
+        nvml_answer(&running(vec![gpu(&[], true)], 3)),
+        NvmlAnswer::Lost
+    );
+    assert_eq!(
+        nvml_answer(&running(vec![gpu(&["power"], false)], 3)),
+        NvmlAnswer::Answers
+    );
+    let starting = Nvml {
+        state: "starting".into(),
+        ..Nvml::default()
+    };
+    assert_eq!(nvml_answer(&starting), NvmlAnswer::Waiting);
+    assert!(matches!(
+        nvml_answer(&running(vec![], 3)),
+        NvmlAnswer::Off(_)
+    ));
+}
+
+/// A devfreq node that appears after start is chosen at the next probe (not before: the
+/// rate is bounded), a settled node is not probed again, and one that vanishes is left at
+/// once.
+#[test]
+fn devfreq_appearing_later_is_chosen_at_the_next_probe() {
+    let dir = fixture("agx-orin-jp72");
+    let root = dir.path();
+    let node = root.join("sys/class/devfreq/17000000.gpu");
+    let parked = root.join("parked-gpu");
+    std::fs::rename(&node, &parked).unwrap();
+    let every = Duration::from_secs(30);
+    let mut p = GpuProbe::new(every);
+    let t0 = Instant::now();
+    let ns = || NvmlAnswer::NotSupported;
+    let (r, sw) = p.sample(root, ns, t0);
+    assert_eq!(r, None);
+    let (old, new) = sw.unwrap();
+    assert_eq!((old, new.source), (None, Source::None));
+    std::fs::rename(&parked, &node).unwrap();
+    // Within the re-probe interval: still none, nothing read.
+    let (r, sw) = p.sample(root, ns, t0 + Duration::from_secs(5));
+    assert_eq!((r, sw), (None, None));
+    assert_eq!(p.choice().unwrap().source, Source::None);
+    // At the interval: the node, its clock and load, one switch.
+    let (r, sw) = p.sample(root, ns, t0 + every);
+    assert_eq!(r.unwrap().load_pct, Some(12.0));
+    let (old, new) = sw.unwrap();
+    assert_eq!(old.unwrap().label(), "none");
+    assert_eq!(new.label(), "devfreq:17000000.gpu");
+    assert_eq!(p.switches, 1);
+    // Settled: later samples read the node and never ask NVML.
+    let (r, sw) = p.sample(root, || panic!("asked NVML while settled"), t0 + every * 5);
+    assert_eq!((r.unwrap().freq_mhz, sw), (Some(918.0), None));
+    // The node vanishes: probed at once, back to none.
+    std::fs::remove_dir_all(&node).unwrap();
+    let (r, sw) = p.sample(root, ns, t0 + every * 5 + Duration::from_secs(1));
+    assert_eq!(r, None);
+    assert_eq!(sw.unwrap().1.source, Source::None);
+    assert_eq!(p.switches, 2);
+}
+
+/// Through the collector: the switch is an `edgewatch_event` (`kind=gpu_source`), logged
+/// and counted once, and the status names the source and drops "GPU clock" from missing.
+#[test]
+fn a_gpu_source_switch_is_one_event_and_the_status_follows() {
+    let dir = fixture("thor-jp7");
+    let root = dir.path();
+    let node = root.join("sys/class/devfreq/gpu-gpc-0");
+    let parked = root.join("parked");
+    std::fs::rename(&node, &parked).unwrap();
+    let cfg = JetsonConfig {
+        root: root.to_path_buf(),
+        nvpmodel: root.join("no-nvpmodel"),
+        gpu_reprobe: crate::config::values::Interval(Duration::from_millis(0)),
+        ..JetsonConfig::default()
+    };
+    let mut c = JetsonCollector::new(&cfg, Arc::new(JetsonStatus::default()));
+    assert!(c.start());
+    let events = |b: &Batch| {
+        b.lines
+            .iter()
+            .filter(|l| l.key.contains("kind=gpu_source"))
+            .count()
+    };
+    let b = c.sample(1);
+    assert_eq!(events(&b), 0);
+    let st = c.status.snapshot();
+    assert_eq!(st.gpu_source.as_deref(), Some("none"));
+    assert!(st.missing.iter().any(|m| m.starts_with("GPU clock")));
+    std::fs::rename(&parked, &node).unwrap();
+    let b = c.sample(2);
+    assert_eq!(events(&b), 1);
+    let b = c.sample(3);
+    assert_eq!(events(&b), 0);
+    let st = c.status.snapshot();
+    assert_eq!(st.gpu_source.as_deref(), Some("devfreq:gpu-gpc-0"));
+    assert_eq!(st.gpu_source_switches, 1);
+    assert!(
+        !st.missing.iter().any(|m| m.starts_with("GPU clock")),
+        "{:?}",
+        st.missing
+    );
 }

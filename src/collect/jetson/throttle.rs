@@ -1,5 +1,6 @@
 //! Throttling as `jetson_throttle` points, from files: the GPU clock against its current
-//! cap and its hardware maximum (devfreq `cur_freq`, `max_freq`, `available_frequencies`),
+//! cap and its hardware maximum (devfreq `cur_freq`, `max_freq`, `available_frequencies`)
+//! and its load where the node has one (from the source `gpu.rs` chose),
 //! the CPU clocks against theirs (cpufreq `scaling_cur_freq`, `scaling_max_freq`,
 //! `cpuinfo_max_freq`), thermal trip points passed (`thermal_zone*/trip_point_*`), the
 //! over-current event counters of the `soctherm_oc` hwmon (`oc<N>_event_cnt`: OC1 under
@@ -11,7 +12,8 @@ use std::path::Path;
 
 use crate::model::{series_key, Line, Value};
 
-use super::fs::{dirs, is_gpu_devfreq, name_of, read, read_num};
+use super::fs::{dirs, gpu_devfreq_nodes, name_of, read, read_num};
+use super::gpu::GpuReading;
 use super::identity::Identity;
 
 /// Throttling state from one read of the tree.
@@ -23,6 +25,8 @@ pub struct Throttle {
     pub gpu_max_mhz: Option<f64>,
     /// GPU hardware maximum, MHz.
     pub gpu_hw_max_mhz: Option<f64>,
+    /// GPU load from its devfreq node, %.
+    pub gpu_load_pct: Option<f64>,
     /// Highest CPU clock now, MHz.
     pub cpu_freq_mhz: Option<f64>,
     /// Highest CPU cap now (`scaling_max_freq`), MHz.
@@ -68,23 +72,24 @@ fn oc_index(name: &str) -> Option<u32> {
         .ok()
 }
 
-/// Reads the throttling state under `root`.
+/// Reads the throttling state under `root`, the GPU from its best devfreq node.
 pub fn read_throttle(root: &Path) -> Throttle {
+    let gpu = gpu_devfreq_nodes(root)
+        .iter()
+        .find_map(|n| super::gpu::read_node(n));
+    read_throttle_with(root, gpu)
+}
+
+/// Reads the throttling state under `root` with the GPU as read from its chosen source
+/// ([`super::gpu::GpuProbe`]).
+pub fn read_throttle_with(root: &Path, gpu: Option<GpuReading>) -> Throttle {
     let mut t = Throttle::default();
     let sys = root.join("sys");
-    let mhz = |hz: f64| hz / 1e6;
-    if let Some(d) = dirs(&sys.join("class/devfreq"))
-        .into_iter()
-        .find(|d| is_gpu_devfreq(&name_of(d)))
-    {
-        t.gpu_freq_mhz = read_num(&d.join("cur_freq")).map(mhz);
-        t.gpu_max_mhz = read_num(&d.join("max_freq")).map(mhz);
-        t.gpu_hw_max_mhz = read(&d.join("available_frequencies")).and_then(|s| {
-            s.split_ascii_whitespace()
-                .filter_map(|v| v.parse::<f64>().ok())
-                .reduce(f64::max)
-                .map(mhz)
-        });
+    if let Some(g) = gpu {
+        t.gpu_freq_mhz = g.freq_mhz;
+        t.gpu_max_mhz = g.max_mhz;
+        t.gpu_hw_max_mhz = g.hw_max_mhz;
+        t.gpu_load_pct = g.load_pct;
     }
     let highest = |acc: &mut Option<f64>, v: f64| *acc = Some(acc.map_or(v, |c| c.max(v)));
     for d in dirs(&sys.join("devices/system/cpu/cpufreq")) {
@@ -156,6 +161,7 @@ pub fn throttle_line(id: &Identity, t: &Throttle, prev_oc: Option<u64>, ts: i64)
         ("gpu_freq_mhz", t.gpu_freq_mhz),
         ("gpu_max_mhz", t.gpu_max_mhz),
         ("gpu_hw_max_mhz", t.gpu_hw_max_mhz),
+        ("gpu_load_pct", t.gpu_load_pct),
         ("cpu_freq_mhz", t.cpu_freq_mhz),
         ("cpu_max_mhz", t.cpu_max_mhz),
         ("cpu_hw_max_mhz", t.cpu_hw_max_mhz),

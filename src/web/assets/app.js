@@ -417,7 +417,7 @@ function jetsonLine(j) {
   const mode = j.power_mode != null ? j.power_mode + (j.power_mode_id != null ? ` (id ${j.power_mode_id})` : '') : (j.power_mode_id != null ? `id ${j.power_mode_id}` : '?');
   const thr = j.throttled ? 'throttled now' : (j.last_throttled_ns != null ? `last throttled at ${clock(j.last_throttled_ns / 1e6, true)}` : 'not throttled since start');
   return [j.module || 'Jetson', `L4T ${j.l4t || '?'}` + (j.jetpack ? ` (JetPack ${j.jetpack})` : ''), `power mode ${mode}`,
-    `jetson_clocks ${j.jetson_clocks || '?'}`, thr].join(' · ');
+    `jetson_clocks ${j.jetson_clocks || '?'}`, thr].concat(j.gpu_source ? [`GPU ${j.gpu_source}`] : []).join(' · ');
 }
 
 // A model's name in charts and findings: app-reported ones by name, Triton's marked.
