@@ -248,7 +248,10 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
     let kernel = |kind: &str, group: &str| SeriesSpec {
         measurement: crate::collect::event::MEASUREMENT.into(),
         fields: vec!["count".into()],
-        tags: vec![("kind".into(), kind.into()), ("source".into(), "kernel".into())],
+        tags: vec![
+            ("kind".into(), kind.into()),
+            ("source".into(), "kernel".into()),
+        ],
         group_by: vec![group.into()],
         exclude: Vec::new(),
         agg: Agg::Sum,

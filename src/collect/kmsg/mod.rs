@@ -173,7 +173,7 @@ struct Reader {
 
 impl Reader {
     /// Handles one record's bytes; an event kept goes into `found`.
-    fn record(&mut self, buf: &[u8], found: &mut Vec<Found>, now: i64) {
+    fn record(&mut self, buf: &[u8], found: &mut Vec<Found>) {
         let rec = match parse::parse_record(buf) {
             Ok(r) => r,
             Err(e) => {
@@ -204,7 +204,13 @@ impl Reader {
         if f.oom_kill && f.ts_usec >= self.start_us {
             self.oom.logged();
         }
-        if self.bucket.take(now) {
+        // The bucket runs on the records' own clock: a live flood is bounded as it happens,
+        // and the ring read at start (history) is bounded as it was logged, so an old flood
+        // does not use up the budget of the events logged since.
+        if self
+            .bucket
+            .take(i64::try_from(rec.ts_usec).unwrap_or(i64::MAX / 1000) * 1000)
+        {
             found.push(f);
         } else {
             self.dropped_this_second += 1;
@@ -338,10 +344,9 @@ pub async fn run(
             return;
         }
     };
-    let now = crate::now_ns();
     let mut r = Reader {
         classifier: Classifier::new(&cfg.fatal_xids),
-        bucket: Bucket::new(cfg.max_events_per_s, cfg.burst, now),
+        bucket: Bucket::new(cfg.max_events_per_s, cfg.burst, 0),
         oom: OomCheck::new(read_oom_counter().unwrap_or(0)),
         start_us: monotonic_us(),
         data_dir,
@@ -381,11 +386,10 @@ pub async fn run(
                 };
                 let mut found = Vec::new();
                 let mut failed = false;
-                let now = crate::now_ns();
                 for _ in 0..MAX_RECORDS_PER_WAKE {
                     match guard.try_io(|f| (&*f.get_ref()).read(&mut buf)) {
                         Ok(Ok(0)) => break,
-                        Ok(Ok(n)) => r.record(&buf[..n], &mut found, now),
+                        Ok(Ok(n)) => r.record(&buf[..n], &mut found),
                         // Overwritten before we read them: the next read returns the oldest
                         // record left; the gap in sequence numbers counts them.
                         Ok(Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => continue,

@@ -88,7 +88,9 @@ pub fn unescape(raw: &[u8]) -> String {
     let mut i = 0;
     while i < raw.len() {
         if raw[i] == b'\\' && i + 3 < raw.len() && raw.get(i + 1) == Some(&b'x') {
-            let hex = raw.get(i + 2..i + 4).and_then(|h| std::str::from_utf8(h).ok());
+            let hex = raw
+                .get(i + 2..i + 4)
+                .and_then(|h| std::str::from_utf8(h).ok());
             if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                 out.push(b);
                 i += 4;
@@ -360,7 +362,10 @@ fn oom_killed(msg: &str, at: usize, pending: Option<PendingOom>) -> Option<Event
     let constraint = pending
         .as_ref()
         .and_then(|p| p.constraint.clone())
-        .or_else(|| msg.starts_with("Memory cgroup").then(|| "CONSTRAINT_MEMCG".into()));
+        .or_else(|| {
+            msg.starts_with("Memory cgroup")
+                .then(|| "CONSTRAINT_MEMCG".into())
+        });
     let anon = kb(msg, "anon-rss:");
     let mut text = format!("OOM killer killed {name} (pid {pid})");
     if let Some(c) = &cgroup {
@@ -402,7 +407,10 @@ pub fn unlogged_oom_kills(count: u64) -> Event {
              seen (lost or rate-limited): victim unknown"
         ),
     )
-    .field("count", Value::I64(i64::try_from(count).unwrap_or(i64::MAX)))
+    .field(
+        "count",
+        Value::I64(i64::try_from(count).unwrap_or(i64::MAX)),
+    )
     .field("unlogged", Value::Bool(true))
 }
 

@@ -21,7 +21,11 @@ fn classify(msg: &str) -> Option<Found> {
 }
 
 fn field<'a>(f: &'a Found, key: &str) -> Option<&'a Value> {
-    f.event.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    f.event
+        .fields
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v)
 }
 
 #[test]
@@ -39,10 +43,7 @@ fn records_parse_with_their_header_and_escapes() {
         "NVRM: The NVIDIA GPU 0000:b3:00.0\nNVRM: fallen off the bus"
     );
     assert_eq!(parse_record(b"no header"), Err(ParseError::NoHeader));
-    assert_eq!(
-        parse_record(b"6,x,1,-;m"),
-        Err(ParseError::BadField("seq"))
-    );
+    assert_eq!(parse_record(b"6,x,1,-;m"), Err(ParseError::BadField("seq")));
     assert_eq!(unescape(br"a\x5cb\xZZ\"), "a\\b\\xZZ\\");
 }
 
@@ -60,7 +61,9 @@ fn xid_lines_of_every_driver_generation() {
         Some(&Value::Str("cuda_plot_k32_v".into()))
     );
     assert_eq!(field(&f, "pci"), Some(&Value::Str("0000:0a:00".into())));
-    assert!(matches!(field(&f, "detail"), Some(Value::Str(d)) if d.starts_with("Ch 00000010, intr")));
+    assert!(
+        matches!(field(&f, "detail"), Some(Value::Str(d)) if d.starts_with("Ch 00000010, intr"))
+    );
     assert_eq!(field(&f, "count"), Some(&Value::I64(1)));
 
     let f = classify("NVRM: Xid (PCI:0000:0a:00): 62, pid='<unknown>', name=<unknown>, 2023b230 20238a3a 2023e8b6 2023eac4 2023ec3c 2023ea86 00000000 00000000").unwrap();
@@ -87,7 +90,11 @@ fn xid_lines_of_every_driver_generation() {
     let f = classify("NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.").unwrap();
     assert_eq!(f.event.kind, "xid", "an Xid line is one xid event, not two");
     assert_eq!(f.event.severity, Severity::Critical);
-    assert!(f.event.message.contains("Xid 79 (fatal)"), "{}", f.event.message);
+    assert!(
+        f.event.message.contains("Xid 79 (fatal)"),
+        "{}",
+        f.event.message
+    );
 
     // leptonai/gpud/pull/1174: NVLink Xid without pid.
     let f = classify("NVRM: Xid (PCI:0019:01:00): 149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)").unwrap();
@@ -96,7 +103,10 @@ fn xid_lines_of_every_driver_generation() {
 
     // The user's own fatal list wins.
     let f = Classifier::new(&[13])
-        .classify(&rec(1, "NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception"))
+        .classify(&rec(
+            1,
+            "NVRM: Xid (PCI:0000:01:00): 13, pid=1, name=x, Graphics Exception",
+        ))
         .unwrap();
     assert_eq!(f.event.severity, Severity::Critical);
     assert!(parse_xid("NVRM: Xid (PCI:0000:01:00): x, pid=1").is_none());
@@ -180,9 +190,8 @@ fn soctherm_over_current() {
 /// `<type>: critical temperature reached`) and x86 therm_throt.
 #[test]
 fn thermal_trips_and_throttling() {
-    let f =
-        classify("thermal thermal_zone0: critical temperature reached (105 C), shutting down")
-            .unwrap();
+    let f = classify("thermal thermal_zone0: critical temperature reached (105 C), shutting down")
+        .unwrap();
     assert_eq!(f.event.kind, "thermal_trip");
     assert_eq!(f.event.severity, Severity::Critical);
     assert_eq!(field(&f, "zone"), Some(&Value::Str("thermal_zone0".into())));
@@ -191,9 +200,13 @@ fn thermal_trips_and_throttling() {
     assert_eq!(field(&f, "zone"), Some(&Value::Str("thermal_zone3".into())));
     assert_eq!(field(&f, "temp_c"), None);
     let f = classify("thermal thermal_zone1: hot temperature reached").unwrap();
-    assert_eq!((f.event.kind.as_str(), f.event.severity), ("thermal_trip", Severity::Warning));
-    let f = classify("CPU0: Core temperature above threshold, cpu clock throttled (total events = 1)")
-        .unwrap();
+    assert_eq!(
+        (f.event.kind.as_str(), f.event.severity),
+        ("thermal_trip", Severity::Warning)
+    );
+    let f =
+        classify("CPU0: Core temperature above threshold, cpu clock throttled (total events = 1)")
+            .unwrap();
     assert_eq!(f.event.kind, "thermal_throttle");
     assert_eq!(field(&f, "zone"), Some(&Value::Str("CPU0 core".into())));
     let f = classify(
@@ -236,9 +249,15 @@ fn oom_kills_name_the_victim_and_its_cgroup() {
     assert_eq!(field(&f, "name"), Some(&Value::Str("Web (x) y".into())));
     assert_eq!(field(&f, "cgroup"), None);
     // The oom-kill line of another pid is not borrowed.
-    c.classify(&rec(4, "oom-kill:constraint=CONSTRAINT_NONE,task_memcg=/a,task=a,pid=5,uid=0"));
+    c.classify(&rec(
+        4,
+        "oom-kill:constraint=CONSTRAINT_NONE,task_memcg=/a,task=a,pid=5,uid=0",
+    ));
     let f = c
-        .classify(&rec(5, "Out of memory: Killed process 6 (b) total-vm:1kB, anon-rss:1kB"))
+        .classify(&rec(
+            5,
+            "Out of memory: Killed process 6 (b) total-vm:1kB, anon-rss:1kB",
+        ))
         .unwrap();
     assert_eq!(field(&f, "cgroup"), None);
     assert!(classify("oom_reaper: reaped process 1234 (stress), now anon-rss:0kB").is_none());
