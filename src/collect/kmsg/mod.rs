@@ -76,6 +76,8 @@ impl KmsgStatus {
     }
 }
 
+// `time_t` and `c_long` are i64 here but i32 on 32-bit targets: the casts are not useless.
+#[allow(clippy::unnecessary_cast)]
 /// `CLOCK_REALTIME - CLOCK_MONOTONIC`, ns: the wall time of the boot, to stamp a record
 /// logged `ts_usec` after it (the printk clock counts from boot like `CLOCK_MONOTONIC`).
 fn boot_wall_ns() -> i64 {
@@ -103,6 +105,7 @@ pub fn record_time_ns(boot_wall_ns: i64, ts_usec: u64, now: i64) -> i64 {
     boot_wall_ns.saturating_add(since_boot).min(now)
 }
 
+#[allow(clippy::unnecessary_cast)]
 fn monotonic_us() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -387,7 +390,7 @@ pub async fn run(
                 let mut found = Vec::new();
                 let mut failed = false;
                 for _ in 0..MAX_RECORDS_PER_WAKE {
-                    match guard.try_io(|f| (&*f.get_ref()).read(&mut buf)) {
+                    match guard.try_io(|f| f.get_ref().read(&mut buf)) {
                         Ok(Ok(0)) => break,
                         Ok(Ok(n)) => r.record(&buf[..n], &mut found),
                         // Overwritten before we read them: the next read returns the oldest
