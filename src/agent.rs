@@ -174,6 +174,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let tegrastats_status = Arc::new(crate::collect::tegrastats::TegrastatsStatus::default());
     let scrape_status = Arc::new(crate::collect::scrape::ScrapeStatus::new(&cfg.scrape));
     let jetson_status = Arc::new(crate::collect::jetson::JetsonStatus::default());
+    let kmsg_status = Arc::new(crate::collect::kmsg::KmsgStatus::default());
     // A peer whose TLS files do not read or parse cannot send until they are fixed: say so
     // clearly now (its data is kept; its status shows the same reason).
     for e in peer_setup_errors(&cfg) {
@@ -206,6 +207,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         tegrastats: tegrastats_status.clone(),
         scrape: scrape_status.clone(),
         jetson: jetson_status.clone(),
+        kmsg: kmsg_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
         plan: plan.clone(),
         inference: Arc::new(cfg.inference.clone()),
@@ -306,6 +308,21 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         ));
     } else {
         jetson_status.set_state("off: disabled in the configuration");
+    }
+    if cfg.kmsg.enabled {
+        tasks.push((
+            "kmsg collector",
+            tokio::spawn(crate::collect::kmsg::run(
+                cfg.kmsg.clone(),
+                cfg.storage.data_dir.clone(),
+                handle.clone(),
+                stats.clone(),
+                kmsg_status,
+                sources.clone(),
+            )),
+        ));
+    } else {
+        kmsg_status.set_state("off: disabled in the configuration");
     }
     if cfg.health.enabled {
         tasks.push((

@@ -41,6 +41,10 @@ mod ingest;
 /// The `[jetson]` collector on fixture trees (Orin Nano, AGX Orin, Xavier NX): identity tags,
 /// status, power-mode events, throttling, nvmap per-process memory, missing files.
 mod jetson;
+/// The kernel log collector on the real `/dev/kmsg`: each event kind injected, a real OOM
+/// kill in a memory-limited cgroup, restarts without re-reporting, a 10,000-line flood, the
+/// kernel built-in alerts, an unreadable device.
+mod kmsg;
 /// SIGTERM flush, restart persistence, kill -9 recovery, schema refusal.
 mod lifecycle;
 /// `[[scrape]] preset = "vllm"` / `"llamacpp"`: served LLM-server pages become `llm` points

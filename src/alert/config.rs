@@ -24,6 +24,10 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "SinkBacklogStale",
     "StoreNearDiskBudget",
     "ClockNotSet",
+    "GpuXidError",
+    "OomKill",
+    "KernelThermalTrip",
+    "KernelOverCurrent",
 ];
 
 /// `[alerts]`
@@ -59,6 +63,9 @@ pub struct AlertsConfig {
     pub disk_budget_pct: f64,
     /// `ClockNotSet`: fires when the clock has not been set for this long.
     pub clock_unset_for: Delay,
+    /// `GpuXidError`, `OomKill`, `KernelThermalTrip`, `KernelOverCurrent`: fire while such a
+    /// kernel event is in this last window (and resolve once it has left it).
+    pub kernel_event_window: Interval,
     /// The alert outbox's bound while a notifier is disabled or down: most bytes of stored
     /// events (the latest event of each alert still firing is always kept).
     pub outbox_max_bytes: u64,
@@ -83,6 +90,7 @@ impl Default for AlertsConfig {
             sink_backlog_age: Interval(s(3600)),
             disk_budget_pct: 90.0,
             clock_unset_for: Interval(s(600)),
+            kernel_event_window: Interval(s(600)),
             outbox_max_bytes: 16 << 20,
             outbox_max_age: Interval(s(7 * 86_400)),
         }

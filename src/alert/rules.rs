@@ -80,6 +80,9 @@ pub struct Rule {
     pub no_data: NoData,
     /// `severity` label.
     pub severity: String,
+    /// When set, an instance's group label of this name is its `severity` (a kernel event's
+    /// own severity), in place of [`Rule::severity`].
+    pub severity_from: Option<String>,
     /// `summary` template.
     pub summary: String,
     /// Extra labels.
@@ -87,6 +90,15 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The `severity` label of the instance with `group` labels.
+    pub fn severity_of(&self, group: &BTreeMap<String, String>) -> String {
+        self.severity_from
+            .as_ref()
+            .and_then(|k| group.get(k))
+            .unwrap_or(&self.severity)
+            .clone()
+    }
+
     /// The measurement and field it watches, when it watches one series field.
     pub fn measurement_field(&self) -> (Option<String>, Option<String>) {
         match &self.watch {
@@ -177,6 +189,7 @@ impl From<&AlertRuleConfig> for Rule {
             keep_firing_for_ns: ns(c.keep_firing_for.0),
             no_data: c.no_data,
             severity: c.severity.clone(),
+            severity_from: None,
             summary: c.summary.clone(),
             labels: c.labels.clone(),
         }
@@ -197,6 +210,7 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
         keep_firing_for_ns: 0,
         no_data: NoData::Ok,
         severity: "warning".into(),
+        severity_from: None,
         summary: summary.into(),
         labels: BTreeMap::new(),
     };
@@ -229,7 +243,64 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
         ns(a.latency_ratio_window.0),
     );
     ttft.ratio_of = Some(Agg::Quantile(0.5));
-    vec![
+    // A kernel event of `kind` in the last window: the sum of its `count` field (1 per
+    // event; more for a summary of kills without a log line).
+    let kernel = |kind: &str, group: &str| SeriesSpec {
+        measurement: crate::collect::event::MEASUREMENT.into(),
+        fields: vec!["count".into()],
+        tags: vec![
+            ("kind".into(), kind.into()),
+            ("source".into(), "kernel".into()),
+        ],
+        group_by: vec![group.into()],
+        exclude: Vec::new(),
+        agg: Agg::Sum,
+        ratio_of: None,
+        window_ns: ns(a.kernel_event_window.0),
+    };
+    let mut xid = rule(
+        "GpuXidError",
+        Watch::Series(kernel("xid", "severity")),
+        Op::Gt,
+        0.0,
+        0,
+        "{value} NVIDIA Xid error(s) of severity {severity} in the kernel log in the last \
+         window (see the events for the codes and processes)",
+    );
+    xid.severity_from = Some("severity".into());
+    let critical = |mut r: Rule| {
+        r.severity = "critical".into();
+        r
+    };
+    let kernel_rules = [
+        xid,
+        critical(rule(
+            "OomKill",
+            Watch::Series(kernel("oom_kill", "kind")),
+            Op::Gt,
+            0.0,
+            0,
+            "the OOM killer killed {value} process(es) in the last window",
+        )),
+        critical(rule(
+            "KernelThermalTrip",
+            Watch::Series(kernel("thermal_trip", "kind")),
+            Op::Gt,
+            0.0,
+            0,
+            "{value} thermal trip(s) in the kernel log in the last window",
+        )),
+        rule(
+            "KernelOverCurrent",
+            Watch::Series(kernel("overcurrent", "kind")),
+            Op::Gt,
+            0.0,
+            0,
+            "{value} over-current alarm(s) in the kernel log in the last window: the supply \
+             may be under-sized",
+        ),
+    ];
+    let mut all = vec![
         rule(
             "GpuThrottling",
             Watch::Series(series(
@@ -316,7 +387,9 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
             ns(a.clock_unset_for.0),
             "the device clock is not set: points are held from rollup and forwarding",
         ),
-    ]
+    ];
+    all.extend(kernel_rules);
+    all
 }
 
 /// Every rule the evaluator runs: the enabled built-ins (unless a user rule has the same

@@ -160,7 +160,7 @@ impl Evaluator {
         let mut l: BTreeMap<String, String> = self.setup.identity.iter().cloned().collect();
         l.extend(group.iter().map(|(k, v)| (k.clone(), v.clone())));
         l.extend(rule.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-        l.insert("severity".into(), rule.severity.clone());
+        l.insert("severity".into(), rule.severity_of(group));
         l.insert("alertname".into(), rule.name.clone());
         l
     }
@@ -434,7 +434,7 @@ impl Evaluator {
                 any = true;
                 let mut labels = e.labels.clone();
                 labels.extend(rule.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
-                labels.insert("severity".into(), rule.severity.clone());
+                labels.insert("severity".into(), rule.severity_of(&e.labels));
                 out.push(AlertItem {
                     name: rule.name.clone(),
                     state: e.instance.state.as_str().into(),

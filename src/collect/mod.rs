@@ -6,6 +6,7 @@ pub mod event;
 pub mod health;
 pub mod host;
 pub mod jetson;
+pub mod kmsg;
 pub mod nvml;
 pub mod own_events;
 pub mod scrape;

@@ -42,6 +42,8 @@ pub struct Config {
     pub nvml: crate::collect::nvml::config::NvmlConfig,
     /// `[jetson]`
     pub jetson: crate::collect::jetson::config::JetsonConfig,
+    /// `[kmsg]`
+    pub kmsg: crate::collect::kmsg::config::KmsgConfig,
     /// `[rollup]`
     pub rollup: crate::rollup::config::RollupConfig,
     /// `[retention]`
@@ -305,6 +307,10 @@ impl Config {
                 origin: origin.to_string(),
                 message,
             }
+        })?;
+        crate::collect::kmsg::config::validate(&cfg.kmsg).map_err(|message| ConfigError::File {
+            origin: origin.to_string(),
+            message,
         })?;
         crate::alert::notify::config::validate_all(&cfg.notify, text).map_err(|message| {
             ConfigError::File {

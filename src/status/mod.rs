@@ -309,6 +309,40 @@ pub struct Collectors {
     /// The `[jetson]` collector: the module's identity, power mode and throttling.
     #[serde(default)]
     pub jetson: Jetson,
+    /// The `[kmsg]` kernel log collector.
+    #[serde(default)]
+    pub kmsg: Kmsg,
+}
+
+/// The `[kmsg]` collector (`collectors.kmsg`): how far it read the kernel log and what it
+/// found there.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Kmsg {
+    /// `not started`, `running`, `off: <reason>`, `stopped`.
+    pub state: String,
+    /// Why it is off or what last went wrong (an open or read error, with the fix).
+    pub detail: Option<String>,
+    /// The device read (`/dev/kmsg`).
+    pub device: String,
+    /// This boot's id (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: Option<String>,
+    /// Records of this boot up to this sequence number were handled by an earlier run and
+    /// skipped (`null`: a new boot or a first start, the whole ring was read).
+    pub resumed_after_seq: Option<u64>,
+    /// Records read since start (the skipped ones included).
+    pub records: u64,
+    /// Records skipped as handled by an earlier run.
+    pub skipped: u64,
+    /// Events submitted since start.
+    pub events: u64,
+    /// Events dropped by the flood bound (`max_events_per_s`, `burst`).
+    pub dropped: u64,
+    /// Records the kernel overwrote before they were read (gaps in the sequence numbers).
+    pub lost: u64,
+    /// The last record's sequence number (`null`: none read yet).
+    pub last_seq: Option<u64>,
+    /// OOM kills `/proc/vmstat` counted with no log line, since start.
+    pub oom_kills_unlogged: u64,
 }
 
 /// The `[jetson]` collector (`collectors.jetson`): what the Jetson is and how it is set,

@@ -65,7 +65,7 @@ impl Agent {
         let data = dir.join("data");
         let cfg = dir.join("edgewatch.toml");
         let mut text = format!(
-            "[http]\nlisten = \"{http}\"\n[udp]\nlisten = \"{udp}\"\n[storage]\ndata_dir = \"{}\"\n[health]\nenabled = false\n",
+            "[http]\nlisten = \"{http}\"\n[udp]\nlisten = \"{udp}\"\n[storage]\ndata_dir = \"{}\"\n[health]\nenabled = false\n[kmsg]\nenabled = false\n",
             data.display()
         );
         text.push_str(extra_config);

@@ -513,6 +513,42 @@ fn collectors(s: &mut Scrape, c: &status::Collectors) {
             age,
         );
     }
+    kmsg(s, &c.kmsg);
+}
+
+/// The kernel log collector's families.
+fn kmsg(s: &mut Scrape, k: &status::Kmsg) {
+    s.gauge(
+        "edgewatch_kmsg_state",
+        "Kernel log collector state (1 for the current one).",
+        &[("state", &k.state)],
+        1.0,
+    );
+    let counters = [
+        (
+            "edgewatch_kmsg_records_total",
+            "Kernel log records read.",
+            k.records,
+        ),
+        (
+            "edgewatch_kmsg_events_total",
+            "Kernel events (Xid, OOM kill, thermal, ...) submitted.",
+            k.events,
+        ),
+        (
+            "edgewatch_kmsg_dropped_total",
+            "Kernel events dropped by the flood bound ([kmsg] max_events_per_s).",
+            k.dropped,
+        ),
+        (
+            "edgewatch_kmsg_lost_total",
+            "Kernel log records overwritten before they were read.",
+            k.lost,
+        ),
+    ];
+    for (name, help, v) in counters {
+        s.counter(name, help, &[], v as f64);
+    }
 }
 
 /// One family per number of `collectors.scrape[]`, labelled by target `name`.

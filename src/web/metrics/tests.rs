@@ -254,6 +254,14 @@ fn known_status() -> Status {
             },
             scrape: vec![],
             jetson: status::Jetson::default(),
+            kmsg: status::Kmsg {
+                state: "running".into(),
+                records: 801,
+                events: 802,
+                dropped: 803,
+                lost: 804,
+                ..Default::default()
+            },
         },
         alerts: None,
     }
@@ -377,6 +385,21 @@ edgewatch_http_writes_throttled_total 105
 # HELP edgewatch_http_writes_too_large_total HTTP writes answered 413.
 # TYPE edgewatch_http_writes_too_large_total counter
 edgewatch_http_writes_too_large_total 106
+# HELP edgewatch_kmsg_dropped_total Kernel events dropped by the flood bound ([kmsg] max_events_per_s).
+# TYPE edgewatch_kmsg_dropped_total counter
+edgewatch_kmsg_dropped_total 803
+# HELP edgewatch_kmsg_events_total Kernel events (Xid, OOM kill, thermal, ...) submitted.
+# TYPE edgewatch_kmsg_events_total counter
+edgewatch_kmsg_events_total 802
+# HELP edgewatch_kmsg_lost_total Kernel log records overwritten before they were read.
+# TYPE edgewatch_kmsg_lost_total counter
+edgewatch_kmsg_lost_total 804
+# HELP edgewatch_kmsg_records_total Kernel log records read.
+# TYPE edgewatch_kmsg_records_total counter
+edgewatch_kmsg_records_total 801
+# HELP edgewatch_kmsg_state Kernel log collector state (1 for the current one).
+# TYPE edgewatch_kmsg_state gauge
+edgewatch_kmsg_state{state="running"} 1
 # HELP edgewatch_nvml_gpus GPUs the NVML collector samples.
 # TYPE edgewatch_nvml_gpus gauge
 edgewatch_nvml_gpus 2
