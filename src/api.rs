@@ -65,6 +65,8 @@ pub struct ApiCtx {
     pub scrape: Arc<crate::collect::scrape::ScrapeStatus>,
     /// The `[jetson]` collector's state (identity, power mode, throttling).
     pub jetson: Arc<crate::collect::jetson::JetsonStatus>,
+    /// The `[[process]]` watcher's state.
+    pub process: Arc<crate::collect::process::ProcessStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
     /// The newest value of every numeric series, kept by the writer (`/metrics`).
@@ -535,6 +537,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             tegrastats: ctx.tegrastats.snapshot(crate::now_ns()),
             scrape: ctx.scrape.snapshot(),
             jetson: ctx.jetson.snapshot(),
+            process: ctx.process.snapshot(),
         },
         notify: ctx.notify.snapshot(),
 

@@ -254,6 +254,7 @@ fn known_status() -> Status {
             },
             scrape: vec![],
             jetson: status::Jetson::default(),
+            process: status::ProcessWatch::default(),
         },
         alerts: None,
     }
