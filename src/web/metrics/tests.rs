@@ -288,6 +288,28 @@ fn scrape_targets_are_labelled_by_name() {
 }
 
 #[test]
+fn watched_processes_are_labelled_by_process() {
+    let mut st = known_status();
+    st.collectors.process.watched = vec![status::WatchedProcess {
+        label: "triton".into(),
+        running: 2,
+        starts: 3,
+        exits: 1,
+        restarts: 1,
+        ..status::WatchedProcess::default()
+    }];
+    let text = render(&st, &[], None);
+    for want in [
+        "edgewatch_process_running{process=\"triton\"} 2\n",
+        "edgewatch_process_starts_total{process=\"triton\"} 3\n",
+        "edgewatch_process_exits_total{process=\"triton\"} 1\n",
+        "edgewatch_process_restarts_total{process=\"triton\"} 1\n",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
+}
+
+#[test]
 fn notifiers_are_labelled_by_name_and_type() {
     let mut st = known_status();
     st.notify.notifiers = vec![status::notify::Notifier {
