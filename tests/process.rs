@@ -125,7 +125,7 @@ fn start_points_kill_restart_and_the_builtin_for_that_label_only() {
     let agent = Agent::start(
         dir.path(),
         &config(&format!(
-            "[alerts]\ninterval = \"1s\"\nprocess_restart_window = \"1m\"\n\
+            "[alerts]\ninterval = \"1s\"\nprocess_restart_window = \"8s\"\n\
              [[process]]\ncmdline = \"{busy}\"\nlabel = \"busy\"\n\
              [[process]]\ncmdline = \"sh -c * {idle}\"\nlabel = \"idle\"\n"
         )),
@@ -169,8 +169,9 @@ fn start_points_kill_restart_and_the_builtin_for_that_label_only() {
         (mean - own_pct).abs() < 15.0,
         "agent {mean} vs own {own_pct}: {cpu:?}"
     );
-    // A busy loop takes most of a core (the machine may be shared: not less than half).
-    assert!(mean > 50.0 && mean < 115.0, "{cpu:?}");
+    // A busy loop takes a whole core on an idle machine; a shared test machine gives it
+    // less (the comparison with its own ticks above is the exact check).
+    assert!(mean > 20.0 && mean < 115.0, "{cpu:?}");
     let rss = p["rss_bytes"].last().unwrap().1;
     let vm_rss = status_kb(pid as i32, "VmRSS") as f64 * 1024.0;
     assert!(
@@ -219,6 +220,15 @@ fn start_points_kill_restart_and_the_builtin_for_that_label_only() {
         alerts(&agent)
     );
     assert!(events(&agent, "process_restart", "idle").is_empty());
+    // Resolved once the restart is older than process_restart_window (8 s): no longer
+    // firing (the active list drops it; the history keeps the resolve).
+    wait_for(Duration::from_secs(25), || {
+        (!alerts(&agent)
+            .iter()
+            .any(|a| a["name"] == "ProcessRestarted" && a["state"] == "firing"))
+        .then_some(())
+    })
+    .unwrap_or_else(|| panic!("ProcessRestarted still firing: {:?}", alerts(&agent)));
 
     // Status and /metrics.
     let w = wait_for(Duration::from_secs(5), || {
