@@ -47,7 +47,7 @@ impl GpuMemByPid {
                         Value::U64(x) => Some(*x as f64),
                         _ => None,
                     })?;
-                (mib.is_finite() && mib >= 0.0).then(|| (pid, (mib * (1u64 << 20) as f64) as u64))
+                (mib.is_finite() && mib >= 0.0).then_some((pid, (mib * (1u64 << 20) as f64) as u64))
             });
         self.publish(ts, rows);
     }
