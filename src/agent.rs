@@ -175,6 +175,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let scrape_status = Arc::new(crate::collect::scrape::ScrapeStatus::new(&cfg.scrape));
     let jetson_status = Arc::new(crate::collect::jetson::JetsonStatus::default());
     let kmsg_status = Arc::new(crate::collect::kmsg::KmsgStatus::default());
+    let process_status = Arc::new(crate::collect::process::ProcessStatus::new(&cfg.process));
     // A peer whose TLS files do not read or parse cannot send until they are fixed: say so
     // clearly now (its data is kept; its status shows the same reason).
     for e in peer_setup_errors(&cfg) {
@@ -208,6 +209,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         scrape: scrape_status.clone(),
         jetson: jetson_status.clone(),
         kmsg: kmsg_status.clone(),
+        process: process_status.clone(),
         reader: Arc::new(Mutex::new(reader)),
         plan: plan.clone(),
         inference: Arc::new(cfg.inference.clone()),
@@ -290,6 +292,24 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 cfg.host.interval.0,
                 handle.clone(),
                 stats.clone(),
+                sources.clone(),
+            )),
+        ));
+    }
+    if !cfg.process.is_empty() {
+        let gpu = crate::collect::process::GpuSources {
+            nvml: nvml_status.clone(),
+            jetson: jetson_status.clone(),
+        };
+        tasks.push((
+            "process watch",
+            tokio::spawn(crate::collect::process::run(
+                cfg.process.clone(),
+                cfg.process_watch.clone(),
+                gpu,
+                handle.clone(),
+                stats.clone(),
+                process_status,
                 sources.clone(),
             )),
         ));

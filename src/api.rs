@@ -67,6 +67,8 @@ pub struct ApiCtx {
     pub jetson: Arc<crate::collect::jetson::JetsonStatus>,
     /// The `[kmsg]` kernel log collector's state.
     pub kmsg: Arc<crate::collect::kmsg::KmsgStatus>,
+    /// The `[[process]]` watcher's state.
+    pub process: Arc<crate::collect::process::ProcessStatus>,
     /// Forwarder sinks (`forward` in the status).
     pub forward: Arc<crate::forward::ForwardStatus>,
     /// The newest value of every numeric series, kept by the writer (`/metrics`).
@@ -538,6 +540,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             scrape: ctx.scrape.snapshot(),
             jetson: ctx.jetson.snapshot(),
             kmsg: ctx.kmsg.snapshot(),
+            process: ctx.process.snapshot(),
         },
         notify: ctx.notify.snapshot(),
 

@@ -460,7 +460,7 @@ fn builtins_stay_quiet_on_an_ordinary_agent() {
     .expect("evaluations");
     assert_eq!(firing_builtins(&agent), vec![]);
     let st = agent.status();
-    assert_eq!(st["alerts"]["rules"], 13, "{}", st["alerts"]);
+    assert_eq!(st["alerts"]["rules"], 14, "{}", st["alerts"]);
     assert_eq!(st["alerts"]["rule_errors"], serde_json::json!([]));
 }
 

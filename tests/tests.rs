@@ -67,6 +67,9 @@ mod own_events;
 /// (Debian `python3-fusepy`, `fuse3`): every acknowledged point, a clean SQLite, forwarders
 /// resuming at least once, rollups exact.
 mod powercut;
+/// `[[process]]` watched processes: start/exit/restart events with real processes, CPU and
+/// RSS points, `ProcessRestarted`, agent restarts, nvmap GPU memory, bad tables.
+mod process;
 /// The `prometheus_remote_write` sink against real VictoriaMetrics and Prometheus, line
 /// protocol to VictoriaMetrics, and the PromQL fleet dashboard's queries.
 mod remote_write;

@@ -20,6 +20,7 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "JetsonTemperatureHigh",
     "InferenceLatencyRatioHigh",
     "LlmTtftRatioHigh",
+    "ProcessRestarted",
     "AgentDroppingPoints",
     "SinkBacklogStale",
     "StoreNearDiskBudget",
@@ -57,6 +58,8 @@ pub struct AlertsConfig {
     /// `LlmTtftRatioHigh`: fires when P99/P50 of an LLM's time to first token is above this
     /// (over `latency_ratio_window`, for `latency_ratio_for`).
     pub ttft_ratio: f64,
+    /// `ProcessRestarted`: fires while a watched process's restart is this recent.
+    pub process_restart_window: Interval,
     /// `SinkBacklogStale`: fires when a sink's oldest unsent point is older than this.
     pub sink_backlog_age: Interval,
     /// `StoreNearDiskBudget`: fires above this share of `[retention] max_bytes`, percent.
@@ -87,6 +90,7 @@ impl Default for AlertsConfig {
             latency_ratio_window: Interval(s(300)),
             latency_ratio_for: Interval(s(300)),
             ttft_ratio: 4.0,
+            process_restart_window: Interval(s(600)),
             sink_backlog_age: Interval(s(3600)),
             disk_budget_pct: 90.0,
             clock_unset_for: Interval(s(600)),

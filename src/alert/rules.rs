@@ -300,6 +300,22 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
              may be under-sized",
         ),
     ];
+    // One instance per watched-process label: the restart events of the window, counted.
+    let mut restarts = series(
+        crate::collect::event::MEASUREMENT,
+        &["downtime_s"],
+        "process",
+        Agg::Count,
+        ns(a.process_restart_window.0),
+    );
+    let restart_summary = format!(
+        "watched process {{process}} restarted {{value}} times in the last {}",
+        humantime::format_duration(a.process_restart_window.0)
+    );
+    restarts.tags = vec![
+        ("kind".into(), "process_restart".into()),
+        ("source".into(), "process".into()),
+    ];
     let mut all = vec![
         rule(
             "GpuThrottling",
@@ -352,6 +368,14 @@ pub fn builtins(a: &AlertsConfig) -> Vec<Rule> {
             ns(a.latency_ratio_for.0),
             "P99/P50 time to first token of LLM {model} is {value} (above {threshold}): \
              long prompts or queueing",
+        ),
+        rule(
+            "ProcessRestarted",
+            Watch::Series(restarts),
+            Op::Gt,
+            0.0,
+            0,
+            &restart_summary,
         ),
         rule(
             "AgentDroppingPoints",

@@ -3,12 +3,14 @@
 //! blocks ingest: when the queue is full its sample is dropped and counted.
 
 pub mod event;
+pub mod gpu_mem;
 pub mod health;
 pub mod host;
 pub mod jetson;
 pub mod kmsg;
 pub mod nvml;
 pub mod own_events;
+pub mod process;
 pub mod scrape;
 pub mod tegrastats;
 

@@ -67,6 +67,11 @@ pub struct Config {
     /// `[[scrape]]`: Prometheus endpoints to scrape (see `src/collect/scrape/`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub scrape: Vec<crate::collect::scrape::config::ScrapeConfig>,
+    /// `[[process]]`: watched processes (see `src/collect/process/`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub process: Vec<crate::collect::process::config::ProcessConfig>,
+    /// `[process_watch]`: how often the watched processes are scanned.
+    pub process_watch: crate::collect::process::config::ProcessWatchConfig,
     /// `[alerts]`: evaluation period and the built-in rules (see `src/alert/`).
     pub alerts: crate::alert::config::AlertsConfig,
     /// `[[alert]]`: the user's alert rules.
@@ -311,6 +316,12 @@ impl Config {
         crate::collect::kmsg::config::validate(&cfg.kmsg).map_err(|message| ConfigError::File {
             origin: origin.to_string(),
             message,
+        })?;
+        crate::collect::process::config::validate_all(&cfg.process).map_err(|message| {
+            ConfigError::File {
+                origin: origin.to_string(),
+                message,
+            }
         })?;
         crate::alert::notify::config::validate_all(&cfg.notify, text).map_err(|message| {
             ConfigError::File {

@@ -312,6 +312,9 @@ pub struct Collectors {
     /// The `[kmsg]` kernel log collector.
     #[serde(default)]
     pub kmsg: Kmsg,
+    /// The `[[process]]` watcher: each watched label, its running count and last event.
+    #[serde(default)]
+    pub process: ProcessWatch,
 }
 
 /// The `[kmsg]` collector (`collectors.kmsg`): how far it read the kernel log and what it
@@ -343,6 +346,55 @@ pub struct Kmsg {
     pub last_seq: Option<u64>,
     /// OOM kills `/proc/vmstat` counted with no log line, since start.
     pub oom_kills_unlogged: u64,
+}
+
+/// The watched-process collector (`collectors.process`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessWatch {
+    /// `not started`, `running`, `off: <reason>`, `stopped`.
+    pub state: String,
+    /// Scans of `/proc` done.
+    pub scans: u64,
+    /// Wall time of the last scan, ms (`null`: none yet).
+    pub last_scan_ms: Option<f64>,
+    /// Processes the last scan listed (watched or not).
+    pub tracked_pids: u64,
+    /// Where `gpu_mem_bytes` came from in the last scan: `nvml`, `nvmap`, or `none: <why>`.
+    pub gpu_mem: String,
+    /// One per `[[process]]`, in config order.
+    pub watched: Vec<WatchedProcess>,
+}
+
+/// One `[[process]]` (`collectors.process.watched[]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct WatchedProcess {
+    /// The `process` tag value.
+    pub label: String,
+    /// The rule: `name = "..."` or `cmdline = "..."`.
+    pub rule: String,
+    /// Matching processes running at the last scan.
+    pub running: u64,
+    /// Their pids, oldest first.
+    pub pids: Vec<u32>,
+    /// `process_start` events since the agent started.
+    pub starts: u64,
+    /// `process_exit` events since the agent started.
+    pub exits: u64,
+    /// `process_restart` events since the agent started.
+    pub restarts: u64,
+    /// The last event (`null`: none since the agent started).
+    pub last_event: Option<ProcessEvent>,
+}
+
+/// A watched process's last event.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessEvent {
+    /// `process_start`, `process_exit` or `process_restart`.
+    pub kind: String,
+    /// When, ns.
+    pub ts_ns: i64,
+    /// The event's message.
+    pub message: String,
 }
 
 /// The `[jetson]` collector (`collectors.jetson`): what the Jetson is and how it is set,

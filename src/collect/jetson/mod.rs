@@ -50,13 +50,21 @@ pub use throttle::{read_throttle, read_throttle_with, throttle_line, Throttle};
 /// that every `jetson_*` point carries. Shared by the collector (which writes it) with the
 /// API and the tegrastats collector (which read it).
 #[derive(Debug)]
-pub struct JetsonStatus(StatusCell<Shared>, tokio::sync::watch::Sender<bool>);
+pub struct JetsonStatus(
+    StatusCell<Shared>,
+    tokio::sync::watch::Sender<bool>,
+    crate::collect::gpu_mem::GpuMemByPid,
+);
 
 impl Default for JetsonStatus {
     fn default() -> Self {
         let mut s = Shared::default();
         s.status.state = "not started".into();
-        JetsonStatus(StatusCell::new(s), tokio::sync::watch::channel(false).0)
+        JetsonStatus(
+            StatusCell::new(s),
+            tokio::sync::watch::channel(false).0,
+            Default::default(),
+        )
     }
 }
 
@@ -67,6 +75,11 @@ struct Shared {
 }
 
 impl JetsonStatus {
+    /// The nvmap per-process memory of the last sample, for the watched-process collector.
+    pub fn process_mem(&self) -> &crate::collect::gpu_mem::GpuMemByPid {
+        &self.2
+    }
+
     /// A copy of the status part.
     pub fn snapshot(&self) -> crate::status::Jetson {
         self.0.read(|s| s.status.clone())
@@ -322,6 +335,9 @@ impl JetsonCollector {
         match read {
             Ok(text) => {
                 let clients = nvmap::parse_clients(&text);
+                self.status
+                    .2
+                    .publish(ts, clients.iter().map(|c| (c.pid, c.bytes)));
                 self.status
                     .update(|s| s.process_count = Some(clients.len() as u64));
                 nvmap::process_lines(&clients, ts)

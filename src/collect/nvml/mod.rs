@@ -175,6 +175,11 @@ pub async fn run_with<S, F>(
         };
         sampler = s;
         status.record_sample_us(us);
+        if processes {
+            status
+                .process_mem
+                .publish_lines(ts, &out.batch.lines, "gpu_process", "mem_used_mb");
+        }
         if out.errors > 0 {
             Stats::add(&stats.collector_errors, out.errors);
         }

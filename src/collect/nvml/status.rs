@@ -13,6 +13,9 @@ pub use crate::status::Gpu as GpuStatus;
 #[derive(Debug)]
 pub struct NvmlStatus {
     cell: StatusCell<Nvml>,
+    /// The `gpu_process` memory of the last sample (with `[nvml] processes = true`), for
+    /// the watched-process collector.
+    pub process_mem: crate::collect::gpu_mem::GpuMemByPid,
 }
 
 impl Default for NvmlStatus {
@@ -22,6 +25,7 @@ impl Default for NvmlStatus {
                 state: "not started".into(),
                 ..Nvml::default()
             }),
+            process_mem: Default::default(),
         }
     }
 }

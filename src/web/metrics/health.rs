@@ -473,6 +473,7 @@ fn collectors(s: &mut Scrape, c: &status::Collectors) {
         c.nvml.gpus.len() as f64,
     );
     scrape_targets(s, &c.scrape);
+    watched_processes(s, &c.process.watched);
     let t = &c.tegrastats;
     s.gauge(
         "edgewatch_tegrastats_state",
@@ -548,6 +549,39 @@ fn kmsg(s: &mut Scrape, k: &status::Kmsg) {
     ];
     for (name, help, v) in counters {
         s.counter(name, help, &[], v as f64);
+    }
+}
+
+/// One family per number of `collectors.process.watched[]`, labelled by `process`.
+fn watched_processes(s: &mut Scrape, watched: &[status::WatchedProcess]) {
+    for w in watched {
+        let l = [("process", w.label.as_str())];
+        s.gauge(
+            "edgewatch_process_running",
+            "Processes matching the watched label at the last scan.",
+            &l,
+            w.running as f64,
+        );
+        let counters = [
+            (
+                "edgewatch_process_starts_total",
+                "Starts of the watched label since the agent started.",
+                w.starts,
+            ),
+            (
+                "edgewatch_process_exits_total",
+                "Exits of the watched label since the agent started.",
+                w.exits,
+            ),
+            (
+                "edgewatch_process_restarts_total",
+                "Restarts (an exit, then a start within restart_window) of the watched label.",
+                w.restarts,
+            ),
+        ];
+        for (name, help, v) in counters {
+            s.counter(name, help, &l, v as f64);
+        }
     }
 }
 

@@ -262,6 +262,7 @@ fn known_status() -> Status {
                 lost: 804,
                 ..Default::default()
             },
+            process: status::ProcessWatch::default(),
         },
         alerts: None,
     }
@@ -289,6 +290,28 @@ fn scrape_targets_are_labelled_by_name() {
         "edgewatch_scrape_bad_lines_total{name=\"triton\"} 2\n",
         "edgewatch_scrape_last_samples{name=\"triton\"} 40\n",
         "edgewatch_scrape_last_duration_seconds{name=\"triton\"} 0.0125\n",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
+    }
+}
+
+#[test]
+fn watched_processes_are_labelled_by_process() {
+    let mut st = known_status();
+    st.collectors.process.watched = vec![status::WatchedProcess {
+        label: "triton".into(),
+        running: 2,
+        starts: 3,
+        exits: 1,
+        restarts: 1,
+        ..status::WatchedProcess::default()
+    }];
+    let text = render(&st, &[], None);
+    for want in [
+        "edgewatch_process_running{process=\"triton\"} 2\n",
+        "edgewatch_process_starts_total{process=\"triton\"} 3\n",
+        "edgewatch_process_exits_total{process=\"triton\"} 1\n",
+        "edgewatch_process_restarts_total{process=\"triton\"} 1\n",
     ] {
         assert!(text.contains(want), "{want} missing in:\n{text}");
     }
