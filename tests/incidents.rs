@@ -538,12 +538,29 @@ fn a_rule_without_latency_compares_its_own_window() {
 const FED: &str =
     "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n";
 
+/// The device's events around an incident firing at `now`: a critical Xid half an hour
+/// before (outside the incident's window), an agent start 20 minutes before, a warning Xid
+/// two minutes before (inside the window) and an informational process start a minute before.
+fn device_events(now: i64) -> String {
+    format!(
+        "edgewatch_event,kind=xid,severity=critical,source=kernel message=\"NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus\",code=79i {}\n\
+         edgewatch_event,kind=xid,severity=warning,source=kernel message=\"NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=trtexec\",code=31i,pid=4242i {}\n\
+         edgewatch_event,kind=process_start,severity=info,source=process message=\"trtexec started (pid 4243)\",pid=4243i {}\n\
+         edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 message=\"agent 0.1.0 started (pid 300)\",pid=300i {}\n",
+        now - 30 * MIN,
+        now - 2 * MIN,
+        now - MIN,
+        now - 20 * MIN
+    )
+}
+
 /// An agent with the staged `Inputs` device fed through `/write` and one incident opened on
 /// its store while it runs; returns the agent, the incident id and `now`.
 fn agent_with_incident(dir: &Path) -> (Agent, i64, i64) {
     let agent = Agent::start(dir, FED);
     let now = edgewatch::now_ns();
-    let body = stage_lines(now, Cause::Inputs);
+    let mut body = stage_lines(now, Cause::Inputs);
+    body.push_str(&device_events(now));
     for chunk in body.lines().collect::<Vec<_>>().chunks(2_000) {
         let (code, text) = post(&agent.url("/write"), chunk.join("\n").as_bytes(), &[]).unwrap();
         assert_eq!(code, 204, "{text}");
@@ -719,6 +736,78 @@ fn alerts_tab_and_incident_page_in_chromium() {
     let pts = r["page"]["chartPoints"].as_object().unwrap();
     assert!(pts.get("p99").and_then(J::as_i64).unwrap_or(0) >= 60, "{r}");
     assert!(r["page"]["band"].as_i64().unwrap_or(0) >= 1, "{r}");
+    // The device's events on the overview's timeline: the two Xids as markers, critical red
+    // and warning amber, the agent's own start in grey, never the informational process start.
+    let ov = &r["overviewEvents"];
+    let ratio = ov["ratio"].as_array().unwrap();
+    let mut seen: Vec<String> = ratio
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["kind"].as_str().unwrap(),
+                m["severity"].as_str().unwrap()
+            )
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["start/info", "xid/critical", "xid/warning"], "{ov}");
+    for m in ratio {
+        let want = match m["severity"].as_str().unwrap() {
+            "critical" => "rgb(239, 83, 80)",
+            "warning" => "rgb(224, 165, 38)",
+            _ => "rgb(141, 152, 165)",
+        };
+        assert_eq!(m["stroke"], want, "{m}");
+    }
+    let crit = ratio.iter().find(|m| m["severity"] == "critical").unwrap();
+    assert!(
+        crit["title"].as_str().unwrap().ends_with(
+            "xid (critical, kernel): NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus"
+        ),
+        "{crit}"
+    );
+    // Every chart of the overview marks the critical one (flag charts too).
+    let charts = ov["charts"].as_array().unwrap();
+    assert!(charts.len() >= 4, "{ov}");
+    assert!(charts.iter().all(|n| n == 1), "{ov}");
+    assert!(
+        ov["tip"].as_array().unwrap().iter().any(|t| t
+            .as_str()
+            .unwrap()
+            .contains("xid: NVRM: Xid (PCI:0000:01:00): 79")),
+        "{ov}"
+    );
+    // The incident page lists the events of its window (not the Xid half an hour before)
+    // and marks them on its chart.
+    let ev: Vec<&str> = r["page"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(ev.len(), 2, "{r}");
+    assert!(
+        ev[0].contains("xidwarningkernelNVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=trtexec"),
+        "{ev:?}"
+    );
+    assert!(
+        ev[1].contains("process_startinfoprocesstrtexec started (pid 4243)"),
+        "{ev:?}"
+    );
+    assert_eq!(
+        r["page"]["eventMarkers"],
+        serde_json::json!(["xid/warning"]),
+        "{r}"
+    );
+    assert!(
+        r["page"]["windowNote"]
+            .as_str()
+            .unwrap()
+            .contains("left its baseline"),
+        "{r}"
+    );
     assert_eq!(r["page"]["missing"], "no incident 999999", "{r}");
     assert_eq!(r["page"]["bandsBefore"], 1, "{r}");
     assert_eq!(r["page"]["bandsAfter"], 0, "{r}");
