@@ -1,6 +1,7 @@
 //! The triage snapshot's shape and its ranking: turns window-vs-baseline numbers, events and
 //! version sets into [`Finding`]s with a score and a sentence, and ranks them, likely cause
-//! first. Pure: no store, no clock, no /proc; `gather.rs` reads the numbers.
+//! first, each stating the interval it compared ([`stamp`]). Pure: no store, no clock, no
+//! /proc; `gather.rs` reads the numbers.
 //!
 //! Scores are normalised so that 1.0 is "clearly moved" on every scale, and only findings
 //! at or above [`MIN_SCORE`] are kept:
@@ -181,6 +182,18 @@ pub struct Processes {
     pub by_gpu_mem: Vec<Process>,
 }
 
+/// How the window's start was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowFrom {
+    /// Where the alert's latency left its baseline.
+    Latency,
+    /// The rule's aggregation window before the condition first held.
+    RuleWindow,
+    /// The longest window (10 minutes before the condition first held).
+    Lead,
+}
+
 /// The whole snapshot, stored as JSON with the incident.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
@@ -190,7 +203,7 @@ pub struct Snapshot {
     /// The hour before the window.
     pub baseline: Span,
     /// How the window's start was found.
-    pub window_from: super::window::WindowFrom,
+    pub window_from: WindowFrom,
     /// The sentence saying how.
     pub window_note: String,
     /// The span the events were read from: the window with a lead before it.

@@ -13,10 +13,8 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use super::gather::{self, Stat, STEP_NS};
-use super::snapshot::{clock, Span};
+use super::snapshot::{clock, Span, WindowFrom};
 use super::{BASELINE_NS, LEAD_NS};
 use crate::alert::event::Firing;
 use crate::engine::EngineError;
@@ -30,18 +28,6 @@ pub const MIN_WINDOW_NS: i64 = 60_000_000_000;
 pub const OFF_RATIO: f64 = 1.25;
 /// Quiet minutes in a row that end the walk back.
 const QUIET_STEPS: u32 = 2;
-
-/// How the window's start was chosen.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WindowFrom {
-    /// Where the alert's latency left its baseline.
-    Latency,
-    /// The rule's aggregation window before the condition first held.
-    RuleWindow,
-    /// The longest window (10 minutes before the condition first held).
-    Lead,
-}
 
 /// The chosen spans and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,9 +69,12 @@ impl Level {
     }
 }
 
+/// A latency series: measurement, field, tags.
+pub type Series = (String, String, Vec<(String, String)>);
+
 /// The series whose departure from its baseline starts the window: the rule's measurement
 /// and field, with the instance's tags, when the field is a latency.
-pub fn latency_series(f: &Firing) -> Option<(String, String, Vec<(String, String)>)> {
+pub fn latency_series(f: &Firing) -> Option<Series> {
     let (m, field) = (f.measurement.as_ref()?, f.field.as_ref()?);
     if !(field.ends_with("_ms") || field.ends_with("_us")) {
         return None;
