@@ -32,6 +32,10 @@ enum Cause {
     Restart,
     /// The model's version changed with the spike.
     Version,
+    /// The GPU busier (utilisation 60 → 98 %) and fuller (memory 4 → 7.5 GB).
+    GpuBusy,
+    /// Another process takes the host's CPU (30 → 95 %).
+    Contention,
 }
 
 /// A small deterministic noise source in [0, 1).
@@ -51,9 +55,15 @@ impl Lcg {
 /// own health, an agent start 70 minutes ago (in the baseline), a process's GPU memory. The
 /// spike (wall time up) runs for the last 8 minutes, with `cause`.
 fn stage_lines(now: i64, cause: Cause) -> String {
+    stage_spike(now, cause, 8 * MIN)
+}
+
+/// [`stage_lines`] with a spike of the last `spike` ns (a restart 20 s before a spike
+/// shorter than 5 minutes).
+fn stage_spike(now: i64, cause: Cause, spike: i64) -> String {
     let mut r = Lcg(11);
     let mut out = String::new();
-    let spike_from = now - 8 * MIN;
+    let spike_from = now - spike;
     let mut t = now - 80 * MIN;
     out.push_str(&format!(
         "edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 pid=100i {}\n",
@@ -62,7 +72,11 @@ fn stage_lines(now: i64, cause: Cause) -> String {
     if cause == Cause::Restart {
         out.push_str(&format!(
             "edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 pid=200i {}\n",
-            now - 5 * MIN
+            if spike >= 5 * MIN {
+                now - 5 * MIN
+            } else {
+                spike_from - 20 * S
+            }
         ));
     }
     while t < now {
@@ -94,17 +108,25 @@ fn stage_lines(now: i64, cause: Cause) -> String {
             ));
         }
         let hot = spike && cause == Cause::Hot;
+        let busy = spike && cause == Cause::GpuBusy;
+        let (util, mem) = if busy {
+            (n(98.0).min(100.0), n(7500.0))
+        } else {
+            (n(60.0), n(4000.0))
+        };
         out.push_str(&format!(
-            "gpu,gpu=0,uuid=GPU-1,name=L4,arch=ada,cc=8.9,driver=550.54,cuda=12.4 util_gpu_pct={:.1},mem_used_mb={:.0},temp_c={:.1},clock_sm_mhz={:.0},throttle_sw_thermal={}i,throttle_hw_thermal=0i,throttle_power_cap=0i,throttle_idle=0i {t}\n",
-            n(60.0),
-            n(4000.0),
-            if hot { n(69.0) } else { n(61.0) },
+            "gpu,gpu=0,uuid=GPU-1,name=L4,arch=ada,cc=8.9,driver=550.54,cuda=12.4 util_gpu_pct={util:.1},mem_used_mb={mem:.0},temp_c={:.1},clock_sm_mhz={:.0},throttle_sw_thermal={}i,throttle_hw_thermal=0i,throttle_power_cap=0i,throttle_idle=0i {t}\n",
+            if hot { n(70.0) } else { n(61.0) },
             if hot { 1000.0 } else { 1800.0 },
             i32::from(hot),
         ));
+        let cpu = if spike && cause == Cause::Contention {
+            n(95.0).min(100.0)
+        } else {
+            n(30.0)
+        };
         out.push_str(&format!(
-            "host cpu_pct={:.1},mem_used_pct={:.1} {t}\n",
-            n(30.0),
+            "host cpu_pct={cpu:.1},mem_used_pct={:.1} {t}\n",
             n(45.0)
         ));
         out.push_str(&format!(
@@ -130,6 +152,7 @@ fn firing(now: i64) -> Firing {
         measurement: Some("inference".into()),
         field: Some("wall_ms".into()),
         tags: model,
+        window_ns: Some(MIN),
         value: Some(80.0),
         threshold: Some(40.0),
         active_since_ns: now - 3 * MIN,
@@ -140,9 +163,15 @@ fn firing(now: i64) -> Firing {
 /// Stages `cause` in a new store (rolled up to the 1-minute tier when `rollup`), opens the
 /// incident and returns its stored snapshot.
 fn snapshot_of(cause: Cause, rollup: bool) -> J {
+    snapshot_at(cause, rollup, 8 * MIN, firing).0
+}
+
+/// [`snapshot_of`] with a spike of the last `spike` ns and the firing `fire` makes of `now`;
+/// returns the snapshot and `now`.
+fn snapshot_at(cause: Cause, rollup: bool, spike: i64, fire: impl Fn(i64) -> Firing) -> (J, i64) {
     let dir = tempfile::tempdir().unwrap();
     let now = edgewatch::now_ns();
-    let body = stage_lines(now, cause);
+    let body = stage_spike(now, cause, spike);
     let parsed = parse_body(&body, Precision::Nanos, now);
     assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
     let mut w = Writer::open(dir.path(), 10_000, Synchronous::Normal).unwrap();
@@ -153,7 +182,8 @@ fn snapshot_of(cause: Cause, rollup: bool) -> J {
         job.run_once(now, &|| false).unwrap();
     }
     let t0 = std::time::Instant::now();
-    let id = incident::open_with(dir.path(), &opts, &firing(now), now)
+    let fired = fire(now);
+    let id = incident::open_with(dir.path(), &opts, &fired, now)
         .unwrap()
         .expect("an incident id");
     // The cost of one snapshot (80 min of a small device; with the 250 ms /proc sample).
@@ -163,14 +193,14 @@ fn snapshot_of(cause: Cause, rollup: bool) -> J {
     );
     let (conn, path) = edgewatch::store::open(dir.path(), Mode::Cursor).unwrap();
     let row = incidents::get(&conn, &path, id).unwrap().unwrap();
-    assert_eq!(row.rule, "InferenceP99High");
-    assert_eq!(row.labels["model"], "yolov8n");
-    assert_eq!((row.value, row.threshold), (Some(80.0), Some(40.0)));
+    assert_eq!(row.rule, fired.rule);
+    assert_eq!(row.labels, fired.labels);
+    assert_eq!((row.value, row.threshold), (fired.value, fired.threshold));
     assert_eq!(row.fired_ns, now);
     let snap: J = serde_json::from_str(row.snapshot.as_deref().unwrap()).unwrap();
     let first = snap["findings"][0]["message"].as_str().map(String::from);
     assert_eq!(row.top_finding, first, "{snap:#}");
-    snap
+    (snap, now)
 }
 
 fn keys(snap: &J) -> Vec<String> {
@@ -246,8 +276,10 @@ fn a_flat_device_gives_no_findings_but_the_split_and_processes() {
 fn larger_inputs_rank_first_read_from_the_tier_and_the_raw_tail() {
     let snap = snapshot_of(Cause::Inputs, true);
     let k = keys(&snap);
-    assert_eq!(k[0], "inference.input_length.p99", "{snap:#}");
+    // The window holds only the spike: p50 and p99 both moved 3x, either may lead.
+    assert!(k[0].starts_with("inference.input_length.p"), "{snap:#}");
     assert!(k.contains(&"inference.input_length.p50".to_string()));
+    assert!(k.contains(&"inference.input_length.p99".to_string()));
     let f = finding(&snap, "inference.input_length.p99");
     assert_eq!(f["scope"], "model=yolov8n");
     let ratio = f["window"].as_f64().unwrap() / f["baseline"].as_f64().unwrap();
@@ -275,12 +307,13 @@ fn a_hotter_throttled_gpu_is_a_thermal_finding() {
     let f = finding(&snap, "gpu.thermal");
     let msg = f["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("GPU 0 +") && msg.contains("thermal slowdown active"),
+        msg.starts_with("GPU 0 p95 +") && msg.contains("thermal slowdown active"),
         "{msg}"
     );
-    // 8 °C warmer for the spike's 8 minutes of the ~13-minute window.
+    // 9 °C warmer through the whole window (which starts with the spike, 8 minutes ago),
+    // compared at the p95 of each span.
     let warmer = f["window"].as_f64().unwrap() - f["baseline"].as_f64().unwrap();
-    assert!((4.0..6.5).contains(&warmer), "{f}");
+    assert!((7.5..11.0).contains(&warmer), "{f}");
     assert_eq!(k[0], "gpu.thermal", "{snap:#}");
     assert!(k.contains(&"gpu.clock_sm_mhz".to_string()), "{snap:#}");
     for other in [
@@ -297,10 +330,17 @@ fn a_restart_in_the_window_is_an_event_finding() {
     let snap = snapshot_of(Cause::Restart, false);
     let k = keys(&snap);
     assert_eq!(k, ["event.start"], "{snap:#}");
-    assert_eq!(
-        finding(&snap, "event.start")["message"],
-        "agent started in the window (version 0.1.0)"
+    let msg = finding(&snap, "event.start")["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("agent started in the window (version 0.1.0) · ") && msg.ends_with(" UTC"),
+        "{msg}"
     );
+    // The events of the window (and its lead) are listed.
+    let ev = snap["events"].as_array().unwrap();
+    assert_eq!(ev.len(), 1, "{snap:#}");
+    assert_eq!(ev[0]["kind"], "start");
+    assert_eq!(ev[0]["severity"], "info");
+    assert_eq!(ev[0]["source"], "agent");
 }
 
 #[test]
@@ -309,23 +349,218 @@ fn a_model_version_change_is_flagged() {
     let k = keys(&snap);
     assert_eq!(k, ["inference.model_version"], "{snap:#}");
     let f = finding(&snap, "inference.model_version");
-    assert_eq!(
-        f["message"],
-        "model_version of model yolov8n changed: 1 → 2"
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("model_version of model yolov8n changed: 1 → 2 · "),
+        "{f}"
     );
     assert_eq!(f["scope"], "model=yolov8n");
+}
+
+/// The firing of a spike of the last 3 minutes: pending 2 minutes ago, firing now.
+fn short_firing(now: i64) -> Firing {
+    Firing {
+        active_since_ns: now - 2 * MIN,
+        ..firing(now)
+    }
+}
+
+/// The snapshot of a cause lasting only the last 3 minutes before the firing, after checking
+/// its window: it starts with the spike (found from the latency), and every finding states
+/// the interval it compared.
+fn short_spike(cause: Cause) -> J {
+    let (snap, now) = snapshot_at(cause, false, 3 * MIN, short_firing);
+    assert_eq!(snap["window_from"], "latency", "{snap:#}");
+    let note = snap["window_note"].as_str().unwrap();
+    assert!(
+        note.starts_with("inference wall_ms of model=yolov8n left its baseline"),
+        "{note}"
+    );
+    let from = snap["window"]["from_ns"].as_i64().unwrap();
+    assert!(
+        (now - 4 * MIN..=now - 3 * MIN).contains(&from),
+        "window from {}s before the firing: {snap:#}",
+        (now - from) / S
+    );
+    assert_eq!(snap["window"]["to_ns"], now);
+    assert_eq!(snap["baseline"]["to_ns"], from - 1);
+    assert_eq!(snap["baseline"]["from_ns"], from - 60 * MIN);
+    for f in snap["findings"].as_array().unwrap() {
+        let msg = f["message"].as_str().unwrap();
+        assert!(msg.ends_with(" UTC"), "{msg}");
+        assert_eq!(f["window_to_ns"], now, "{f}");
+        if f["step"] == "events" {
+            assert_eq!(f["window_from_ns"], from - 2 * MIN, "{f}");
+            assert!(f.get("baseline_from_ns").is_none(), "{f}");
+        } else {
+            assert_eq!(f["window_from_ns"], from, "{f}");
+            assert_eq!(f["baseline_from_ns"], from - 60 * MIN, "{f}");
+            assert_eq!(f["baseline_to_ns"], from - 1, "{f}");
+        }
+    }
+    snap
+}
+
+/// `snap`'s first finding is `top`; the other keys are all among `also`.
+fn ranked_first(snap: &J, top: &str, also: &[&str]) {
+    let k = keys(snap);
+    assert_eq!(k.first().map(String::as_str), Some(top), "{snap:#}");
+    for other in &k[1..] {
+        assert!(also.contains(&other.as_str()), "{other}: {snap:#}");
+    }
+}
+
+#[test]
+fn a_gpu_hotter_only_for_the_last_3_minutes_is_found() {
+    let snap = short_spike(Cause::Hot);
+    ranked_first(&snap, "gpu.thermal", &["gpu.clock_sm_mhz"]);
+    let f = finding(&snap, "gpu.thermal");
+    // 9 °C at the p95 of the 3-minute window (a 13-minute mean saw about 2 °C of it).
+    let warmer = f["window"].as_f64().unwrap() - f["baseline"].as_f64().unwrap();
+    assert!((7.5..11.0).contains(&warmer), "{f}");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .contains("thermal slowdown active"),
+        "{f}"
+    );
+    assert!(keys(&snap).contains(&"gpu.clock_sm_mhz".to_string()));
+}
+
+#[test]
+fn a_busier_fuller_gpu_for_the_last_3_minutes_is_found() {
+    let snap = short_spike(Cause::GpuBusy);
+    ranked_first(&snap, "gpu.util_gpu_pct", &["gpu.mem_used_mb"]);
+    let u = finding(&snap, "gpu.util_gpu_pct");
+    assert!(u["window"].as_f64().unwrap() >= 95.0, "{u}");
+    let m = finding(&snap, "gpu.mem_used_mb");
+    let ratio = m["window"].as_f64().unwrap() / m["baseline"].as_f64().unwrap();
+    assert!((1.7..2.0).contains(&ratio), "{m}");
+}
+
+#[test]
+fn contention_for_the_last_3_minutes_is_found() {
+    let snap = short_spike(Cause::Contention);
+    ranked_first(&snap, "host.cpu_pct", &[]);
+    let f = finding(&snap, "host.cpu_pct");
+    assert!(
+        f["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("host CPU p95 +6"),
+        "{f}"
+    );
+}
+
+#[test]
+fn larger_inputs_for_the_last_3_minutes_are_found() {
+    let snap = short_spike(Cause::Inputs);
+    // p50 and p99 both moved 3x: either may lead.
+    let top = keys(&snap)[0].clone();
+    assert!(top.starts_with("inference.input_length.p"), "{snap:#}");
+    ranked_first(
+        &snap,
+        &top,
+        &["inference.input_length.p50", "inference.input_length.p99"],
+    );
+    let f = finding(&snap, "inference.input_length.p50");
+    let ratio = f["window"].as_f64().unwrap() / f["baseline"].as_f64().unwrap();
+    assert!((2.7..3.3).contains(&ratio), "{f}");
+}
+
+#[test]
+fn a_restart_just_before_a_3_minute_spike_is_found() {
+    let snap = short_spike(Cause::Restart);
+    ranked_first(&snap, "event.start", &[]);
+    let ev = snap["events"].as_array().unwrap();
+    assert_eq!(ev.len(), 1, "{snap:#}");
+    assert!(
+        ev[0]["at_ns"].as_i64().unwrap() < snap["window"]["to_ns"].as_i64().unwrap() - 3 * MIN,
+        "the restart precedes the spike: {snap:#}"
+    );
+}
+
+#[test]
+fn a_3_minute_spike_without_a_cause_reports_none() {
+    let snap = short_spike(Cause::Control);
+    assert_eq!(snap["findings"], serde_json::json!([]), "{snap:#}");
+    assert_eq!(snap["events"], serde_json::json!([]), "{snap:#}");
+    assert!(snap["split"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("outside GPU compute"));
+}
+
+/// A rule watching no latency (the GPU's temperature, a 1-minute window): the window is the
+/// rule's own before the condition held; a rule without a window gets the longest one.
+#[test]
+fn a_rule_without_latency_compares_its_own_window() {
+    let gpu_rule = |now: i64| Firing {
+        rule: "GpuHot".into(),
+        labels: [("gpu".to_string(), "0".to_string())].into(),
+        measurement: Some("gpu".into()),
+        field: Some("temp_c".into()),
+        tags: [("gpu".to_string(), "0".to_string())].into(),
+        window_ns: Some(MIN),
+        value: Some(70.0),
+        threshold: Some(65.0),
+        active_since_ns: now - 2 * MIN,
+        fired_ns: now,
+    };
+    let (snap, now) = snapshot_at(Cause::Hot, false, 3 * MIN, gpu_rule);
+    assert_eq!(snap["window_from"], "rule_window", "{snap:#}");
+    let note = snap["window_note"].as_str().unwrap();
+    assert!(
+        note.starts_with("gpu temp_c is not a latency; the rule's 1 min window"),
+        "{note}"
+    );
+    let from = snap["window"]["from_ns"].as_i64().unwrap();
+    assert_eq!(from, (now - 3 * MIN) / MIN * MIN, "{snap:#}");
+    assert_eq!(keys(&snap)[0], "gpu.thermal", "{snap:#}");
+    let no_window = |now: i64| Firing {
+        measurement: None,
+        field: None,
+        window_ns: None,
+        ..gpu_rule(now)
+    };
+    let (snap, now) = snapshot_at(Cause::Hot, false, 3 * MIN, no_window);
+    assert_eq!(snap["window_from"], "lead", "{snap:#}");
+    let from = snap["window"]["from_ns"].as_i64().unwrap();
+    assert_eq!(from, (now - 12 * MIN) / MIN * MIN, "{snap:#}");
+    // Diluted by 9 quiet minutes, the p95 still shows the hot 3.
+    assert_eq!(keys(&snap)[0], "gpu.thermal", "{snap:#}");
 }
 
 // Collectors off: the test feeds every measurement itself.
 const FED: &str =
     "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n";
 
+/// The device's events around an incident firing at `now`: a critical Xid half an hour
+/// before (outside the incident's window), an agent start 20 minutes before, a warning Xid
+/// two minutes before (inside the window) and an informational process start a minute before.
+fn device_events(now: i64) -> String {
+    format!(
+        "edgewatch_event,kind=xid,severity=critical,source=kernel message=\"NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus\",code=79i {}\n\
+         edgewatch_event,kind=xid,severity=warning,source=kernel message=\"NVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=trtexec\",code=31i,pid=4242i {}\n\
+         edgewatch_event,kind=process_start,severity=info,source=process message=\"trtexec started (pid 4243)\",pid=4243i {}\n\
+         edgewatch_event,kind=start,severity=info,source=agent,version=0.1.0 message=\"agent 0.1.0 started (pid 300)\",pid=300i {}\n",
+        now - 30 * MIN,
+        now - 2 * MIN,
+        now - MIN,
+        now - 20 * MIN
+    )
+}
+
 /// An agent with the staged `Inputs` device fed through `/write` and one incident opened on
 /// its store while it runs; returns the agent, the incident id and `now`.
 fn agent_with_incident(dir: &Path) -> (Agent, i64, i64) {
     let agent = Agent::start(dir, FED);
     let now = edgewatch::now_ns();
-    let body = stage_lines(now, Cause::Inputs);
+    let mut body = stage_lines(now, Cause::Inputs);
+    body.push_str(&device_events(now));
     for chunk in body.lines().collect::<Vec<_>>().chunks(2_000) {
         let (code, text) = post(&agent.url("/write"), chunk.join("\n").as_bytes(), &[]).unwrap();
         assert_eq!(code, 204, "{text}");
@@ -368,7 +603,7 @@ fn the_incident_api_lists_and_shows_incidents_of_the_running_agent() {
         inc["top_finding"]
             .as_str()
             .unwrap()
-            .starts_with("input_length p99"),
+            .starts_with("input_length p"),
         "{inc}"
     );
     assert!(inc.get("snapshot").is_none(), "listings carry no snapshot");
@@ -380,11 +615,21 @@ fn the_incident_api_lists_and_shows_incidents_of_the_running_agent() {
     let (code, text) = get(&agent.url(&format!("/api/v1/incidents/{id}"))).unwrap();
     assert_eq!(code, 200, "{text}");
     let full: J = serde_json::from_str(&text).unwrap();
-    assert_eq!(
-        full["snapshot"]["findings"][0]["key"],
-        "inference.input_length.p99"
+    assert!(
+        full["snapshot"]["findings"][0]["key"]
+            .as_str()
+            .unwrap()
+            .starts_with("inference.input_length.p"),
+        "{full}"
     );
-    assert!(full["snapshot"]["window"]["from_ns"].as_i64().unwrap() <= now - 13 * MIN);
+    // The window starts where the latency left its baseline: the spike's first minute.
+    let from = full["snapshot"]["window"]["from_ns"].as_i64().unwrap();
+    assert!(
+        (now - 9 * MIN..=now - 8 * MIN).contains(&from),
+        "{}",
+        full["snapshot"]
+    );
+    assert_eq!(full["snapshot"]["window_from"], "latency");
     // Unknown ids and bad parameters.
     for path in ["/api/v1/incidents/999999", "/api/v1/incidents/abc"] {
         let (code, text) = get(&agent.url(path)).unwrap();
@@ -458,10 +703,7 @@ fn alerts_tab_and_incident_page_in_chromium() {
         rows[0].as_str().unwrap().contains("InferenceP99High"),
         "{r}"
     );
-    assert!(
-        rows[0].as_str().unwrap().contains("input_length p99"),
-        "{r}"
-    );
+    assert!(rows[0].as_str().unwrap().contains("input_length p"), "{r}");
     // With the alerts API (its contract's shape): firing badge on every tab, the active list
     // with a link to the incident, the history timeline.
     assert_eq!(r["badge"]["overview"], "2", "{r}");
@@ -474,7 +716,7 @@ fn alerts_tab_and_incident_page_in_chromium() {
     // The incident page: ranked findings next to the latency chart of that moment.
     let findings = r["page"]["findings"].as_array().unwrap();
     assert!(
-        findings[0].as_str().unwrap().contains("input_length p99"),
+        findings[0].as_str().unwrap().contains("input_length p"),
         "{r}"
     );
     assert!(
@@ -494,6 +736,78 @@ fn alerts_tab_and_incident_page_in_chromium() {
     let pts = r["page"]["chartPoints"].as_object().unwrap();
     assert!(pts.get("p99").and_then(J::as_i64).unwrap_or(0) >= 60, "{r}");
     assert!(r["page"]["band"].as_i64().unwrap_or(0) >= 1, "{r}");
+    // The device's events on the overview's timeline: the two Xids as markers, critical red
+    // and warning amber, the agent's own start in grey, never the informational process start.
+    let ov = &r["overviewEvents"];
+    let ratio = ov["ratio"].as_array().unwrap();
+    let mut seen: Vec<String> = ratio
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}",
+                m["kind"].as_str().unwrap(),
+                m["severity"].as_str().unwrap()
+            )
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["start/info", "xid/critical", "xid/warning"], "{ov}");
+    for m in ratio {
+        let want = match m["severity"].as_str().unwrap() {
+            "critical" => "rgb(239, 83, 80)",
+            "warning" => "rgb(224, 165, 38)",
+            _ => "rgb(141, 152, 165)",
+        };
+        assert_eq!(m["stroke"], want, "{m}");
+    }
+    let crit = ratio.iter().find(|m| m["severity"] == "critical").unwrap();
+    assert!(
+        crit["title"].as_str().unwrap().ends_with(
+            "xid (critical, kernel): NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus"
+        ),
+        "{crit}"
+    );
+    // Every chart of the overview marks the critical one (flag charts too).
+    let charts = ov["charts"].as_array().unwrap();
+    assert!(charts.len() >= 4, "{ov}");
+    assert!(charts.iter().all(|n| n == 1), "{ov}");
+    assert!(
+        ov["tip"].as_array().unwrap().iter().any(|t| t
+            .as_str()
+            .unwrap()
+            .contains("xid: NVRM: Xid (PCI:0000:01:00): 79")),
+        "{ov}"
+    );
+    // The incident page lists the events of its window (not the Xid half an hour before)
+    // and marks them on its chart.
+    let ev: Vec<&str> = r["page"]["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(ev.len(), 2, "{r}");
+    assert!(
+        ev[0].contains("xidwarningkernelNVRM: Xid (PCI:0000:01:00): 31, pid=4242, name=trtexec"),
+        "{ev:?}"
+    );
+    assert!(
+        ev[1].contains("process_startinfoprocesstrtexec started (pid 4243)"),
+        "{ev:?}"
+    );
+    assert_eq!(
+        r["page"]["eventMarkers"],
+        serde_json::json!(["xid/warning"]),
+        "{r}"
+    );
+    assert!(
+        r["page"]["windowNote"]
+            .as_str()
+            .unwrap()
+            .contains("left its baseline"),
+        "{r}"
+    );
     assert_eq!(r["page"]["missing"], "no incident 999999", "{r}");
     assert_eq!(r["page"]["bandsBefore"], 1, "{r}");
     assert_eq!(r["page"]["bandsAfter"], 0, "{r}");

@@ -56,6 +56,9 @@ pub struct Firing {
     pub field: Option<String>,
     /// The rule's tag filter plus the instance's group labels: the series the rule watched.
     pub tags: BTreeMap<String, String>,
+    /// The window the rule aggregates over, ns, when it has one (the incident's window
+    /// falls back to it when the rule watches no latency).
+    pub window_ns: Option<i64>,
     /// The value that fired.
     pub value: Option<f64>,
     /// The rule's threshold.

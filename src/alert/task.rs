@@ -397,6 +397,12 @@ impl Evaluator {
             measurement,
             field,
             tags,
+            window_ns: match &rule.watch {
+                super::rules::Watch::Series(s) => Some(s.window_ns),
+                super::rules::Watch::GpuTempMargin { window_ns }
+                | super::rules::Watch::DroppedPoints { window_ns } => Some(*window_ns),
+                _ => None,
+            },
             value: i.value,
             threshold: Some(rule.threshold),
             active_since_ns: i.active_since_ns.unwrap_or(now),

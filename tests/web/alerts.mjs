@@ -85,6 +85,24 @@ try {
   await page.goto(url + '/?range=1h#overview', { waitUntil: 'load' });
   await page.waitForSelector('#alert-badge:not([hidden])', { timeout: T });
   report.badge.overview = await page.textContent('#alert-badge');
+  // The device's events on the overview's timelines: every chart marks the warning and
+  // critical ones (and agent starts), with the message as the marker's title; hovering one
+  // names it in the tooltip.
+  await page.waitForSelector('#chart-ratio svg g.ev-critical', { timeout: T });
+  const markers = (sel) => page.$$eval(sel, (gs) => gs.map((g) => ({
+    kind: g.dataset.kind, severity: g.dataset.severity, cls: g.getAttribute('class'),
+    title: g.querySelector('title').textContent, stroke: getComputedStyle(g.querySelector('line')).stroke,
+  })));
+  report.overviewEvents = {
+    ratio: await markers('#chart-ratio svg g.ev'),
+    charts: await page.$$eval('.panel svg', (ss) => ss.map((s) => s.querySelectorAll('g.ev-critical').length)),
+  };
+  const tri = await page.$('#chart-ratio svg g.ev-critical path');
+  const box = await tri.boundingBox();
+  await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2 + 4);
+  await page.waitForSelector('#tip:not([hidden]) .ev-tip', { timeout: T });
+  report.overviewEvents.tip = await texts('#tip .ev-tip');
+  await page.mouse.move(5, 5);
   await page.evaluate(() => { location.hash = '#storage'; });
   await page.waitForSelector('#storage .card', { timeout: T });
   report.badge.storage = await page.$eval('#alert-badge', (b) => (b.hidden ? 'hidden' : b.textContent));
@@ -105,6 +123,9 @@ try {
     split: await page.textContent('#incident-split'),
     chartPoints: await page.$$eval('svg[data-chart="incident-latency"] [data-series]', (ps) => Object.fromEntries(ps.map((p) => [p.dataset.series, +p.dataset.points]))),
     band: await page.$$eval('svg[data-chart="incident-latency"] rect.band', (r) => r.length),
+    events: await texts('#incident-events tbody tr'),
+    eventMarkers: await page.$$eval('svg[data-chart="incident-latency"] g.ev', (gs) => gs.map((g) => g.dataset.kind + '/' + g.dataset.severity)),
+    windowNote: await page.textContent('#incident-window'),
     tabOn: await page.$eval('#tabs a.on', (a) => a.dataset.tab),
   };
   await page.screenshot({ path: shot, fullPage: true });

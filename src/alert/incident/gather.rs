@@ -32,7 +32,8 @@ pub struct Stat {
 }
 
 impl Stat {
-    fn absorb(&mut self, s: &crate::engine::StepAcc) {
+    /// Adds one step's accumulator.
+    pub fn absorb(&mut self, s: &crate::engine::StepAcc) {
         self.acc.merge(&s.acc);
         match (&s.exact, self.inexact) {
             (Some(v), false) => self.exact.get_or_insert_with(Vec::new).extend_from_slice(v),
@@ -43,7 +44,8 @@ impl Stat {
         }
     }
 
-    fn merge(&mut self, o: &Stat) {
+    /// Merges another span's statistics in.
+    pub fn merge(&mut self, o: &Stat) {
         self.acc.merge(&o.acc);
         if self.inexact || o.inexact {
             self.inexact = true;
@@ -99,6 +101,40 @@ impl Pair {
     }
 }
 
+/// `field` of every tag set of `measurement` matching `tags` over `[from, to]`, merged per
+/// 1-minute step (step start, statistics), in time order.
+#[allow(clippy::too_many_arguments)]
+pub fn steps(
+    reader: &Reader,
+    plan: &Plan,
+    measurement: &str,
+    field: &str,
+    tags: &[(String, String)],
+    from: i64,
+    to: i64,
+    now: i64,
+) -> Result<BTreeMap<i64, Stat>, EngineError> {
+    let c = collect(
+        reader,
+        plan,
+        measurement,
+        field,
+        tags,
+        from,
+        to,
+        STEP_NS,
+        Need::All,
+        now,
+    )?;
+    let mut out: BTreeMap<i64, Stat> = BTreeMap::new();
+    for (_, steps) in c.sets {
+        for (t, s) in steps.iter() {
+            out.entry(t).or_default().absorb(s);
+        }
+    }
+    Ok(out)
+}
+
 /// What one snapshot reads with.
 pub struct Gather<'a> {
     /// The store.
@@ -109,6 +145,8 @@ pub struct Gather<'a> {
     pub base: Span,
     /// The spike window.
     pub win: Span,
+    /// Where events are read: the window with a lead.
+    pub events: Span,
     /// The evaluation time.
     pub now: i64,
 }
@@ -195,14 +233,14 @@ impl Gather<'_> {
         Ok(out)
     }
 
-    /// The `edgewatch_event` points of the window, in time order.
-    pub fn events(&self) -> Result<Vec<Event>, EngineError> {
+    /// The `edgewatch_event` points of `span`, in time order.
+    pub fn events(&self, span: Span) -> Result<Vec<Event>, EngineError> {
         let res = self.reader.query_raw(&RawQuery {
             measurement: "edgewatch_event".into(),
             field: None,
             tags: vec![],
-            from: self.win.from_ns,
-            to: self.win.to_ns,
+            from: span.from_ns,
+            to: span.to_ns,
             limit: MAX_EVENTS,
         })?;
         // One event is one point: its fields are separate series at the same timestamp.

@@ -1,14 +1,18 @@
 //! Incidents: when an alert instance fires, [`open`] takes the spike-triage snapshot and
 //! stores it with the incident (rule, labels, value, threshold, start and fire times). The
-//! snapshot compares the spike window (from 10 minutes before the condition first held to
-//! the firing, whole minutes) with the hour before it, through the query engine (the
+//! snapshot compares the spike window (from the minute the alert's latency left its
+//! baseline to the firing, at least a minute and at most 10 minutes before the condition
+//! first held; see `window.rs`) with the hour before it, through the query engine (the
 //! 1-minute tier plus the raw tail), following the six-step routine: events, GPU, contention
 //! (plus the top processes by CPU, sampled from `/proc` at fire time, and by GPU memory, the
 //! newest collected points), input size, thermals and throttling, versions; plus the
-//! wall-vs-GPU split. Findings are ranked by how far each moved from its baseline, the likely
-//! cause first (see `snapshot.rs` for the scores).
+//! wall-vs-GPU split. The GPU, contention and thermal steps compare upper values (p95; the
+//! p5 of clocks), so a spike shorter than its window still shows. Findings are ranked by how
+//! far each moved from its baseline, the likely cause first (see `snapshot.rs` for the
+//! scores), and each states the interval it compared.
 //!
-//! Files: `gather.rs` (the reads: spans through the engine, events, GPU processes),
+//! Files: `window.rs` (where the window starts), `gather.rs` (the reads: spans through the
+//! engine, events, GPU processes),
 //! `routine.rs` (the six steps and the measurement names they read), `snapshot.rs` (the
 //! snapshot's shape, the scores and sentences, the ranking; pure), `procs.rs` (the CPU
 //! sample of `/proc`). The rows are `store::incidents`. This module never writes points,
@@ -21,7 +25,6 @@ use std::time::Duration;
 
 use super::event::{incident_path, AlertEvent, Firing};
 use crate::rollup::{Plan, RetentionConfig, RollupConfig};
-use crate::store::bucket::bucket_start;
 use crate::store::{incidents, Mode, Reader};
 
 mod gather;
@@ -29,12 +32,16 @@ mod procs;
 mod routine;
 pub mod snapshot;
 pub mod view;
+pub mod window;
 
 pub use snapshot::{Finding, Snapshot, Span, Step};
 
 const NS: i64 = 1_000_000_000;
-/// The window starts this long before the condition first held.
+/// The window starts at most this long before the condition first held.
 pub const LEAD_NS: i64 = 600 * NS;
+/// Events are read from this long before the window (a restart just before the latency
+/// rose is its likely cause).
+pub const EVENT_LEAD_NS: i64 = 120 * NS;
 /// The baseline: this long before the window.
 pub const BASELINE_NS: i64 = 3600 * NS;
 /// Processes listed per kind.
@@ -81,25 +88,6 @@ impl Options {
     }
 }
 
-/// The spans a firing is compared over: `(baseline, window)`.
-pub fn spans(firing: &Firing) -> (Span, Span) {
-    let from = bucket_start(
-        firing.active_since_ns.saturating_sub(LEAD_NS),
-        gather::STEP_NS,
-    );
-    let to = firing.fired_ns.max(from);
-    (
-        Span {
-            from_ns: from - BASELINE_NS,
-            to_ns: from - 1,
-        },
-        Span {
-            from_ns: from,
-            to_ns: to,
-        },
-    )
-}
-
 /// Takes the snapshot of `firing` from the store in `data_dir` (no processes sampled).
 pub fn snapshot(
     reader: &Reader,
@@ -107,19 +95,32 @@ pub fn snapshot(
     firing: &Firing,
     now_ns: i64,
 ) -> Result<Snapshot, IncidentError> {
-    let (base, win) = spans(firing);
+    let choice = window::choose(reader, plan, firing, now_ns)?;
+    let (base, win) = (choice.baseline, choice.window);
+    let events_window = Span {
+        from_ns: win.from_ns.saturating_sub(EVENT_LEAD_NS),
+        to_ns: win.to_ns,
+    };
     let g = gather::Gather {
         reader,
         plan,
         base,
         win,
+        events: events_window,
         now: now_ns,
     };
-    let found = routine::run(&g, firing)?;
+    let mut found = routine::run(&g, firing)?;
+    snapshot::stamp(&mut found.findings, win, Some(base));
+    snapshot::stamp(&mut found.event_findings, events_window, None);
+    found.findings.append(&mut found.event_findings);
     let by_gpu_mem = g.gpu_processes(TOP_PROCESSES)?;
     Ok(Snapshot {
         window: win,
         baseline: base,
+        window_from: choice.from,
+        window_note: choice.note,
+        events_window,
+        events: snapshot::event_rows(&found.events),
         scope: routine::model_scope(firing).into_iter().collect(),
         findings: snapshot::rank(found.findings),
         split: found.split,

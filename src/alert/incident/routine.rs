@@ -66,10 +66,20 @@ fn scoped(key: &str, v: &str) -> String {
     }
 }
 
+/// The upper value the GPU, contention and thermal steps compare: a spike shorter than the
+/// window still moves it, where it would be diluted in a mean.
+const UPPER: f64 = 0.95;
+/// The lower value clocks compare (a clock drops when throttled).
+const LOWER: f64 = 0.05;
+
 /// What the routine found, unranked, and whether each step had data.
 pub struct Found {
-    /// Every finding, before ranking.
+    /// Every finding comparing the window with the baseline, before ranking.
     pub findings: Vec<Finding>,
+    /// The events' findings (over the events' span, no baseline).
+    pub event_findings: Vec<Finding>,
+    /// The events read.
+    pub events: Vec<snapshot::Event>,
     /// Step name -> data was there to compare.
     pub checked: BTreeMap<String, bool>,
     /// Wall vs GPU.
@@ -83,10 +93,10 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
     let models = model_scope(firing);
     let gpus = gpu_scope(firing);
 
-    // 1. Events in the window.
-    let events = g.events()?;
+    // 1. Events in the window and just before it.
+    let events = g.events(g.events)?;
     checked.insert("events".into(), true);
-    out.extend(snapshot::event_findings(&events));
+    let event_findings = snapshot::event_findings(&events);
 
     // 2. GPU utilisation and memory.
     let mut gpu_data = false;
@@ -96,9 +106,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             Step::Gpu,
             "gpu.util_gpu_pct",
             &scoped("gpu", &gpu),
-            &format!("GPU {gpu} utilization"),
-            p.base.mean(),
-            p.win.mean(),
+            &format!("GPU {gpu} utilization p95"),
+            p.base.quantile(UPPER),
+            p.win.quantile(UPPER),
         ));
     }
     for (gpu, p) in by_tag(g.pairs("gpu", "mem_used_mb", &gpus)?, "gpu") {
@@ -107,9 +117,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             Step::Gpu,
             "gpu.mem_used_mb",
             &scoped("gpu", &gpu),
-            &format!("GPU {gpu} memory used"),
-            p.base.mean(),
-            p.win.mean(),
+            &format!("GPU {gpu} memory used p95"),
+            p.base.quantile(UPPER),
+            p.win.quantile(UPPER),
             false,
         ));
     }
@@ -120,9 +130,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             Step::Gpu,
             "jetson_gpu.load_pct",
             "",
-            "GPU (GR3D) load",
-            gr3d.base.mean(),
-            gr3d.win.mean(),
+            "GPU (GR3D) load p95",
+            gr3d.base.quantile(UPPER),
+            gr3d.win.quantile(UPPER),
         ));
     }
     let ram = g.merged("jetson_mem", "ram_used_mb", &[], |_| true)?;
@@ -132,9 +142,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             Step::Gpu,
             "jetson_mem.ram_used_mb",
             "",
-            "shared RAM used",
-            ram.base.mean(),
-            ram.win.mean(),
+            "shared RAM used p95",
+            ram.base.quantile(UPPER),
+            ram.win.quantile(UPPER),
             false,
         ));
     }
@@ -143,8 +153,8 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
     // 3. Contention: host CPU and memory, EMC, tegrastats CPU load.
     let mut host_data = false;
     for (key, field, label) in [
-        ("host.cpu_pct", "cpu_pct", "host CPU"),
-        ("host.mem_used_pct", "mem_used_pct", "host memory used"),
+        ("host.cpu_pct", "cpu_pct", "host CPU p95"),
+        ("host.mem_used_pct", "mem_used_pct", "host memory used p95"),
     ] {
         let p = g.merged("host", field, &[], |_| true)?;
         if p.base.count() + p.win.count() > 0 {
@@ -155,17 +165,21 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             key,
             "",
             label,
-            p.base.mean(),
-            p.win.mean(),
+            p.base.quantile(UPPER),
+            p.win.quantile(UPPER),
         ));
     }
     for (m, key, label) in [
         (
             "jetson_emc",
             "jetson_emc.load_pct",
-            "EMC (memory controller) load",
+            "EMC (memory controller) load p95",
         ),
-        ("jetson_cpu", "jetson_cpu.load_pct", "CPU load (tegrastats)"),
+        (
+            "jetson_cpu",
+            "jetson_cpu.load_pct",
+            "CPU load (tegrastats) p95",
+        ),
     ] {
         let p = g.merged(m, "load_pct", &[], |t| !t.contains_key("core"))?;
         if p.base.count() + p.win.count() > 0 {
@@ -176,8 +190,8 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             key,
             "",
             label,
-            p.base.mean(),
-            p.win.mean(),
+            p.base.quantile(UPPER),
+            p.win.quantile(UPPER),
         ));
     }
     checked.insert("contention".into(), host_data);
@@ -224,9 +238,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
         out.extend(snapshot::thermal_finding(
             "gpu.thermal",
             &scoped("gpu", gpu),
-            &format!("GPU {gpu}"),
-            t.and_then(|p| p.base.mean()),
-            t.and_then(|p| p.win.mean()),
+            &format!("GPU {gpu} p95"),
+            t.and_then(|p| p.base.quantile(UPPER)),
+            t.and_then(|p| p.win.quantile(UPPER)),
             flags.get(gpu).map_or(&[][..], |v| &v[..]),
         ));
     }
@@ -235,9 +249,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
             Step::Thermal,
             "gpu.clock_sm_mhz",
             &scoped("gpu", &gpu),
-            &format!("GPU {gpu} SM clock"),
-            p.base.mean(),
-            p.win.mean(),
+            &format!("GPU {gpu} SM clock p5"),
+            p.base.quantile(LOWER),
+            p.win.quantile(LOWER),
             true,
         ));
     }
@@ -246,9 +260,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
         out.extend(snapshot::thermal_finding(
             "jetson_temp.temp_c",
             &scoped("zone", &zone),
-            &format!("{zone} zone"),
-            p.base.mean(),
-            p.win.mean(),
+            &format!("{zone} zone p95"),
+            p.base.quantile(UPPER),
+            p.win.quantile(UPPER),
             &[],
         ));
     }
@@ -277,9 +291,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
         Step::Thermal,
         "jetson_throttle.gpu_freq_mhz",
         "",
-        "Jetson GPU clock",
-        jclock.base.mean(),
-        jclock.win.mean(),
+        "Jetson GPU clock p5",
+        jclock.base.quantile(LOWER),
+        jclock.win.quantile(LOWER),
         true,
     ));
     for (t, p) in g.pairs("thermal", "temp_c", &[])? {
@@ -289,9 +303,9 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
         out.extend(snapshot::thermal_finding(
             "thermal.temp_c",
             &scope_of(&t),
-            format!("{zone} {sensor}").trim(),
-            p.base.mean(),
-            p.win.mean(),
+            &format!("{} p95", format!("{zone} {sensor}").trim()),
+            p.base.quantile(UPPER),
+            p.win.quantile(UPPER),
             &[],
         ));
     }
@@ -370,6 +384,8 @@ pub fn run(g: &Gather<'_>, firing: &Firing) -> Result<Found, EngineError> {
     );
     Ok(Found {
         findings: out,
+        event_findings,
+        events,
         checked,
         split,
     })

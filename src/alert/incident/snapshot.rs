@@ -1,6 +1,7 @@
 //! The triage snapshot's shape and its ranking: turns window-vs-baseline numbers, events and
 //! version sets into [`Finding`]s with a score and a sentence, and ranks them, likely cause
-//! first. Pure: no store, no clock, no /proc; `gather.rs` reads the numbers.
+//! first, each stating the interval it compared ([`stamp`]). Pure: no store, no clock, no
+//! /proc; `gather.rs` reads the numbers.
 //!
 //! Scores are normalised so that 1.0 is "clearly moved" on every scale, and only findings
 //! at or above [`MIN_SCORE`] are kept:
@@ -67,7 +68,62 @@ pub struct Finding {
     pub baseline: Option<f64>,
     /// The window value, for numeric findings.
     pub window: Option<f64>,
+    /// The interval compared: the spike window (for events, with its lead), ns. Set by
+    /// [`stamp`], which also names it in `message`.
+    pub window_from_ns: i64,
+    /// See `window_from_ns`.
+    pub window_to_ns: i64,
+    /// The baseline it was compared with (none for events), ns.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_from_ns: Option<i64>,
+    /// See `baseline_from_ns`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline_to_ns: Option<i64>,
 }
+
+/// `ns` as `HH:MM:SS` (UTC).
+pub fn clock(ns: i64) -> String {
+    chrono::DateTime::from_timestamp_nanos(ns)
+        .format("%H:%M:%S")
+        .to_string()
+}
+
+/// Sets the interval each of `findings` compared (`win`, against `base` when given) and
+/// states it at the end of its sentence ("· 14:02:00–14:05:12 vs 13:02:00–14:02:00 UTC").
+pub fn stamp(findings: &mut [Finding], win: Span, base: Option<Span>) {
+    let text = match base {
+        Some(b) => format!(
+            " · {}–{} vs {}–{} UTC",
+            clock(win.from_ns),
+            clock(win.to_ns),
+            clock(b.from_ns),
+            clock(b.to_ns.saturating_add(1))
+        ),
+        None => format!(" · {}–{} UTC", clock(win.from_ns), clock(win.to_ns)),
+    };
+    for f in findings {
+        f.window_from_ns = win.from_ns;
+        f.window_to_ns = win.to_ns;
+        f.baseline_from_ns = base.map(|b| b.from_ns);
+        f.baseline_to_ns = base.map(|b| b.to_ns);
+        f.message.push_str(&text);
+    }
+}
+
+/// A finding's interval before [`stamp`] sets it.
+const UNSTAMPED: Finding = Finding {
+    step: Step::Events,
+    key: String::new(),
+    scope: String::new(),
+    message: String::new(),
+    score: 0.0,
+    baseline: None,
+    window: None,
+    window_from_ns: 0,
+    window_to_ns: 0,
+    baseline_from_ns: None,
+    baseline_to_ns: None,
+};
 
 /// A time range, ns, inclusive.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -126,13 +182,34 @@ pub struct Processes {
     pub by_gpu_mem: Vec<Process>,
 }
 
+/// How the window's start was chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WindowFrom {
+    /// Where the alert's latency left its baseline.
+    Latency,
+    /// The rule's aggregation window before the condition first held.
+    RuleWindow,
+    /// The longest window (10 minutes before the condition first held).
+    Lead,
+}
+
 /// The whole snapshot, stored as JSON with the incident.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Snapshot {
-    /// The spike window: from 10 minutes before the condition held to the firing.
+    /// The spike window: from where the latency left its baseline to the firing (see
+    /// `window.rs`).
     pub window: Span,
     /// The hour before the window.
     pub baseline: Span,
+    /// How the window's start was found.
+    pub window_from: WindowFrom,
+    /// The sentence saying how.
+    pub window_note: String,
+    /// The span the events were read from: the window with a lead before it.
+    pub events_window: Span,
+    /// The events of `events_window`, in time order (at most [`MAX_EVENT_ROWS`], the newest).
+    pub events: Vec<EventRow>,
     /// The series the per-model findings were restricted to.
     pub scope: BTreeMap<String, String>,
     /// Ranked, likely cause first.
@@ -205,6 +282,7 @@ pub fn ratio_finding(
         score,
         baseline: Some(b),
         window: Some(w),
+        ..UNSTAMPED
     })
 }
 
@@ -230,6 +308,7 @@ pub fn points_finding(
         score: d.abs() / 10.0,
         baseline: Some(b),
         window: Some(w),
+        ..UNSTAMPED
     })
 }
 
@@ -286,6 +365,7 @@ pub fn thermal_finding(
         score,
         baseline: warmed.map(|p| p.0),
         window: warmed.map(|p| p.1),
+        ..UNSTAMPED
     })
 }
 
@@ -300,6 +380,59 @@ pub struct Event {
     pub tags: BTreeMap<String, String>,
     /// Its string fields (`from`, `to`).
     pub fields: BTreeMap<String, String>,
+}
+
+/// Events listed in a snapshot.
+pub const MAX_EVENT_ROWS: usize = 100;
+
+/// One event as the incident page lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EventRow {
+    /// When, ns.
+    pub at_ns: i64,
+    /// `kind` (or the older `event` tag).
+    pub kind: String,
+    /// `info`, `warning` or `critical` (`info` when the point has none).
+    pub severity: String,
+    /// Who saw it (empty when the point has none).
+    pub source: String,
+    /// Its `message`, or its kind and fields for a point without one.
+    pub message: String,
+}
+
+/// The rows of `events` (the newest [`MAX_EVENT_ROWS`]), in time order.
+pub fn event_rows(events: &[Event]) -> Vec<EventRow> {
+    let skip = events.len().saturating_sub(MAX_EVENT_ROWS);
+    events[skip..]
+        .iter()
+        .map(|e| {
+            let message = match e.fields.get("message").filter(|m| !m.is_empty()) {
+                Some(m) => m.clone(),
+                None => {
+                    let mut parts = vec![e.event.clone()];
+                    parts.extend(
+                        e.tags
+                            .iter()
+                            .filter(|(k, _)| !matches!(k.as_str(), "severity" | "source"))
+                            .map(|(k, v)| format!("{k}={v}")),
+                    );
+                    parts.extend(e.fields.iter().map(|(k, v)| format!("{k}={v}")));
+                    parts.join(" ")
+                }
+            };
+            EventRow {
+                at_ns: e.at_ns,
+                kind: e.event.clone(),
+                severity: e
+                    .tags
+                    .get("severity")
+                    .cloned()
+                    .unwrap_or_else(|| "info".into()),
+                source: e.tags.get("source").cloned().unwrap_or_default(),
+                message,
+            }
+        })
+        .collect()
 }
 
 /// One finding per kind of event in the window.
@@ -359,6 +492,7 @@ pub fn event_findings(events: &[Event]) -> Vec<Finding> {
             score,
             baseline: None,
             window: Some(n as f64),
+            ..UNSTAMPED
         });
     }
     out
@@ -387,6 +521,7 @@ pub fn version_finding(
         score: VERSION_SCORE,
         baseline: None,
         window: None,
+        ..UNSTAMPED
     })
 }
 
@@ -570,6 +705,7 @@ mod tests {
             score,
             baseline: None,
             window: None,
+            ..UNSTAMPED
         };
         let r = rank(vec![
             mk("a", 1.5),

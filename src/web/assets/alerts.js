@@ -140,12 +140,26 @@ async function loadIncident(box, id) {
       ? el('ol', { id: 'incident-findings' }, findings.map((f) => el('li', { 'data-key': f.key }, f.message, ' ', el('span', { class: 'muted' }, `${f.step}${f.scope ? ' · ' + f.scope : ''} · score ${num(f.score)}`))))
       : el('div', { class: 'empty', id: 'incident-findings' }, 'Nothing moved against the hour before.'),
     snap.split ? el('p', { id: 'incident-split' }, snap.split.message) : null,
-    el('p', { class: 'muted' }, `window ${when(win.from_ns)} – ${when(win.to_ns)} against ${when(base.from_ns)} – ${when(base.to_ns)}`),
+    el('p', { class: 'muted', id: 'incident-window' }, `window ${when(win.from_ns)} – ${when(win.to_ns)} against ${when(base.from_ns)} – ${when(base.to_ns)}` +
+      (snap.window_note ? ` (${snap.window_note})` : '')),
     Object.entries(snap.checked || {}).some(([, v]) => !v)
       ? el('p', { class: 'muted' }, 'no data for: ' + Object.entries(snap.checked).filter(([, v]) => !v).map(([k]) => k).join(', '))
       : null);
   const chartBox = el('div', {});
   box.append(el('div', { class: 'grid' }, left, chartBox));
+  // The device's events of the window (and the lead before it), oldest first.
+  const events = snap.events || [];
+  const ew = snap.events_window || win;
+  box.append(el('h2', {}, `Events ${when(ew.from_ns)} – ${when(ew.to_ns)}`),
+    events.length
+      ? alertsTable('incident-events', events, [
+        ['time', (e) => when(e.at_ns)],
+        ['kind', (e) => e.kind],
+        ['severity', (e) => el('span', { class: e.severity === 'critical' ? 'bad' : e.severity === 'warning' ? 'warn' : 'muted' }, e.severity)],
+        ['source', (e) => e.source],
+        ['message', (e) => e.message],
+      ])
+      : el('div', { class: 'empty', id: 'incident-events' }, 'No event in the window.'));
   const procs = snap.processes || {};
   const procTable = (id, rows, cols) => (rows && rows.length ? alertsTable(id, rows, cols) : el('div', { class: 'empty', id }, 'none seen'));
   box.append(el('h2', {}, 'Top processes at fire time'), el('div', { class: 'grid' },
@@ -160,6 +174,9 @@ async function loadIncident(box, id) {
   const pts = (r) => (r && r.series[0] ? r.series[0].points.map((p) => [p[0] / 1e6, p[1]]) : []);
   S.domain = [base.from_ns / 1e6, win.to_ns / 1e6];
   S.bands = [[win.from_ns / 1e6, win.to_ns / 1e6]];
+  // Its events marked on the chart (not the overview's).
+  S.starts = [];
+  S.events = events.map((e) => ({ t: e.at_ns / 1e6, kind: e.kind, severity: e.severity, source: e.source, message: e.message }));
   const c = Chart({ id: 'incident-latency', title: `Inference latency (wall_ms per ${step})` + (tags ? ' · ' + labelText(snap.scope) : ''), unit: 'ms', lines: [
     { name: 'p50', color: C.p50, pts: pts(p50) },
     { name: 'p99', color: C.p99, pts: pts(p99) },

@@ -186,6 +186,8 @@ function drawChart(c) {
       for (const p of dots) svg.append(sv('circle', { cx: x(p[0]), cy: y(p[1]), r: 2, fill: l.color }));
     }
   }
+  // The device's events, on every chart's timeline.
+  drawEvents(svg, x, t0, t1, h);
   c.xh = sv('line', { class: 'xh', y1: MT, y2: h - MB, visibility: 'hidden' });
   svg.append(c.xh);
   svg.onmousemove = (e) => {
@@ -226,6 +228,10 @@ function setHover(t, chart, e) {
   if (t == null || !chart) { tip.hidden = true; return; }
   tip.textContent = '';
   tip.append(el('div', { class: 'muted' }, clock(t, true)));
+  const near = RANGES[S.range].stepS * 1000;
+  for (const ev of markedEvents()) {
+    if (Math.abs(ev.t - t) <= near) tip.append(el('div', { class: 'ev-tip ' + (ev.severity === 'critical' ? 'bad' : ev.severity === 'warning' ? 'warn' : 'muted') }, `⚑ ${clock(ev.t, true)} ${ev.kind}: ${ev.message}`));
+  }
   for (const l of chart.o.lines) {
     const p = valueAt(l.pts, t);
     if (p) tip.append(el('div', {}, el('span', { style: `color:${l.color}` }, '■ '), l.name + ': ', el('b', {}, chart.o.flags ? (p[1] > 0 ? 'yes' : 'no') : num(p[1], chart.o.unit))));
@@ -279,11 +285,18 @@ async function loadOverview() {
       .then((r) => (r.series || []).flatMap((x) => x.points.map((p) => ms(p[0]))).sort((a, b) => a - b))
       .catch(() => [])
     : Promise.resolve([]);
+  // The device's events (Xid errors, OOM kills, restarts, ...): each point's `message` field
+  // with its kind, severity and source tags; drawn on every chart's timeline.
+  const eventsP = [...have].some((k) => k.startsWith('edgewatch_event/'))
+    ? getJSON(`/api/v1/query?measurement=edgewatch_event&field=message&from=-${S.range}&limit=2000`)
+      .then(eventList).catch(() => [])
+    : Promise.resolve([]);
   // LLM serving signals, when an app or a scrape preset wrote `llm` points.
   const llmP = [...have].some((k) => k.startsWith('llm/'))
     ? getJSON(`/api/v1/llm?${q}`).catch(() => null) : Promise.resolve(null);
   const res = await pool(jobs, 4);
   S.starts = await starts;
+  S.events = await eventsP;
   const llm = await llmP;
   if (gen !== S.gen) return;
   S.status = status;
@@ -438,6 +451,37 @@ function energyLine(s, e) {
   }
   const gpu = s.gpu_energy_mj_per_inference == null ? '' : ` (GPU ${num(s.gpu_energy_mj_per_inference, 'mJ')})`;
   return el('div', { class: 's energy' }, `${num(s.energy_mj_per_inference, 'mJ')}/inference${gpu} · ${num(s.inferences_per_joule)} inf/J${src}`);
+}
+
+// The events of a raw `edgewatch_event` `message` query, oldest first: `{t (ms), kind,
+// severity, source, message}` (the kind from `kind`, or `event` on points stored before it).
+function eventList(r) {
+  return (r.series || []).flatMap((x) => {
+    const t = x.tags || {};
+    return x.points.map((p) => ({ t: ms(p[0]), kind: t.kind || t.event || '?', severity: t.severity || 'info', source: t.source || '', message: String(p[1]) }));
+  }).sort((a, b) => a.t - b.t);
+}
+
+// What the timelines mark: warning and critical events, and agent starts.
+function markedEvents() {
+  const ev = (S.events || []).filter((e) => e.severity === 'warning' || e.severity === 'critical' || e.kind === 'start');
+  // Starts stored without a message still come from the `pid` query.
+  for (const t of S.starts || []) if (!ev.some((e) => e.kind === 'start' && Math.abs(e.t - t) < 1)) ev.push({ t, kind: 'start', severity: 'info', source: 'agent', message: 'edgewatch agent started' });
+  return ev.sort((a, b) => a.t - b.t);
+}
+
+// One marker per event on a chart: a line across the plot and a triangle above it, red for
+// critical, amber for warning, grey for an agent start; its message as the title.
+function drawEvents(svg, x, t0, t1, h) {
+  for (const e of markedEvents()) {
+    if (e.t < t0 || e.t > t1) continue;
+    const cx = x(e.t);
+    const g = sv('g', { class: 'ev ev-' + (e.kind === 'start' && e.severity === 'info' ? 'start' : e.severity), 'data-kind': e.kind, 'data-severity': e.severity, 'data-t': e.t });
+    const title = sv('title', {});
+    title.textContent = `${clock(e.t, true)} · ${e.kind} (${e.severity}${e.source ? ', ' + e.source : ''}): ${e.message}`;
+    g.append(title, sv('line', { x1: cx, x2: cx, y1: MT, y2: h - MB }), sv('path', { d: `M${(cx - 5).toFixed(1)},0L${(cx + 5).toFixed(1)},0L${cx.toFixed(1)},${MT + 4}Z` }));
+    svg.append(g);
+  }
 }
 
 // Time intervals in which any throttle reason was active.
