@@ -163,6 +163,20 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             source,
         })?;
 
+    // A configuration that changed since the last run is an event beside the data.
+    match crate::collect::config_change::at_start(&cfg, &cfg.storage.data_dir, crate::now_ns()) {
+        Ok(Some(line)) => {
+            tracing::info!("configuration changed since the last run");
+            crate::collect::submit(
+                &handle,
+                &stats,
+                crate::model::Batch { lines: vec![line] },
+                "agent",
+            );
+        }
+        Ok(None) => {}
+        Err(e) => tracing::warn!(error = %e, "config change not recorded"),
+    }
     // Sources.
     let sources = CancellationToken::new();
     let write_ctx = crate::ingest::http::WriteCtx {

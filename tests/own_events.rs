@@ -1,7 +1,8 @@
 //! The agent's own events through the real binary: a real mosquitto stopped under an MQTT
 //! sink and started again gives `sink_down` then `sink_up` (with how long it was down); a
 //! tegrastats that keeps crashing gives `collector_restart` events; all stored as
-//! `edgewatch_event` points with `source=agent` beside the data they explain.
+//! `edgewatch_event` points with `source=agent` beside the data they explain; a configuration
+//! changed between two runs is one `config_change` event naming its sections.
 
 use std::time::Duration;
 
@@ -107,4 +108,48 @@ fn a_crashing_tegrastats_is_a_collector_restart_event() {
     assert!(msg.contains("exit status: 3"), "{msg}");
     // The incident snapshot and the UI read them like any event; the agent is healthy.
     assert_eq!(agent.status()["ingest"]["points_dropped"], 0);
+}
+
+#[test]
+fn a_configuration_changed_between_runs_is_one_event_naming_its_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    let with_ratio = |r: f64| format!("{BASE}[alerts]\nlatency_ratio = {r}\n");
+    Agent::start(dir.path(), &with_ratio(3.0)).terminate();
+    // Same alerts, new ports (the harness picks free ones): only [http] and [udp] changed.
+    let agent = Agent::start(dir.path(), &with_ratio(3.0));
+    let sections = |agent: &Agent| -> Vec<String> {
+        events(agent, "config_change")
+            .into_iter()
+            .filter(|e| e.1 == "sections")
+            .filter_map(|e| e.2.as_str().map(str::to_string))
+            .collect()
+    };
+    let first = wait_for(Duration::from_secs(10), || {
+        let s = sections(&agent);
+        (!s.is_empty()).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("no config_change: {}", agent.log_text()));
+    assert_eq!(first, vec!["http,udp".to_string()], "{first:?}");
+    agent.terminate();
+    // A changed threshold names [alerts]; the message says how it was applied.
+    let agent = Agent::start(dir.path(), &with_ratio(5.0));
+    let all = wait_for(Duration::from_secs(10), || {
+        let s = sections(&agent);
+        (s.len() == 2).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("no second config_change: {}", agent.log_text()));
+    assert!(all.iter().any(|s| s == "alerts,http,udp"), "{all:?}");
+    let ev = events(&agent, "config_change");
+    let msg = ev
+        .iter()
+        .filter(|e| e.1 == "message")
+        .filter_map(|e| e.2.as_str())
+        .find(|m| m.contains("alerts"))
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        msg.starts_with("configuration changed since the last run (restart): alerts"),
+        "{msg}"
+    );
+    assert!(ev.iter().any(|e| e.0.contains("source=agent")), "{ev:?}");
 }

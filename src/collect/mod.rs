@@ -2,6 +2,7 @@
 //! ingest queue like any other producer. A collector never writes to the store and never
 //! blocks ingest: when the queue is full its sample is dropped and counted.
 
+pub mod config_change;
 pub mod event;
 pub mod gpu_mem;
 pub mod health;
