@@ -470,7 +470,7 @@ class Agent:
                 f'device_id = "{device_id}"\n[tags]\nfleet = "sim"\n'
                 f'[http]\nlisten = "127.0.0.1:{self.port}"\n[udp]\nenabled = false\n'
                 f'[storage]\ndata_dir = "{dir}/data"\n'
-                "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[jetson]\nenabled = false\n"
+                "[kmsg]\nenabled = false\n[host]\nenabled = false\n[tegrastats]\nenabled = false\n[jetson]\nenabled = false\n"
                 "[nvml]\nenabled = false\n[rollup]\nenabled = false\n[health]\nenabled = false\n"
                 f"{sink}"
             )

@@ -163,9 +163,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             source,
         })?;
 
-    // A configuration that changed since the last run is an event beside the data.
+    // A configuration that changed since the last run is an event beside the data (one of
+    // the agent's own events: written, like the others, when `[health]` is on; the
+    // fingerprint is kept either way).
     match crate::collect::config_change::at_start(&cfg, &cfg.storage.data_dir, crate::now_ns()) {
-        Ok(Some(line)) => {
+        Ok(Some(line)) if cfg.health.enabled => {
             tracing::info!("configuration changed since the last run");
             crate::collect::submit(
                 &handle,
@@ -174,7 +176,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 "agent",
             );
         }
-        Ok(None) => {}
+        Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "config change not recorded"),
     }
     // Sources.

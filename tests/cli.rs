@@ -364,7 +364,7 @@ fn udp_config(dir: &std::path::Path, udp: &str) -> std::path::PathBuf {
         &f,
         format!(
             "[http]\nlisten = \"127.0.0.1:{}\"\ntoken = \"s3cret\"\n[udp]\n{udp}\n\
-             [storage]\ndata_dir = \"{}\"\n[host]\nenabled = false\n[health]\nenabled = false\n\
+             [storage]\ndata_dir = \"{}\"\n[host]\nenabled = false\n[health]\nenabled = false\n[kmsg]\nenabled = false\n\
              [rollup]\nenabled = false\n",
             free_port(),
             dir.join("data").display()

@@ -709,7 +709,7 @@ impl Remote {
             &cfg,
             format!(
                 "[http]\nlisten = \"0.0.0.0:{port}\"\n{http_extra}\n[udp]\nenabled = false\n\
-                 [storage]\ndata_dir = \"{}\"\n{FED}",
+                 [storage]\ndata_dir = \"{}\"\n[kmsg]\nenabled = false\n{FED}",
                 dir.join("data").display()
             ),
         )
@@ -899,7 +899,7 @@ fn off_loopback_without_a_token_refuses_to_start() {
     std::fs::write(
         &cfg,
         format!(
-            "[http]\nlisten = \"0.0.0.0:{}\"\n[udp]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n{FED}",
+            "[http]\nlisten = \"0.0.0.0:{}\"\n[udp]\nenabled = false\n[storage]\ndata_dir = \"{}\"\n[kmsg]\nenabled = false\n{FED}",
             free_port(),
             dir.path().join("data").display()
         ),

@@ -129,7 +129,7 @@ pub fn require(peer: Peer) -> bool {
 }
 
 /// Collectors and rollup off.
-pub const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n[health]\nenabled = false\n";
+pub const QUIET: &str = "[kmsg]\nenabled = false\n[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n[health]\nenabled = false\n";
 
 /// Starts the agent with `top` (top-level keys, `[tags]`, `[[sink]]` tables) after the base
 /// sections; the data dir is `dir/data`.

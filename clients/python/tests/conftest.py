@@ -101,6 +101,8 @@ listen = "127.0.0.1:{self.udp_port}"
 data_dir = "{workdir / 'data'}"
 [health]
 enabled = false
+[kmsg]
+enabled = false
 [host]
 enabled = false
 [tegrastats]
