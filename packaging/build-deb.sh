@@ -15,7 +15,7 @@
 #                                         [storage] data_dir = "/var/lib/edgewatch"
 #   /lib/systemd/system/edgewatch.service packaging/edgewatch.service
 #   /var/lib/edgewatch/                   data (owned by user edgewatch, made in postinst)
-#   /usr/share/doc/edgewatch/             copyright, README.md.gz
+#   /usr/share/doc/edgewatch/             copyright, README.md.gz, docs/*.md.gz
 # and the maintainer scripts of packaging/debian/. Depends: adduser, plus libc6 (>= the
 # newest GLIBC_x.y symbol version the binary uses) and libgcc for a glibc binary; nothing
 # more for a static (musl) one.
@@ -104,6 +104,12 @@ fi
 install -m 0644 packaging/edgewatch.service "$root/lib/systemd/system/edgewatch.service"
 gzip -9n <README.md >"$root/usr/share/doc/edgewatch/README.md.gz"
 chmod 0644 "$root/usr/share/doc/edgewatch/README.md.gz"
+# The reference pages the README links to (docs/*.md), beside it.
+mkdir -p "$root/usr/share/doc/edgewatch/docs"
+for page in docs/*.md; do
+    gzip -9n <"$page" >"$root/usr/share/doc/edgewatch/docs/$(basename "$page").gz"
+    chmod 0644 "$root/usr/share/doc/edgewatch/docs/$(basename "$page").gz"
+done
 cat >"$root/usr/share/doc/edgewatch/copyright" <<EOF
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: edgewatch

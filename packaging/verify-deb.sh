@@ -27,8 +27,13 @@ expect -rw-r--r-- root/root /etc/edgewatch/edgewatch.toml
 expect -rw-r--r-- root/root /lib/systemd/system/edgewatch.service
 expect drwxr-x--- root/root /var/lib/edgewatch/
 expect -rw-r--r-- root/root /usr/share/doc/edgewatch/copyright
-n_files=$(grep -vc '^d' "$work/list")
-[ "$n_files" = 5 ] || fail "expected 5 files, found $n_files: $(grep -v '^d' "$work/list")"
+expect -rw-r--r-- root/root /usr/share/doc/edgewatch/README.md.gz
+n_files=$(grep -v '^d' "$work/list" | grep -vc ' /usr/share/doc/edgewatch/docs/')
+[ "$n_files" = 5 ] || fail "expected 5 files besides docs/, found $n_files: $(grep -v '^d' "$work/list")"
+# The reference pages the README links to: at least one, each a readable .md.gz.
+n_pages=$(grep -c '^-rw-r--r-- root/root /usr/share/doc/edgewatch/docs/[a-z-]*\.md\.gz$' "$work/list" || true)
+n_docs=$(grep -v '^d' "$work/list" | grep -c ' /usr/share/doc/edgewatch/docs/' || true)
+[ "$n_pages" -ge 1 ] && [ "$n_pages" = "$n_docs" ] || fail "docs pages: $n_pages of $n_docs as -rw-r--r-- root/root *.md.gz"
 echo "    files and modes ok"
 
 dpkg-deb -e "$deb" "$work/DEBIAN"

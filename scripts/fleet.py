@@ -42,7 +42,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The Jetson modules the fleet mixes: identity tags as the [jetson] collector writes them
-# (README "Jetson state and throttling"), the CPU cores, thermal zones and power rails
+# (docs/collectors.md "Jetson state and throttling"), the CPU cores, thermal zones and power rails
 # tegrastats prints on each, and the models its apps run.
 MODULES = [
     {

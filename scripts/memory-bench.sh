@@ -15,7 +15,7 @@
 #      filtered page, the UI's files, /api/v1/status, and 2 more /metrics;
 #   4. a second round of N points and the rollup job folding it (interval 2 s);
 #   5. peak RSS: VmHWM.
-# Printed: one markdown row per N (the README table) with steady RSS, peak RSS, peak/steady,
+# Printed: one markdown row per N (the table in docs/performance.md) with steady RSS, peak RSS, peak/steady,
 # RSS per series (steady RSS growth over the idle agent / N: the dictionary, the writer's
 # cache, the newest values), the first and median /metrics time and its size.
 #

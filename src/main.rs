@@ -63,7 +63,7 @@ fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
 /// Keeps glibc's allocator from growing RSS under bursty ingest: at most two arenas
 /// (instead of 8 per core, one per thread that allocates) and a fixed mmap threshold so
 /// request-sized buffers go back to the OS when freed. Measured with
-/// `cargo bench --bench ingest`: peak RSS fell from ~29 MB to the figure in the README.
+/// `cargo bench --bench ingest`: peak RSS fell from ~29 MB to the figure in docs/performance.md.
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; it is called before any other

@@ -359,7 +359,7 @@ fn no_data_modes() {
 /// `ratio_of` (a user's P99/P50) and the built-ins `InferenceLatencyRatioHigh` and
 /// `LlmTtftRatioHigh` on the same long tail: 1 in 10 requests 10x slower gives P99/P50 = 10;
 /// a steady model stays quiet. A user's rule on the `llm` measurement (TTFT p99 above a
-/// threshold, the README's example) works like any other.
+/// threshold, docs/alerts.md's example) works like any other.
 #[test]
 fn ratio_of_and_the_builtin_latency_ratio() {
     let dir = tempfile::tempdir().unwrap();

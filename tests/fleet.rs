@@ -4,7 +4,7 @@
 //! arrive exactly once: the count per device and measurement equals what was written, and
 //! InfluxDB's own count of the points it accepted over HTTP (a duplicate counts there
 //! although it then overwrites itself in storage) equals the total written. The full-size
-//! run is `python3 scripts/fleet.py` (README, "Fleet").
+//! run is `python3 scripts/fleet.py` (docs/forwarding.md, "Fleet").
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

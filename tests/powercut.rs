@@ -12,7 +12,7 @@
 //! killed with SIGKILL and the power is cut. Then on what survived: SQLite's
 //! `PRAGMA integrity_check` (on a copy) is `ok`, a restarted agent holds every acknowledged
 //! point, and in the end the subscriber holds every stored point, with at most one
-//! duplicated batch per cut (the README's bound with the default `inflight = 1`) and
+//! duplicated batch per cut (docs/forwarding.md's bound with the default `inflight = 1`) and
 //! nothing lost to a consumer that drops duplicates by sequence number and part; the rollup
 //! tiers count every stored point exactly once.
 //!
@@ -570,7 +570,7 @@ fn power_cuts_lose_no_acknowledged_point_and_forwarders_resume_at_least_once() {
     let dup_batches: usize = per_seq.values().map(|n| n - 1).sum();
     let dup_points = received.len() - distinct.len();
     let max_seq = *per_seq.keys().last().unwrap();
-    // A consumer that drops duplicates by (seq, part), as the README says, keeps the first
+    // A consumer that drops duplicates by (seq, part), as docs/forwarding.md says, keeps the first
     // copy of each.
     let deduped: BTreeSet<u64> = copies
         .values()
@@ -652,7 +652,7 @@ fn power_cuts_lose_no_acknowledged_point_and_forwarders_resume_at_least_once() {
     );
     assert_eq!(raw as usize, fig.final_stored.len(), "{figures}");
     assert_eq!((m1, h1), (raw, raw), "rollup counts: {figures}");
-    // The README: MQTT consumers "drop duplicates by seq and part". That loses nothing only
+    // docs/forwarding.md: MQTT consumers "drop duplicates by seq and part". That loses nothing only
     // if a batch number always carries the same points.
     assert!(
         differing.is_empty() && missed_by_dedup == 0,

@@ -2,7 +2,7 @@
 //! `/proc`, and every temperature under `/sys/class/thermal` and `/sys/class/hwmon`. Works on
 //! any Linux, so a plain `edgewatch run` stores real data everywhere.
 //!
-//! Measurements (a contract once released; see the README):
+//! Measurements (a contract once released; see docs/collectors.md):
 //! - `host`: `cpu_pct`, `mem_total_mb`, `mem_used_mb`, `mem_available_mb`, `mem_used_pct`,
 //!   `swap_total_mb`, `swap_used_mb`, `load1`, `load5`, `load15`, `uptime_s`, `procs_running`
 //! - `host_cpu,core=N`: `usage_pct`

@@ -231,7 +231,7 @@ fn is_raw(m: &ForwardMode) -> bool {
     *m == ForwardMode::Raw
 }
 /// 10 s: 100 devices returning together start about 10 per second, at a cost of at most
-/// 10 s more delay after an outage that lasted longer (see README, Forwarding).
+/// 10 s more delay after an outage that lasted longer (see docs/forwarding.md).
 fn d_reconnect_jitter() -> Delay {
     Interval(Duration::from_secs(10))
 }

@@ -14,7 +14,7 @@
 //! `test-fakes` feature); turning readings into lines
 //! ([`readings_to_lines`]) and the bookkeeping ([`Sampler`]) are plain functions of them.
 //!
-//! Measurements (a contract once released; see the README). Memory is in MiB (`_mb`, as the
+//! Measurements (a contract once released; see docs/collectors.md). Memory is in MiB (`_mb`, as the
 //! `host` collector), gauges are floats, counters/bitmasks/flags/modes are integers.
 //!
 //! `gpu`, tags `gpu` (NVML index), `uuid`, `name`, `arch` (e.g. `Ampere`), `cc` (CUDA

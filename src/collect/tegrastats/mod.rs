@@ -22,7 +22,7 @@
 //! resolution (several lines share it below a 1 s interval) and is absent on older
 //! releases. A replayed log is stamped the same way, so it looks live.
 //!
-//! Measurements (a contract once released; see the README). Every number is a float;
+//! Measurements (a contract once released; see docs/collectors.md). Every number is a float;
 //! `online` and `on` are booleans. A field tegrastats did not print (it depends on the SoC,
 //! the release and on running as root) is left out, and a line without fields is not sent.
 //!
