@@ -1,0 +1,475 @@
+#!/usr/bin/env python3
+"""The whole agent within a device budget: the release agent with everything on, measured.
+
+One agent runs the reference device workload with every part on at once:
+  - tegrastats replayed at 1 Hz (the fixture lines of crates/tegrastats-parser) and the
+    [jetson] collector on a fixture tree (tests/data/jetson/agx-orin-jp5), host collector
+    every 10 s, [health] every 10 s, the kernel log collector ([kmsg], as root);
+  - the Python client (clients/python, the real package): 30 inferences/s over UDP and 5/s
+    over HTTP with a token, two stages and wall/GPU time like a camera pipeline;
+  - 100 alert rules (over the 35 models' `inference` series) plus the built-ins;
+  - an InfluxDB 1.x sink and an MQTT sink forwarding live to real peers (Debian's
+    `influxdb`, `mosquitto`);
+  - two scrape targets: a real `prometheus-node-exporter` and a Triton-format page;
+  - rollups at their defaults; one watched process (the load generator);
+then the same with the UI open (Debian's headless `chromium` on the overview, which polls),
+then an idle agent (no client load, no sinks, no scrapes, no rules), then the full workload
+with one part off at a time, so each part's share is the difference.
+
+For each phase: CPU share of one core (user + system from /proc/PID/stat), steady RSS
+(median of the second half of the samples) and peak RSS (VmHWM since the phase started),
+wakeups per second (voluntary context switches summed over the agent's threads), bytes
+written to disk per hour (/proc/PID/io write_bytes) against the bytes the data dir grew by,
+and fsync/fdatasync calls per second (counted by `strace -c` attached for the last
+`--strace` seconds of the full phase only: strace slows the agent, so no other figure is
+taken while it is attached).
+
+    python3 scripts/device_budget.py                       # 10 min per phase
+    python3 scripts/device_budget.py --seconds 120         # quick
+    python3 scripts/device_budget.py --phases full,ui,idle # only these
+
+Targets (issue 33): full < 1 % of one core and < 25 MB steady RSS; idle < 0.2 %; bytes
+written per hour at most 3x the store's growth. Standard library only; every peer on
+127.0.0.1, stopped by PID. Exit status 0 when the targets are met.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "clients", "python", "src"))
+
+import fleet  # noqa: E402  (free_port, wait_until, http_get, Influxd)
+
+TOKEN = "budget-token"
+MODELS_UDP = [f"cam{i:02d}" for i in range(30)]
+MODELS_HTTP = [f"det{i}" for i in range(5)]
+PARTS = ["jetson", "host", "client", "sinks", "scrapes", "alerts", "rollup", "kmsg", "health"]
+
+
+def need(cmd, package):
+    if shutil.which(cmd) is None:
+        raise SystemExit(f"{cmd} not found: apt-get install {package}")
+
+
+class Proc:
+    """A child process stopped by PID."""
+
+    def __init__(self, args, log, **kw):
+        self.log = open(log, "ab")
+        self.p = subprocess.Popen(args, stdout=self.log, stderr=self.log, **kw)
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(20)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        self.log.close()
+
+
+class TritonPage:
+    """A Triton-format /metrics page whose counters grow like a served model's."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        page = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                body = page.text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def text(self):
+        n = int((time.monotonic() - self.t0) * 30)
+        out = []
+        for fam, kind, per in [
+            ("nv_inference_request_success", "counter", 1),
+            ("nv_inference_count", "counter", 1),
+            ("nv_inference_exec_count", "counter", 1),
+            ("nv_inference_request_duration_us", "counter", 9500),
+            ("nv_inference_queue_duration_us", "counter", 800),
+            ("nv_inference_compute_infer_duration_us", "counter", 7000),
+        ]:
+            out.append(f"# HELP {fam} {fam}\n# TYPE {fam} {kind}")
+            for m in ("yolov8n", "resnet50"):
+                out.append(f'{fam}{{model="{m}",version="1"}} {n * per}')
+        out.append("# HELP nv_gpu_utilization GPU utilization\n# TYPE nv_gpu_utilization gauge")
+        out.append('nv_gpu_utilization{gpu_uuid="GPU-0"} 0.41')
+        return "\n".join(out) + "\n"
+
+    def stop(self):
+        self.server.shutdown()
+
+
+def rules():
+    """100 rules over the `inference` series: a quarter each p99, p99/p50, mean, max."""
+    out = []
+    models = MODELS_UDP + MODELS_HTTP
+    for i in range(100):
+        m = models[i % len(models)]
+        kind = i % 4
+        agg, extra, window = [
+            ("p99", "", "5m"),
+            ("p99", 'ratio_of = "p50"\n', "5m"),
+            ("mean", "", "15m"),
+            ("max", "", "1h"),
+        ][kind]
+        thr = [40.0, 3.0, 30.0, 80.0][kind]
+        out.append(
+            f'[[alert]]\nname = "Budget{i:03d}"\nmeasurement = "inference"\nfield = "wall_ms"\n'
+            f'tags = {{ model = "{m}" }}\ngroup_by = ["model"]\nagg = "{agg}"\n{extra}'
+            f'window = "{window}"\nop = ">"\nthreshold = {thr}\nfor = "1m"\n'
+        )
+    return "".join(out)
+
+
+def config(work, ports, off, peers):
+    """The agent's config with every part on except those in `off`."""
+    c = [
+        f'device_id = "budget-1"\n[http]\nlisten = "127.0.0.1:{ports["http"]}"\ntoken = "{TOKEN}"\n',
+        f'[udp]\nlisten = "127.0.0.1:{ports["udp"]}"\n',
+        f'[storage]\ndata_dir = "{work}/data"\n',
+        "[log]\nlevel = \"warn\"\n",
+    ]
+    if "jetson" in off:
+        c.append("[tegrastats]\nenabled = false\n[jetson]\nenabled = false\n")
+    else:
+        c.append(f'[tegrastats]\nreplay = "{work}/tegrastats.log"\ninterval = "1s"\n')
+        c.append(f'[jetson]\nroot = "{work}/jetson"\n')
+    if "host" in off:
+        c.append("[host]\nenabled = false\n")
+    if "rollup" in off:
+        c.append("[rollup]\nenabled = false\n")
+    if "kmsg" in off:
+        c.append("[kmsg]\nenabled = false\n")
+    if "health" in off:
+        c.append("[health]\nenabled = false\n")
+    c.append("[nvml]\nenabled = false\n")
+    if "alerts" in off:
+        c.append("[alerts]\nbuiltin = false\n")
+    else:
+        c.append(rules())
+    if "client" not in off:
+        c.append('[[process]]\nname = "python3"\nlabel = "loadgen"\n')
+    if "sinks" not in off:
+        c.append(
+            f'[[sink]]\ntype = "influxdb"\nname = "influx"\nurl = "http://127.0.0.1:{peers["influx"]}"\n'
+            'version = 1\ndatabase = "edge"\n'
+        )
+        c.append(
+            f'[[sink]]\ntype = "mqtt"\nname = "broker"\nurl = "mqtt://127.0.0.1:{peers["mqtt"]}"\n'
+            'topic = "edgewatch/{device_id}"\n'
+        )
+    if "scrapes" not in off:
+        c.append(
+            f'[[scrape]]\nname = "node"\nurl = "http://127.0.0.1:{peers["node"]}/metrics"\n'
+            'interval = "15s"\ninclude = ["node_cpu_seconds_total", "node_memory_*", "node_disk_*", "node_network_*"]\n'
+        )
+        c.append(
+            f'[[scrape]]\nname = "triton"\nurl = "http://127.0.0.1:{peers["triton"]}/metrics"\ninterval = "10s"\n'
+        )
+    return "".join(c)
+
+
+LOADGEN = r"""
+import random, sys, time
+import edgewatch
+udp_port, http_port, token, secs = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+udp = edgewatch.Recorder(f"udp://127.0.0.1:{udp_port}", app="camera")
+web = edgewatch.Recorder(f"http://127.0.0.1:{http_port}", token=token, app="detector")
+cams = [f"cam{i:02d}" for i in range(30)]
+dets = [f"det{i}" for i in range(5)]
+start = time.monotonic()
+k = 0
+while time.monotonic() - start < secs:
+    due = start + k / 30.0
+    d = due - time.monotonic()
+    if d > 0:
+        time.sleep(d)
+    with udp.infer(cams[k % 30], batch_size=1) as t:
+        with t.stage("preprocess"):
+            pass
+        with t.stage("infer"):
+            pass
+    if k % 6 == 0:
+        with web.infer(dets[(k // 6) % 5]) as t:
+            with t.stage("infer"):
+                pass
+    k += 1
+udp.close()
+web.close()
+"""
+
+
+def proc_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        s = f.read().rsplit(")", 1)[1].split()
+    return int(s[11]) + int(s[12])
+
+
+def status_kb(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def voluntary_switches(pid):
+    n = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        n += int(line.split()[1])
+        except OSError:
+            pass
+    return n
+
+
+def write_bytes(pid):
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def dir_bytes(path):
+    n = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                n += os.stat(os.path.join(root, name)).st_blocks * 512
+            except OSError:
+                pass
+    return n
+
+
+def reset_peak(pid):
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
+    """Starts a fresh agent (own data dir), warms it up, measures `secs`, stops it."""
+    data = os.path.join(work, "data")
+    shutil.rmtree(data, ignore_errors=True)
+    cfg = os.path.join(work, "edgewatch.toml")
+    with open(cfg, "w") as f:
+        f.write(config(work, ports, off, peers))
+    subprocess.run([args.bin, "check-config", cfg], check=True, stdout=subprocess.DEVNULL)
+    agent = Proc([args.bin, "run", "--config", cfg], os.path.join(work, f"agent-{name}.log"))
+    base = f"http://127.0.0.1:{ports['http']}"
+    if not fleet.wait_until(30, lambda: fleet.http_get(base + "/health")[0] == 200):
+        agent.stop()
+        raise SystemExit(f"agent did not start; see {work}/agent-{name}.log")
+    pid = agent.p.pid
+    extra = []
+    if "client" not in off:
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python", "src"))
+        extra.append(
+            Proc(
+                ["python3", "-c", LOADGEN, str(ports["udp"]), str(ports["http"]), TOKEN, str(secs + 60)],
+                os.path.join(work, "loadgen.log"),
+                env=env,
+            )
+        )
+    if ui:
+        need("chromium", "chromium")
+        prof = tempfile.mkdtemp(prefix="budget-chromium-")
+        # On loopback the token guards writes only: the page reads the API like a local tab.
+        extra.append(
+            Proc(
+                ["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", f"--user-data-dir={prof}",
+                 "--remote-debugging-port=0", f"http://127.0.0.1:{ports['http']}/"],
+                os.path.join(work, "chromium.log"),
+            )
+        )
+    time.sleep(args.warmup)
+    reset_peak(pid)
+    t0 = time.monotonic()
+    c0, v0, w0, d0 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), dir_bytes(data)
+    rss = []
+    end = t0 + secs
+    while time.monotonic() < end - (strace_s if strace_s else 0):
+        time.sleep(min(5.0, max(0.0, end - time.monotonic())))
+        rss.append(status_kb(pid, "VmRSS"))
+    elapsed = time.monotonic() - t0
+    c1, v1, w1, d1 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), dir_bytes(data)
+    hwm = status_kb(pid, "VmHWM")
+    fsyncs = None
+    if strace_s:
+        need("strace", "strace")
+        out = os.path.join(work, f"strace-{name}.txt")
+        st = subprocess.Popen(
+            ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync,sync_file_range", "-o", out, "-p", str(pid)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        time.sleep(strace_s)
+        st.send_signal(signal.SIGINT)
+        st.wait(30)
+        fsyncs = 0
+        with open(out) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 5 and parts[-1] in ("fsync", "fdatasync", "sync_file_range"):
+                    fsyncs += int(parts[3])
+        fsyncs /= strace_s
+    st_json = json.loads(fleet.http_get(base + "/api/v1/status")[1] or "{}")
+    for p in extra:
+        p.stop()
+    agent.stop()
+    clk = os.sysconf("SC_CLK_TCK")
+    half = rss[len(rss) // 2:] or rss or [0]
+    hours = elapsed / 3600
+    r = {
+        "phase": name,
+        "seconds": round(elapsed),
+        "cpu_pct": 100.0 * (c1 - c0) / clk / elapsed,
+        "rss_steady_mb": statistics.median(half) / 1024,
+        "rss_peak_mb": hwm / 1024,
+        "wakeups_per_s": (v1 - v0) / elapsed,
+        "written_mb_per_h": (w1 - w0) / 1e6 / hours,
+        "store_growth_mb_per_h": (d1 - d0) / 1e6 / hours,
+        "fsyncs_per_s": fsyncs,
+        "points_written": st_json.get("ingest", {}).get("points_written"),
+        "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
+    }
+    r["write_amplification"] = (
+        r["written_mb_per_h"] / r["store_growth_mb_per_h"] if r["store_growth_mb_per_h"] > 0 else None
+    )
+    return r
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "edgewatch"))
+    ap.add_argument("--seconds", type=int, default=600, help="measured seconds per phase (default 600)")
+    ap.add_argument("--warmup", type=int, default=30, help="seconds before measuring (default 30)")
+    ap.add_argument("--strace", type=int, default=30, help="seconds of fsync counting at the end of the full phase (0: off)")
+    ap.add_argument("--phases", default="full,ui,idle," + ",".join("no-" + p for p in PARTS))
+    ap.add_argument("--json", help="write the results here too")
+    args = ap.parse_args()
+    if not os.path.exists(args.bin):
+        subprocess.run(["cargo", "build", "--release", "--locked", "--bin", "edgewatch"], cwd=ROOT, check=True)
+    for cmd, pkg in [("influxd", "influxdb"), ("mosquitto", "mosquitto"), ("prometheus-node-exporter", "prometheus-node-exporter")]:
+        need(cmd, pkg)
+
+    work = tempfile.mkdtemp(prefix="edgewatch-budget-")
+    peers_procs = []
+    triton = None
+    results = []
+    try:
+        with open(os.path.join(ROOT, "crates/tegrastats-parser/tests/data/lines.tsv")) as f, open(
+            os.path.join(work, "tegrastats.log"), "w"
+        ) as out:
+            for line in list(f)[1:]:
+                out.write(line.rstrip("\n").split("\t")[4] + "\n")
+        shutil.copytree(os.path.join(ROOT, "tests/data/jetson/agx-orin-jp5"), os.path.join(work, "jetson"), symlinks=True)
+        ports = {"http": fleet.free_port(), "udp": fleet.free_port()}
+        influx = fleet.Influxd(os.path.join(work, "influx"), fleet.free_port())
+        influx.start()
+        influx.create("edge")
+        peers = {"influx": influx.port, "mqtt": fleet.free_port(), "node": fleet.free_port()}
+        with open(os.path.join(work, "mosquitto.conf"), "w") as f:
+            f.write(f"listener {peers['mqtt']} 127.0.0.1\nallow_anonymous true\n")
+        peers_procs.append(Proc(["mosquitto", "-c", os.path.join(work, "mosquitto.conf")], os.path.join(work, "mosquitto.log")))
+        peers_procs.append(
+            Proc(["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{peers['node']}"], os.path.join(work, "node.log"))
+        )
+        triton = TritonPage()
+        peers["triton"] = triton.port
+        fleet.wait_until(10, lambda: fleet.http_get(f"http://127.0.0.1:{peers['node']}/metrics")[0] == 200)
+
+        for phase in args.phases.split(","):
+            phase = phase.strip()
+            if phase == "full":
+                off, ui = set(), False
+            elif phase == "ui":
+                off, ui = set(), True
+            elif phase == "idle":
+                off, ui = {"client", "sinks", "scrapes", "alerts"}, False
+            elif phase.startswith("no-") and phase[3:] in PARTS:
+                off, ui = {phase[3:]}, False
+            else:
+                raise SystemExit(f"unknown phase {phase}")
+            strace_s = args.strace if phase == "full" else 0
+            print(f"==> {phase}: {args.seconds} s (+{args.warmup} s warm-up)", flush=True)
+            r = run_phase(phase, args, work, ports, peers, off, ui, args.seconds, strace_s)
+            results.append(r)
+            print("    " + json.dumps({k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}), flush=True)
+    finally:
+        if triton:
+            triton.stop()
+        for p in peers_procs:
+            p.stop()
+        try:
+            influx.stop()
+        except NameError:
+            pass
+        shutil.rmtree(work, ignore_errors=True)
+
+    full = next((r for r in results if r["phase"] == "full"), None)
+    print()
+    print(f"edgewatch device budget: {args.bin} ({os.path.getsize(args.bin) / 1e6:.2f} MB), {os.cpu_count()} CPUs, {args.seconds} s per phase")
+    print("| phase | CPU % of a core | RSS steady / peak MB | wakeups/s | written MB/h | store growth MB/h | written / growth | share of full CPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        share = ""
+        if full and r["phase"].startswith("no-"):
+            share = f"{full['cpu_pct'] - r['cpu_pct']:+.3f} pts"
+        wa = f"{r['write_amplification']:.1f}x" if r["write_amplification"] else "-"
+        print(
+            f"| {r['phase']} | {r['cpu_pct']:.3f} | {r['rss_steady_mb']:.1f} / {r['rss_peak_mb']:.1f} | "
+            f"{r['wakeups_per_s']:.1f} | {r['written_mb_per_h']:.2f} | {r['store_growth_mb_per_h']:.2f} | {wa} | {share} |"
+        )
+    if full and full["fsyncs_per_s"] is not None:
+        print(f"fsync/fdatasync calls per second (full, last {args.strace} s under strace): {full['fsyncs_per_s']:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    ok = True
+    if full:
+        ok &= full["cpu_pct"] < 1.0 and full["rss_steady_mb"] < 25
+        ok &= full["write_amplification"] is None or full["write_amplification"] <= 3
+    idle = next((r for r in results if r["phase"] == "idle"), None)
+    if idle:
+        ok &= idle["cpu_pct"] < 0.2
+    print("targets (full < 1 % CPU and < 25 MB; idle < 0.2 %; written <= 3x growth):", "MET" if ok else "NOT MET")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
