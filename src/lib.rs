@@ -13,6 +13,8 @@ pub mod config;
 pub mod deliver;
 pub mod engine;
 pub mod forward;
+pub mod fsutil;
+pub mod hash;
 pub mod ingest;
 pub mod model;
 pub mod periodic;

@@ -296,14 +296,7 @@ fn a_firing_alert_survives_kill_9_and_still_resolves() {
     let agent = Agent::start(dir.path(), &format!("{BASE}{rule}"));
     feed.follow(&agent);
     // A few evaluations after the restart.
-    wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 3)
-            .then_some(())
-    })
-    .expect("evaluations after restart");
+    agent.wait_evaluations(3, "evaluations after restart");
     let after = wait_state(&agent, "Hot", &[], "firing", 5);
     assert_eq!(after["active_since"], before["active_since"]);
     let firing: Vec<Value> = outbox(&agent.dir)
@@ -450,14 +443,7 @@ fn builtins_stay_quiet_on_an_ordinary_agent() {
     );
     let feed = Feeder::start(&agent);
     feed.set("inference,model=a wall_ms", 10.0);
-    wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 3)
-            .then_some(())
-    })
-    .expect("evaluations");
+    agent.wait_evaluations(3, "evaluations");
     assert_eq!(firing_builtins(&agent), vec![]);
     let st = agent.status();
     assert_eq!(st["alerts"]["rules"], 14, "{}", st["alerts"]);

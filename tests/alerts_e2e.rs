@@ -362,14 +362,7 @@ fn kill_9_while_firing_keeps_one_alert_in_alertmanager_and_delivers_the_resolve(
 
     let agent = start_agent(dir.path(), am.port);
     feed.follow(&agent);
-    wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 3)
-            .then_some(())
-    })
-    .expect("evaluations after the restart");
+    agent.wait_evaluations(3, "evaluations after the restart");
     let after = wait_state(&agent, "firing", 5);
     assert_eq!(after["active_since"], before["active_since"]);
     assert_eq!(transitions(&agent, "firing").len(), 1, "fired once");

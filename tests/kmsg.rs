@@ -123,12 +123,7 @@ const KERNEL_RULES: [&str; 4] = [
     "KernelOverCurrent",
 ];
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
+use edgewatch::now_ns;
 
 /// Every kind, in the exact formats of the drivers and the kernel, with its details; each
 /// kernel built-in fires on its event (the Xid one at the event's severity) and resolves
@@ -225,14 +220,7 @@ fn kernel_builtins_stay_quiet_on_an_ordinary_machine() {
         dir.path(),
         &format!("{KMSG_ON}[alerts]\ninterval = \"1s\"\nkernel_event_window = \"3s\"\n"),
     );
-    wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 3)
-            .then_some(())
-    })
-    .expect("evaluations");
+    agent.wait_evaluations(3, "evaluations");
     let st = kmsg_status(&agent);
     assert!(st["records"].as_u64().unwrap() > 0, "{st}");
     for r in KERNEL_RULES {

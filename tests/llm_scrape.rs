@@ -9,7 +9,6 @@
 //! `prometheus_client` exposition prints them) and llama.cpp's server README (`GET /metrics`
 //! with `--metrics`; `llamacpp:*`, no labels).
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::scrape::{query, scrape_status, target, Reply, Server};
@@ -636,17 +635,7 @@ fn a_malformed_family_is_reported_and_nothing_else_is_lost() {
 fn check_config_names_the_allowed_presets() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("c.toml");
-    let check = |body: &str| {
-        std::fs::write(&f, body).unwrap();
-        let out = Command::new(bin())
-            .args(["check-config", f.to_str().unwrap()])
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = |body: &str| check_config(&f, body);
     let base = "[[scrape]]\nname = \"llm\"\nurl = \"http://127.0.0.1:8000/metrics\"\n";
     let (code, err) = check(&format!("{base}preset = \"vllm\"\n"));
     assert_eq!(code, Some(0), "{err}");

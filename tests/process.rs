@@ -259,12 +259,7 @@ fn start_points_kill_restart_and_the_builtin_for_that_label_only() {
     sleeper.wait().unwrap();
 }
 
-fn now_ns() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as i64
-}
+use edgewatch::now_ns;
 
 /// A process running across an agent restart is reported once (when it started), never as
 /// an exit and a start by the restarted agent; its real exit later still is.
@@ -403,17 +398,7 @@ fn a_churn_of_short_lived_processes_never_breaks_the_watcher() {
 fn check_config_refuses_a_process_without_or_with_both_keys() {
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("p.toml");
-    let check = |text: &str| {
-        std::fs::write(&f, text).unwrap();
-        let out = Command::new(bin())
-            .args(["check-config", f.to_str().unwrap()])
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let check = |text: &str| check_config(&f, text);
     let (code, err) = check("[[process]]\nlabel = \"srv\"\n");
     assert_ne!(code, Some(0));
     assert!(

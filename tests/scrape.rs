@@ -502,18 +502,8 @@ fn check_config_names_a_bad_target() {
 #[test]
 fn check_config_takes_a_fast_target_without_a_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let check = |body: &str| {
-        let f = dir.path().join("c.toml");
-        std::fs::write(&f, body).unwrap();
-        let out = Command::new(bin())
-            .args(["check-config", f.to_str().unwrap()])
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let f = dir.path().join("c.toml");
+    let check = |body: &str| check_config(&f, body);
     let fast = "[[scrape]]\nname = \"fast\"\nurl = \"http://127.0.0.1:1/m\"\ninterval = \"1s\"\n";
     let (code, err) = check(fast);
     assert_eq!(code, Some(0), "{err}");

@@ -54,21 +54,15 @@ pub struct Setup {
 /// A stable identity of an instance: FNV-1a (64 bit) of the rule name and its group labels,
 /// in hex. Stable across versions and restarts (unlike `std`'s hasher).
 pub fn fingerprint(rule: &str, labels: &Labels) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |bytes: &[u8]| {
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    eat(rule.as_bytes());
+    let mut h = crate::hash::Fnv64::new();
+    h.write(rule.as_bytes());
     for (k, v) in labels {
-        eat(&[0]);
-        eat(k.as_bytes());
-        eat(&[1]);
-        eat(v.as_bytes());
+        h.write(&[0]);
+        h.write(k.as_bytes());
+        h.write(&[1]);
+        h.write(v.as_bytes());
     }
-    format!("{h:016x}")
+    format!("{:016x}", h.finish())
 }
 
 /// One remembered instance.

@@ -37,15 +37,6 @@ pub enum ConfigChangeError {
     },
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
 /// The fingerprint of `cfg`: one hash per top-level section.
 pub fn fingerprint(cfg: &Config) -> Result<Fingerprint, ConfigChangeError> {
     let value = serde_json::to_value(cfg)?;
@@ -53,7 +44,7 @@ pub fn fingerprint(cfg: &Config) -> Result<Fingerprint, ConfigChangeError> {
     if let serde_json::Value::Object(map) = value {
         for (k, v) in map {
             let text = serde_json::to_string(&v)?;
-            out.insert(k, format!("{:016x}", fnv1a(text.as_bytes())));
+            out.insert(k, format!("{:016x}", crate::hash::fnv1a(text.as_bytes())));
         }
     }
     Ok(out)
@@ -84,20 +75,6 @@ pub fn event(sections: &[String], how: &str, ts: i64) -> Line {
     .line(ts)
 }
 
-/// Writes `bytes` to a new file only its owner reads (the hashes cover secrets too).
-fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
-}
-
 /// Compares `cfg` with the previous run's fingerprint in `data_dir`, keeps the new one and
 /// returns the event when a section changed. An unreadable or corrupt old file counts as
 /// none (logged): the next start compares again.
@@ -119,14 +96,14 @@ pub fn at_start(cfg: &Config, data_dir: &Path, ts: i64) -> Result<Option<Line>, 
         }
     };
     if before.as_ref() != Some(&now) {
-        let tmp = path.with_extension("tmp");
+        // Owner-only: the hashes cover secrets too.
         let bytes = serde_json::to_vec_pretty(&now)?;
-        write_private(&tmp, &bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|source| ConfigChangeError::Write {
+        crate::fsutil::write_atomic(&path, &bytes, 0o600).map_err(|source| {
+            ConfigChangeError::Write {
                 path: path.clone(),
                 source,
-            })?;
+            }
+        })?;
     }
     Ok(before.and_then(|b| {
         let sections = changed(&b, &now);

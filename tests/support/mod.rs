@@ -137,6 +137,14 @@ impl Agent {
         assert_eq!(code, 200);
         serde_json::from_str(&body).unwrap()
     }
+
+    /// Waits (up to 10 s) until the alert evaluator has run at least `n` cycles.
+    pub fn wait_evaluations(&self, n: u64, what: &str) {
+        wait_for(Duration::from_secs(10), || {
+            (self.status()["alerts"]["evaluations"].as_u64().unwrap_or(0) >= n).then_some(())
+        })
+        .unwrap_or_else(|| panic!("{what}: fewer than {n} alert evaluations in 10 s"));
+    }
 }
 
 impl Drop for Agent {
@@ -443,3 +451,16 @@ pub fn promtool_check(text: &str) {
 
 pub mod peers;
 pub mod throttle;
+
+/// Writes `text` to `file` and runs `edgewatch check-config` on it: (exit code, stderr).
+pub fn check_config(file: &Path, text: &str) -> (Option<i32>, String) {
+    std::fs::write(file, text).unwrap();
+    let out = Command::new(bin())
+        .args(["check-config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -138,12 +138,7 @@ pub fn load_cursor(data_dir: &Path) -> Option<Cursor> {
 
 /// Writes the cursor atomically (a temp file synced, then renamed over the old one).
 pub fn store_cursor(data_dir: &Path, c: &Cursor) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = data_dir.join(format!("{CURSOR_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(c.to_text().as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, data_dir.join(CURSOR_FILE))
+    crate::fsutil::write_atomic(&data_dir.join(CURSOR_FILE), c.to_text().as_bytes(), 0o666)
 }
 
 /// What an open error means for the user.
