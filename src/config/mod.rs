@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod clock;
+pub mod layers;
 pub mod values;
 
 pub use values::{Interval, Secret};
