@@ -36,6 +36,7 @@ written per hour at most 3x the store's growth. Standard library only; every pee
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -282,6 +283,55 @@ def reset_peak(pid):
         pass
 
 
+def thread_names(pid):
+    names = {}
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                names[int(t)] = f.read().strip()
+        except OSError:
+            pass
+    return names
+
+
+IO_LINE = re.compile(r"^(\d+)\s+(pwrite64|write|pwritev|writev|fsync|fdatasync)\((\d+)<([^>]*)>.*\)\s+=\s+(-?\d+)")
+
+
+def io_breakdown(pid, data, work, name, secs):
+    """Bytes written and syncs per (thread, file) in the data dir, from `strace -f -y`
+    attached for `secs`: which part of the agent writes what (the write-wear breakdown)."""
+    need("strace", "strace")
+    out = os.path.join(work, f"strace-io-{name}.txt")
+    names = thread_names(pid)
+    st = subprocess.Popen(
+        ["strace", "-f", "-y", "-s", "0", "-e", "trace=pwrite64,write,pwritev,writev,fsync,fdatasync",
+         "-o", out, "-p", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    time.sleep(secs)
+    names.update(thread_names(pid))
+    st.send_signal(signal.SIGINT)
+    st.wait(30)
+    acc = {}
+    with open(out) as f:
+        for line in f:
+            m = IO_LINE.match(line)
+            if not m or not m.group(4).startswith(data):
+                continue
+            tid, call, path, ret = int(m.group(1)), m.group(2), m.group(4), int(m.group(5))
+            thread = re.sub(r"\d+$", "", names.get(tid, "?"))
+            key = f"{thread} {os.path.basename(path)}"
+            e = acc.setdefault(key, {"mb_per_h": 0.0, "calls_per_s": 0.0, "syncs": 0})
+            if call in ("fsync", "fdatasync"):
+                e["syncs"] += 1
+            elif ret > 0:
+                e["mb_per_h"] += ret / 1e6 * 3600 / secs
+                e["calls_per_s"] += 1 / secs
+    return {k: {"mb_per_h": round(v["mb_per_h"], 1), "calls_per_s": round(v["calls_per_s"], 2),
+                "syncs": v["syncs"], "syncs_per_s": round(v["syncs"] / secs, 2)}
+            for k, v in sorted(acc.items(), key=lambda kv: -kv[1]["mb_per_h"])}
+
+
 def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     """Starts a fresh agent (own data dir), warms it up, measures `secs`, stops it."""
     data = os.path.join(work, "data")
@@ -330,7 +380,11 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     c1, v1, w1, d1 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), dir_bytes(data)
     hwm = status_kb(pid, "VmHWM")
     fsyncs = None
-    if strace_s:
+    io = None
+    if strace_s and args.io_trace:
+        io = io_breakdown(pid, data, work, name, strace_s)
+        fsyncs = sum(v["syncs"] for v in io.values()) / strace_s
+    elif strace_s:
         need("strace", "strace")
         out = os.path.join(work, f"strace-{name}.txt")
         st = subprocess.Popen(
@@ -364,6 +418,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
         "written_mb_per_h": (w1 - w0) / 1e6 / hours,
         "store_growth_mb_per_h": (d1 - d0) / 1e6 / hours,
         "fsyncs_per_s": fsyncs,
+        "io_by_thread": io,
         "points_written": st_json.get("ingest", {}).get("points_written"),
         "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
     }
@@ -380,6 +435,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=30, help="seconds before measuring (default 30)")
     ap.add_argument("--strace", type=int, default=30, help="seconds of fsync counting at the end of the full phase (0: off)")
     ap.add_argument("--phases", default="full,ui,idle," + ",".join("no-" + p for p in PARTS))
+    ap.add_argument("--io-trace", action="store_true",
+                    help="in the strace window, also break bytes written and syncs down by thread and file")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     if not os.path.exists(args.bin):
@@ -457,6 +514,13 @@ def main():
         )
     if full and full["fsyncs_per_s"] is not None:
         print(f"fsync/fdatasync calls per second (full, last {args.strace} s under strace): {full['fsyncs_per_s']:.2f}")
+    if full and full.get("io_by_thread"):
+        print(f"bytes written and syncs by thread and file (full, last {args.strace} s under strace):")
+        print("| thread | file | MB/h | write calls/s | syncs/s |")
+        print("|---|---|---|---|---|")
+        for key, v in full["io_by_thread"].items():
+            thread, _, file = key.partition(" ")
+            print(f"| {thread} | {file} | {v['mb_per_h']:.1f} | {v['calls_per_s']:.2f} | {v['syncs_per_s']:.2f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -155,9 +155,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     let (handle, rx) = crate::queue::channel(cfg.ingest.queue_points.get());
     let writer_stats = stats.clone();
     let max_batch = cfg.ingest.max_batch_points.get();
+    let flush = cfg.ingest.flush_interval.0;
     let writer = std::thread::Builder::new()
         .name("edgewatch-writer".into())
-        .spawn(move || crate::writer::run(store, rx, max_batch, writer_stats))
+        .spawn(move || crate::writer::run(store, rx, max_batch, flush, writer_stats))
         .map_err(|source| StoreError::Dir {
             path: db_path.clone(),
             source,

@@ -193,6 +193,8 @@ pub struct IngestConfig {
     pub queue_points: NonZeroUsize,
     /// Group-commit size in points.
     pub max_batch_points: NonZeroUsize,
+    /// How long points nobody waits on (UDP, collectors) may be held to share a commit.
+    pub flush_interval: crate::config::values::Delay,
 }
 
 /// `[host]`
@@ -471,6 +473,7 @@ impl Default for IngestConfig {
         IngestConfig {
             queue_points: nz(50_000),
             max_batch_points: nz(20_000),
+            flush_interval: crate::config::values::Interval(Duration::from_secs(1)),
         }
     }
 }
