@@ -89,8 +89,9 @@ def time_loop(n: int, body: Callable[[int], None]) -> List[int]:
 
 
 def record_overhead(n: int, http: int, udp: int) -> Dict[str, Dict[str, float]]:
-    from influxdb_client import InfluxDBClient, Point
-    from influxdb_client.client.write_api import SYNCHRONOUS
+    if not os.environ.get("BENCH_NO_INFLUX"):
+        from influxdb_client import InfluxDBClient, Point
+        from influxdb_client.client.write_api import SYNCHRONOUS
 
     results: Dict[str, Dict[str, float]] = {}
     empty = percentiles(time_loop(n, lambda i: None))
@@ -106,13 +107,60 @@ def record_overhead(n: int, http: int, udp: int) -> Dict[str, Dict[str, float]]:
 
         return body
 
+    class Noop:
+        """A context manager doing nothing: the floor of the same ``with`` blocks."""
+
+        def __enter__(self) -> "Noop":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def stage(self, name: str) -> "Noop":
+            return self
+
+        def gpu(self) -> "Noop":
+            return self
+
+    noop = Noop()
+
+    def with_gpu(rec: Any) -> Callable[[int], None]:
+        def body(i: int) -> None:
+            with rec.infer("bench", batch_size=4, input_length=640) as t:
+                with t.stage("preprocess"):
+                    pass
+                with t.gpu():
+                    pass
+                with t.stage("postprocess"):
+                    pass
+
+        return body
+
+    class NoopRecorder:
+        def infer(self, model: str, **kw: object) -> Noop:
+            return noop
+
+    floor = percentiles(time_loop(n, with_gpu(NoopRecorder())))
+    results["floor: the same with blocks doing nothing"] = floor
+
     for name, url in (("edgewatch, UDP", f"udp://127.0.0.1:{udp}"), ("edgewatch, HTTP", f"http://127.0.0.1:{http}")):
         rec = edgewatch.Recorder(url, app="bench", queue_size=max(10_000, n))
         time_loop(min(n, 2000), two_stages(rec))  # warm up
         results[name] = percentiles(time_loop(n, two_stages(rec)))
         rec.close(timeout=30)
         results[name]["sent"] = rec.stats()["sent"]
+    rec = edgewatch.Recorder(f"udp://127.0.0.1:{udp}", app="bench", queue_size=max(10_000, n))
+    time_loop(min(n, 2000), with_gpu(rec))
+    gpu_name = "edgewatch, UDP, two stages + t.gpu()" + ("" if rec._clock.event() is not None else " (no CUDA here)")
+    results[gpu_name] = percentiles(time_loop(n, with_gpu(rec)))
+    results[gpu_name]["net of the floor"] = results[gpu_name]["p50"] - floor["p50"]
+    rec.close(timeout=30)
 
+    if os.environ.get("BENCH_NO_INFLUX"):
+        for k, v in results.items():
+            if k != "empty loop":
+                v["p50 net"] = v["p50"] - empty["p50"]
+        return results
     with InfluxDBClient(url=f"http://127.0.0.1:{http}", token="unused", org="unused") as client:
         write = client.write_api(write_options=SYNCHRONOUS)
 
@@ -169,8 +217,9 @@ def onnx_model(layers: int, width: int, batch: int) -> Any:
 
 def model_latency(rounds: int, http: int, udp: int) -> Dict[str, Dict[str, float]]:
     import numpy as np
-    from influxdb_client import InfluxDBClient, Point
-    from influxdb_client.client.write_api import SYNCHRONOUS
+    if not os.environ.get("BENCH_NO_INFLUX"):
+        from influxdb_client import InfluxDBClient, Point
+        from influxdb_client.client.write_api import SYNCHRONOUS
 
     width, batch = WIDTH, BATCH
     frame = np.ones((batch, width), dtype=np.float32)
@@ -306,7 +355,7 @@ def main() -> None:
         proc, http, udp = start_agent(args.bin, Path(tmp))
         try:
             rec = record_overhead(args.records, http, udp)
-            model = model_latency(args.rounds, http, udp)
+            model = model_latency(args.rounds, http, udp) if args.rounds else {}
         finally:
             proc.terminate()
             proc.wait(30)
@@ -318,6 +367,11 @@ def main() -> None:
             continue
         print(f"| {k} | {v['p50']:.2f} | {v['p99']:.2f} | {v['p50 net']:.2f} |")
     print(f"\n(empty loop: median {rec['empty loop']['p50']:.2f} µs)")
+    for k, v in rec.items():
+        if "net of the floor" in v:
+            print(f"{k}: {v['net of the floor']:.2f} µs median over the floor (the same with blocks doing nothing)")
+    if not model:
+        return
     layers = int(model["bare session.run"]["layers"])
     print(f"\n### ~1 ms onnxruntime model ({layers} x (MatMul {BATCH}x{WIDTH}x{WIDTH} + Relu), 1 thread; "
           f"{args.rounds} runs per variant in random order)\n")
