@@ -427,7 +427,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 clock_floor_ns: plan.clock_floor_ns,
             },
             identity: crate::forward::identity(&cfg).1,
-            base_url: format!("http://{http_addr}"),
+            base_url: crate::alert::incident::explain::link_base(
+                &cfg.alerts.external_url,
+                &crate::forward::identity(&cfg).0,
+                &format!("http://{http_addr}"),
+            ),
+            points: Some((handle.clone(), stats.clone())),
         };
         tasks.push((
             "alert evaluator",
