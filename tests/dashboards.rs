@@ -15,6 +15,12 @@ use serde_json::Value as J;
 use crate::support::peers::{influx_create_db, require, Peer};
 use crate::support::{free_port, jetson_fixture, post, wait_for, Agent, Influxd};
 
+/// A rule the GPU server's inferences fire at once: its incident is the `Incidents`
+/// annotation's data (an `edgewatch_incident` point).
+const SLOW_INFERENCE: &str = "[alerts]\ninterval = \"1s\"\nbuiltin = false\n[[alert]]\n\
+     name = \"SlowInference\"\nmeasurement = \"inference\"\nfield = \"wall_ms\"\nagg = \"max\"\n\
+     window = \"1m\"\nop = \">\"\nthreshold = 5.0\nfor = \"0s\"\n";
+
 fn dashboard() -> J {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/influxdb-fleet.json");
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
@@ -235,7 +241,7 @@ fn every_fleet_dashboard_query_runs_and_returns_rows_on_real_agents_data() {
         &gdir,
         &format!(
             "{health}[host]\nenabled = false\n[tegrastats]\nenabled = false\n[jetson]\nenabled = false\n\
-             [nvml]\ninterval = \"200ms\"\n{sinks}"
+             [nvml]\ninterval = \"200ms\"\n{SLOW_INFERENCE}{sinks}"
         ),
         &[
             ("EDGEWATCH_DEVICE_ID", "gpu-b"),

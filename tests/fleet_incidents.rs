@@ -132,6 +132,21 @@ fn influx_incidents(influx: &Influxd) -> Vec<(String, i64, String, Value, Value)
     out
 }
 
+/// The `Incidents` annotation of dashboard `file`.
+fn annotation(file: &str) -> Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("dashboards")
+        .join(file);
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    d["annotations"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "Incidents")
+        .cloned()
+        .unwrap_or_else(|| panic!("no Incidents annotation in {file}"))
+}
+
 fn cli(args: &[&str]) -> (bool, String, String) {
     let o = Command::new(bin()).args(args).output().unwrap();
     (
@@ -248,6 +263,28 @@ fn an_incident_reaches_alertmanager_influxdb_mqtt_and_the_cli_with_its_explanati
         inc["snapshot"]["findings"][0]["score"].as_f64()
     );
 
+    // The dashboard's `Incidents` annotation finds it, as Grafana would run it.
+    let ann = annotation("influxdb-fleet.json")["query"]
+        .as_str()
+        .unwrap()
+        .replace("$timeFilter", "time > now() - 1h")
+        .replace("$device_id", "(dev\\-7)");
+    let r = influx.query("edge", &ann);
+    let s = &r["results"][0]["series"][0];
+    let col = |name: &str| {
+        let i = s["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| c == name)
+            .unwrap_or_else(|| panic!("no column {name}: {r}"));
+        s["values"][0][i].clone()
+    };
+    assert_eq!(col("rule"), RULE, "{r}");
+    assert_eq!(col("top_finding"), findings[0], "{r}");
+    assert_eq!(col("state"), "open", "{r}");
+    assert_eq!(col("device_id"), "dev-7", "{r}");
+
     // The whole incident on the MQTT topic, once.
     let msg = wait_for(Duration::from_secs(15), || {
         let text = sub.text();
@@ -310,4 +347,51 @@ fn an_incident_reaches_alertmanager_influxdb_mqtt_and_the_cli_with_its_explanati
     let docs = sub.text().lines().filter(|l| l.starts_with('{')).count();
     assert_eq!(docs, 1);
     drop(feed);
+}
+
+/// The PromQL dashboard's `Incidents` annotation against a real VictoriaMetrics fed by a
+/// real agent through `prometheus_remote_write`: the incident's opening is a sample of
+/// `edgewatch_incident_incident_id` whose value is its id, labelled with the rule, the
+/// alert's labels and the device.
+#[test]
+fn the_incidents_annotation_finds_an_incident_in_victoriametrics() {
+    if !require(Peer::VictoriaMetrics) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let vm = VictoriaMetrics::start_on(&dir.path().join("vm"), port);
+    let cfg = format!(
+        "{BASE}[[sink]]\ntype = \"prometheus_remote_write\"\nname = \"rw\"\n\
+         url = \"http://127.0.0.1:{port}/api/v1/write\"\nmax_delay = \"50ms\"\n"
+    );
+    let agent = Agent::start_with_env(dir.path(), &cfg, &[("EDGEWATCH_DEVICE_ID", "dev-7")]);
+    let feed = Feeder::start(agent.url("/write"));
+    feed.set(100.0, 8);
+    let firing = wait_for(Duration::from_secs(20), || instance(&agent, "firing"))
+        .unwrap_or_else(|| panic!("never fired:\n{}", agent.log_text()));
+    let id = firing["incident_id"].as_i64().expect("an incident");
+    let expr = annotation("victoriametrics-fleet.json")["expr"]
+        .as_str()
+        .unwrap()
+        .replace("$device", "dev-7");
+    let end = edgewatch::now_ns() / 1_000_000_000 + 30;
+    let series = wait_for(Duration::from_secs(20), || {
+        vm.flush();
+        let r = vm.query_range(&expr, end - 600, end, "15s");
+        assert_eq!(r["status"], "success", "{expr}: {r}");
+        r["data"]["result"]
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("{expr}: no rows\n{}", sink_status(&agent, "rw")));
+    assert_eq!(series.len(), 1, "{series:?}");
+    let m = &series[0]["metric"];
+    assert_eq!(m["rule"], RULE, "{m}");
+    assert_eq!(m["device_id"], "dev-7", "{m}");
+    assert_eq!(m["severity"], "critical", "{m}");
+    assert_eq!(m["model"], "a", "{m}");
+    let value = series[0]["values"][0][1].as_str().unwrap();
+    assert_eq!(value, id.to_string(), "{series:?}");
 }
