@@ -378,6 +378,34 @@ fn every_fleet_dashboard_query_runs_and_returns_rows_on_real_agents_data() {
             );
         }
     }
+    // The inventory: one row per device with its identity.
+    let inv = interpolate(
+        &all.iter().find(|(w, _)| w.contains("Inventory")).unwrap().1,
+        &[],
+    );
+    // The GPU server reports once NVML listed its GPUs (2 s after start).
+    let r = wait_for(Duration::from_secs(15), || {
+        let r = influx.query("edge", &inv);
+        let n = r["results"][0]["series"].as_array().map_or(0, |a| a.len());
+        (n >= 2).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("{}", influx.query("edge", &inv)));
+    let rows: Vec<&J> = r["results"][0]["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    let tags = |dev: &str| {
+        rows.iter()
+            .find(|s| s["tags"]["device_id"] == dev)
+            .map(|s| s["tags"].clone())
+            .unwrap_or_else(|| panic!("no inventory row of {dev}: {r}"))
+    };
+    let j = tags("jetson-a");
+    assert!(j["module"].as_str().unwrap().contains("Orin Nano"), "{j}");
+    assert_eq!(j["version"], env!("CARGO_PKG_VERSION"), "{j}");
+    assert_eq!(j["config_sha256"].as_str().unwrap().len(), 64, "{j}");
+    assert_eq!(tags("gpu-b")["gpu_names"], "NVIDIA A2", "{r}");
     let p99 = interpolate(
         &all.iter()
             .find(|(w, _)| w.contains("p99 wall time per device"))

@@ -205,7 +205,25 @@ fn an_incident_reaches_alertmanager_influxdb_mqtt_and_the_cli_with_its_explanati
     let (code, text) = post(&agent.url("/write"), back.as_bytes(), &[]).unwrap();
     assert_eq!(code, 204, "{text}");
     let feed = Feeder::start(agent.url("/write"));
-    std::thread::sleep(Duration::from_secs(3));
+    // The agent's inventory, retained on its info topic: a subscriber arriving later gets it.
+    let info = wait_for(Duration::from_secs(15), || {
+        let o = Command::new("mosquitto_sub")
+            .args(["-h", "127.0.0.1", "-p", &mq_port.to_string()])
+            .args(["-t", "edgewatch/dev-7/info", "-C", "1", "-W", "2"])
+            .output()
+            .ok()?;
+        serde_json::from_slice::<Value>(&o.stdout).ok()
+    })
+    .unwrap_or_else(|| panic!("no retained info:\n{}", agent.log_text()));
+    assert_eq!(info["device_id"], "dev-7", "{info}");
+    assert_eq!(info["tags"]["version"], env!("CARGO_PKG_VERSION"), "{info}");
+    assert_eq!(
+        info["tags"]["config_sha256"].as_str().map(str::len),
+        Some(64),
+        "{info}"
+    );
+    assert!(info["fields"]["backlog_points"].is_i64(), "{info}");
+    std::thread::sleep(Duration::from_secs(1));
     feed.set(100.0, 8);
     let firing = wait_for(Duration::from_secs(20), || instance(&agent, "firing"))
         .unwrap_or_else(|| panic!("never fired:\n{}", agent.log_text()));

@@ -1,7 +1,10 @@
 //! The MQTT sink's messages beside a batch, derived from points the batch carries: for each
 //! `edgewatch_incident` point that opens an incident, the whole incident (its row and triage
 //! snapshot, as `GET /api/v1/incidents/{id}` shows it) on `edgewatch/{device_id}/incidents`,
-//! not retained. They are part of their batch: the cursor passes the batch only once the
+//! not retained; and for the newest `edgewatch_agent_info` point of the batch (the agent's
+//! inventory, `collect/inventory.rs`) a retained JSON message on `edgewatch/{device_id}/info`
+//! (`{device_id, ts, tags, fields}`), so a new subscriber sees every agent at once. They are
+//! part of their batch: the cursor passes the batch only once the
 //! broker acknowledged them too, so they go through store-and-forward like the points
 //! (and, like them, at most the batches in flight per fault go twice). The incident is read
 //! by id through the store's typed function, never from the incidents table here. Pure but
@@ -26,6 +29,48 @@ pub struct Extra {
 
 /// The topic of incident snapshots.
 pub const INCIDENT_TOPIC: &str = "edgewatch/{device_id}/incidents";
+
+/// The topic of the agent's inventory (retained).
+pub const INFO_TOPIC: &str = "edgewatch/{device_id}/info";
+
+/// The retained inventory message of the newest `edgewatch_agent_info` point in `points`.
+pub fn info(device_id: &str, points: &[Point]) -> Option<Extra> {
+    let p = points
+        .iter()
+        .filter(|p| p.series.measurement == crate::collect::inventory::MEASUREMENT)
+        .max_by_key(|p| p.ts)?;
+    let tags: serde_json::Map<String, serde_json::Value> = p
+        .series
+        .tags
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
+    let fields: serde_json::Map<String, serde_json::Value> = p
+        .fields
+        .iter()
+        .map(|(k, v)| {
+            let j = match v {
+                Value::F64(x) => serde_json::json!(x),
+                Value::I64(x) => serde_json::json!(x),
+                Value::U64(x) => serde_json::json!(x),
+                Value::Bool(x) => serde_json::json!(x),
+                Value::Str(x) => serde_json::json!(x),
+            };
+            (k.to_string(), j)
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "device_id": device_id,
+        "ts": crate::alert::notify::payload::rfc3339(p.ts),
+        "tags": tags,
+        "fields": fields,
+    });
+    Some(Extra {
+        topic: INFO_TOPIC.replace("{device_id}", device_id),
+        payload: serde_json::to_vec(&doc).unwrap_or_default(),
+        retain: true,
+    })
+}
 
 /// The ids of the incidents that `points` open (`edgewatch_incident` points with
 /// `state = "open"`), in order, each once.
@@ -71,6 +116,7 @@ pub fn extras(
             ),
         }
     }
+    out.extend(info(device_id, points));
     Ok(out)
 }
 
@@ -126,6 +172,32 @@ mod tests {
         assert_eq!(v["id"], 3);
         assert_eq!(v["device_id"], "jet-1");
         assert_eq!(v["snapshot"]["findings"][0]["message"], "x");
+    }
+
+    #[test]
+    fn the_newest_inventory_point_goes_retained() {
+        let info_point = |ts: i64, v: &str| Point {
+            series: Arc::new(super::super::encode::series(
+                &format!("edgewatch_agent_info,version={v}"),
+                &[("device_id".to_string(), "jet-1".to_string())],
+            )),
+            ts,
+            fields: vec![(Arc::from("backlog_points"), Value::I64(7))],
+        };
+        let pts = [
+            info_point(2_000_000_000, "2"),
+            info_point(1_000_000_000, "1"),
+        ];
+        let out = extras("jet-1", &pts, |_| Ok(None)).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].topic, "edgewatch/jet-1/info");
+        assert!(out[0].retain);
+        let v: serde_json::Value = serde_json::from_slice(&out[0].payload).unwrap();
+        assert_eq!(v["tags"]["version"], "2");
+        assert_eq!(v["tags"]["device_id"], "jet-1");
+        assert_eq!(v["fields"]["backlog_points"], 7);
+        assert_eq!(v["ts"], "1970-01-01T00:00:02Z");
+        assert!(info("jet-1", &[point(MEASUREMENT, "open", 1)]).is_none());
     }
 
     #[test]
