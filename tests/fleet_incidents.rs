@@ -413,3 +413,26 @@ fn the_incidents_annotation_finds_an_incident_in_victoriametrics() {
     let value = series[0]["values"][0][1].as_str().unwrap();
     assert_eq!(value, id.to_string(), "{series:?}");
 }
+
+/// `check-config` refuses an `[alerts] external_url` a receiver could not open, naming the
+/// key, and takes a good one and the new `[health] inventory_interval`.
+#[test]
+fn check_config_refuses_a_relative_external_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("c.toml");
+    let (code, err) = check_config(&file, "[alerts]\nexternal_url = \"fleet.example/ui\"\n");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("external_url") && err.contains("absolute http:// or https:// URL"),
+        "{err}"
+    );
+    let (code, err) = check_config(
+        &file,
+        "[alerts]\nexternal_url = \"https://fleet.example/d/{device_id}/ui\"\n\
+         [health]\ninventory_interval = \"30s\"\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check_config(&file, "[health]\ninventory_interval = \"0s\"\n");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("inventory_interval"), "{err}");
+}

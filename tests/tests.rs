@@ -24,7 +24,7 @@ mod energy;
 /// per device (the full-size run is scripts/fleet.py).
 mod fleet;
 /// Incidents in the fleet's tools: the explanation in Alertmanager, incident points in InfluxDB,
-/// the snapshot on MQTT, `edgewatch incident show`.
+/// the snapshot on MQTT, `edgewatch incident show`, the retained inventory, `check-config`.
 mod fleet_incidents;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
