@@ -185,6 +185,7 @@ fn main() {
         },
         identity: vec![("device_id".into(), "bench".into())],
         base_url: "http://127.0.0.1:9400".into(),
+        points: None,
     };
     let mut ev = Evaluator::open(setup, edgewatch::now_ns()).expect("evaluator");
     let mut wall = Vec::new();

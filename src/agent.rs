@@ -362,6 +362,23 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         kmsg_status.set_state("off: disabled in the configuration");
     }
     if cfg.health.enabled {
+        let inventory = crate::collect::inventory::Sources {
+            handle: handle.clone(),
+            device_id: crate::forward::identity(&cfg).0,
+            config_sha256: crate::config::config_sha256(&cfg),
+            jetson: cfg.jetson.enabled.then(|| jetson_status.clone()),
+            nvml: cfg.nvml.enabled.then(|| nvml_status.clone()),
+            forward: health_src.forward.clone(),
+        };
+        tasks.push((
+            "inventory",
+            tokio::spawn(crate::collect::inventory::run(
+                cfg.health.inventory_interval.0,
+                stats.clone(),
+                inventory,
+                sources.clone(),
+            )),
+        ));
         tasks.push((
             "health collector",
             tokio::spawn(crate::collect::health::run(
@@ -428,7 +445,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
                 clock_floor_ns: plan.clock_floor_ns,
             },
             identity: crate::forward::identity(&cfg).1,
-            base_url: format!("http://{http_addr}"),
+            base_url: crate::alert::incident::explain::link_base(
+                &cfg.alerts.external_url,
+                &crate::forward::identity(&cfg).0,
+                &format!("http://{http_addr}"),
+            ),
+            points: Some((handle.clone(), stats.clone())),
         };
         tasks.push((
             "alert evaluator",

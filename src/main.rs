@@ -43,6 +43,8 @@ enum Command {
     Maintain(cli::maintain::MaintainArgs),
     /// Show the running agent's alerts: every rule's instances, firing first.
     Alerts(cli::alerts::AlertsArgs),
+    /// Fetch an incident's triage snapshot from a reachable agent (`incident show ID --agent URL`).
+    Incident(cli::incident::IncidentArgs),
 }
 
 fn init_logging(level: &str) {
@@ -104,5 +106,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Query(args) => cli::query::run(args),
         Command::Alerts(args) => cli::alerts::run(args),
+        Command::Incident(args) => cli::incident::run(args),
     }
 }

@@ -15,6 +15,12 @@ use serde_json::Value as J;
 use crate::support::peers::{influx_create_db, require, Peer};
 use crate::support::{free_port, jetson_fixture, post, wait_for, Agent, Influxd};
 
+/// A rule the GPU server's inferences fire at once: its incident is the `Incidents`
+/// annotation's data (an `edgewatch_incident` point).
+const SLOW_INFERENCE: &str = "[alerts]\ninterval = \"1s\"\nbuiltin = false\n[[alert]]\n\
+     name = \"SlowInference\"\nmeasurement = \"inference\"\nfield = \"wall_ms\"\nagg = \"max\"\n\
+     window = \"1m\"\nop = \">\"\nthreshold = 5.0\nfor = \"0s\"\n";
+
 fn dashboard() -> J {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards/influxdb-fleet.json");
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
@@ -235,7 +241,7 @@ fn every_fleet_dashboard_query_runs_and_returns_rows_on_real_agents_data() {
         &gdir,
         &format!(
             "{health}[host]\nenabled = false\n[tegrastats]\nenabled = false\n[jetson]\nenabled = false\n\
-             [nvml]\ninterval = \"200ms\"\n{sinks}"
+             [nvml]\ninterval = \"200ms\"\n{SLOW_INFERENCE}{sinks}"
         ),
         &[
             ("EDGEWATCH_DEVICE_ID", "gpu-b"),
@@ -372,6 +378,34 @@ fn every_fleet_dashboard_query_runs_and_returns_rows_on_real_agents_data() {
             );
         }
     }
+    // The inventory: one row per device with its identity.
+    let inv = interpolate(
+        &all.iter().find(|(w, _)| w.contains("Inventory")).unwrap().1,
+        &[],
+    );
+    // The GPU server reports once NVML listed its GPUs (2 s after start).
+    let r = wait_for(Duration::from_secs(15), || {
+        let r = influx.query("edge", &inv);
+        let n = r["results"][0]["series"].as_array().map_or(0, |a| a.len());
+        (n >= 2).then_some(r)
+    })
+    .unwrap_or_else(|| panic!("{}", influx.query("edge", &inv)));
+    let rows: Vec<&J> = r["results"][0]["series"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .collect();
+    let tags = |dev: &str| {
+        rows.iter()
+            .find(|s| s["tags"]["device_id"] == dev)
+            .map(|s| s["tags"].clone())
+            .unwrap_or_else(|| panic!("no inventory row of {dev}: {r}"))
+    };
+    let j = tags("jetson-a");
+    assert!(j["module"].as_str().unwrap().contains("Orin Nano"), "{j}");
+    assert_eq!(j["version"], env!("CARGO_PKG_VERSION"), "{j}");
+    assert_eq!(j["config_sha256"].as_str().unwrap().len(), 64, "{j}");
+    assert_eq!(tags("gpu-b")["gpu_names"], "NVIDIA A2", "{r}");
     let p99 = interpolate(
         &all.iter()
             .find(|(w, _)| w.contains("p99 wall time per device"))

@@ -74,6 +74,10 @@ pub struct AlertsConfig {
     pub outbox_max_bytes: u64,
     /// ... and the oldest event kept.
     pub outbox_max_age: Interval,
+    /// The base of incident links in notifications: a URL template where `{device_id}` is
+    /// replaced (a fleet proxy's route to the device's UI); empty: the agent's own
+    /// `http://` + `[http] listen`.
+    pub external_url: String,
 }
 
 impl Default for AlertsConfig {
@@ -97,6 +101,7 @@ impl Default for AlertsConfig {
             kernel_event_window: Interval(s(600)),
             outbox_max_bytes: 16 << 20,
             outbox_max_age: Interval(s(7 * 86_400)),
+            external_url: String::new(),
         }
     }
 }
@@ -289,6 +294,25 @@ fn warning() -> String {
     "warning".into()
 }
 
+/// `[alerts] external_url`: empty, or an absolute `http(s)://` URL (a link a receiver can
+/// open).
+pub fn check_external_url(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    match rest {
+        _ if url.is_empty() => Ok(()),
+        Some(r) if !r.is_empty() && !r.starts_with('/') && !url.contains(char::is_whitespace) => {
+            Ok(())
+        }
+        _ => Err(format!(
+            "[alerts] key `external_url`: {url:?} is not an absolute http:// or https:// URL \
+             (e.g. \"https://fleet.example/devices/{{device_id}}/ui\"; leave it empty for the \
+             agent's own address)"
+        )),
+    }
+}
+
 /// Checks what needs the whole config: every rule's own constraints and that no name is
 /// used twice. `text` is the config file the rules came from, to name the line.
 pub fn validate_all(
@@ -296,6 +320,7 @@ pub fn validate_all(
     rules: &[AlertRuleConfig],
     text: &str,
 ) -> Result<(), String> {
+    check_external_url(&alerts.external_url)?;
     let mut seen = std::collections::HashSet::new();
     for (i, r) in rules.iter().enumerate() {
         let which = format!("[[alert]] {:?}", r.name.0);
@@ -436,6 +461,30 @@ labels = { team = "vision" }
 
     fn load(text: &str) -> Result<Config, String> {
         Config::from_toml_str(text, "f").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn external_url_is_an_absolute_http_url_or_empty() {
+        let ok =
+            load("[alerts]\nexternal_url = \"https://fleet.example/d/{device_id}/ui\"\n").unwrap();
+        assert_eq!(
+            ok.alerts.external_url,
+            "https://fleet.example/d/{device_id}/ui"
+        );
+        assert_eq!(load("").unwrap().alerts.external_url, "");
+        for bad in [
+            "fleet.example/ui",
+            "ftp://x",
+            "https://",
+            "http:///x",
+            "http://a b",
+        ] {
+            let e = load(&format!("[alerts]\nexternal_url = {bad:?}\n")).unwrap_err();
+            assert!(
+                e.contains("external_url") && e.contains("absolute"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

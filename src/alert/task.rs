@@ -9,7 +9,12 @@
 //! forgotten; an incident that no firing instance names then (its alert ended while the agent
 //! was down, or its rule is gone) is closed at start. The evaluation runs on the
 //! blocking pool on its own connections (a reader, and a small read-write one for its rows);
-//! it never writes points and never delivers a notification (the notifiers read the outbox).
+//! it never writes points into the store and never delivers a notification (the notifiers
+//! read the outbox). Each incident it opens or closes becomes an `edgewatch_incident` point
+//! submitted to the ingest queue after the commit, like any producer's (kept and submitted
+//! again at the next evaluation while the queue is full, up to [`MAX_PENDING_POINTS`]), so
+//! the sinks forward it; the firing and resolved events carry the incident's explanation
+//! (`findings`, `split` and the `incident` link) in their outbox entries.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,8 +32,15 @@ use super::rules::{fmt_value, Rule};
 /// Most incidents opened in one evaluation (each takes a triage snapshot, ~0.3 s); instances
 /// beyond it in the same cycle fire without one.
 pub const MAX_INCIDENTS_PER_CYCLE: usize = 8;
+/// Most incident points held while the ingest queue is full (the oldest go first, counted
+/// as dropped points).
+pub const MAX_PENDING_POINTS: usize = 1000;
+use super::incident::explain::{Explanation, IncidentPoint, PointState};
 use super::view::{rfc3339, AlertItem, AlertsStatus, AlertsView, RuleError};
+use crate::model::{Batch, Line};
+use crate::queue::{IngestHandle, SubmitError};
 use crate::rollup::Plan;
+use crate::stats::Stats;
 use crate::store::alerts::{Change, Stored};
 use crate::store::{Reader, StoreError};
 
@@ -47,8 +59,13 @@ pub struct Setup {
     pub inputs: Inputs,
     /// `device_id` and the `[tags]`, on every notification.
     pub identity: Vec<(String, String)>,
-    /// The agent's base URL (`http://` + `[http] listen`), for incident links.
+    /// The base of incident links: `[alerts] external_url` with the device filled in, else
+    /// the agent's own (`http://` + `[http] listen`); see
+    /// [`super::incident::explain::link_base`].
     pub base_url: String,
+    /// Where incident points go (the ingest queue) and the counters a dropped one is counted
+    /// in; `None`: no incident points (tests of the evaluator alone).
+    pub points: Option<(IngestHandle, Arc<Stats>)>,
 }
 
 /// A stable identity of an instance: FNV-1a (64 bit) of the rule name and its group labels,
@@ -87,6 +104,8 @@ pub struct Evaluator {
     failures: BTreeMap<String, u64>,
     /// How incident snapshots read (`None`: the built-in plan did not build; no incidents).
     incident_opts: Option<super::incident::Options>,
+    /// Incident points not yet taken by the ingest queue (it was full), oldest first.
+    pending_points: Vec<Line>,
 }
 
 impl Evaluator {
@@ -123,11 +142,33 @@ impl Evaluator {
             .filter_map(|e| e.instance.incident_id)
             .collect();
         let closed = crate::store::incidents::close_unreferenced(&mut conn, &db, &keep, now)?;
+        let mut pending_points = Vec::new();
         if !closed.is_empty() {
             tracing::info!(
                 incidents = ?closed,
                 "closed the incidents whose alerts are no longer firing (they ended while the agent was down)"
             );
+            for id in &closed {
+                if let Some(row) = crate::store::incidents::get(&conn, &db, *id)? {
+                    let mut labels: BTreeMap<String, String> =
+                        setup.identity.iter().cloned().collect();
+                    labels.extend(row.labels.clone());
+                    let x = Explanation::from_json(row.snapshot.as_deref().unwrap_or(""));
+                    pending_points.push(
+                        IncidentPoint {
+                            id: row.id,
+                            rule: &row.rule,
+                            labels: &labels,
+                            state: PointState::Resolved,
+                            value: None,
+                            threshold: row.threshold,
+                            explanation: &x,
+                            ts_ns: now,
+                        }
+                        .line(),
+                    );
+                }
+            }
         }
         let incident_opts = match super::incident::Options::new() {
             Ok(o) => Some(o),
@@ -146,6 +187,7 @@ impl Evaluator {
             evaluations: 0,
             failures: BTreeMap::new(),
             incident_opts,
+            pending_points,
         })
     }
 
@@ -204,6 +246,8 @@ impl Evaluator {
         // first few and fires the rest without one, rather than stalling the evaluation.
         let mut incident_budget = MAX_INCIDENTS_PER_CYCLE;
         let mut incidents_skipped = 0usize;
+        // The stored explanation and threshold of each incident its alert's resolve closes.
+        let mut closing: BTreeMap<i64, (Explanation, Option<f64>)> = BTreeMap::new();
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             let observed = match observe(
                 &mut cycle,
@@ -276,11 +320,20 @@ impl Evaluator {
                     } else {
                         incidents_skipped += 1;
                     }
-                    event = Some(self.event(rule, &labels, &fp, &inst, EventStatus::Firing, now));
+                    let mut ev = self.event(rule, &labels, &fp, &inst, EventStatus::Firing, now);
+                    if let Some(d) = &incident {
+                        d.explanation.annotate(&mut ev);
+                    }
+                    event = Some(ev);
                 } else if t == Some(Transition::Resolved) {
                     let fired = prev_merged(&prev, &inst);
-                    event =
-                        Some(self.event(rule, &labels, &fp, &fired, EventStatus::Resolved, now));
+                    let mut ev = self.event(rule, &labels, &fp, &fired, EventStatus::Resolved, now);
+                    if let Some(id) = fired.incident_id {
+                        let (x, threshold) = self.stored_explanation(id);
+                        x.annotate(&mut ev);
+                        closing.insert(id, (x, threshold));
+                    }
+                    event = Some(ev);
                 }
                 // Rows change on a transition; a firing instance's row also follows the last
                 // time its condition held when `keep_firing_for` needs that across a restart.
@@ -342,6 +395,7 @@ impl Evaluator {
                         "incident opened"
                     );
                 }
+                self.incident_points(&changes, &closing, now);
                 self.entries = next;
                 None
             }
@@ -353,6 +407,7 @@ impl Evaluator {
                 Some(e.to_string())
             }
         };
+        self.submit_points();
         self.evaluations += 1;
         let items = self.items();
         let status = AlertsStatus {
@@ -371,6 +426,108 @@ impl Evaluator {
                 .collect(),
         };
         (items, status)
+    }
+
+    /// The explanation and threshold of stored incident `id` (for its resolve); a read that
+    /// fails gives an empty explanation (the resolve still goes, with its link).
+    fn stored_explanation(&self, id: i64) -> (Explanation, Option<f64>) {
+        match crate::store::incidents::get(&self.conn, &self.db, id) {
+            Ok(Some(row)) => (
+                Explanation::from_json(row.snapshot.as_deref().unwrap_or("")),
+                row.threshold,
+            ),
+            Ok(None) => (Explanation::default(), None),
+            Err(e) => {
+                tracing::warn!(id, error = %e, "cannot read the incident being closed; its resolve goes without its findings");
+                (Explanation::default(), None)
+            }
+        }
+    }
+
+    /// Queues the points of the incidents opened and closed by the committed `changes`.
+    fn incident_points(
+        &mut self,
+        changes: &[Change],
+        closing: &BTreeMap<i64, (Explanation, Option<f64>)>,
+        now: i64,
+    ) {
+        if self.setup.points.is_none() {
+            return;
+        }
+        let none = (Explanation::default(), None);
+        for c in changes {
+            let (Some(ev), Some(id)) = (
+                &c.event,
+                c.stored
+                    .instance
+                    .incident_id
+                    .or_else(|| c.event.as_ref().and_then(|e| e.incident_id)),
+            ) else {
+                continue;
+            };
+            let (state, explanation, threshold) = match (&c.incident, c.transition) {
+                (Some(d), Some(Transition::Firing)) => {
+                    (PointState::Open, &d.explanation, d.threshold)
+                }
+                (_, Some(Transition::Resolved)) => {
+                    let (x, t) = closing.get(&id).unwrap_or(&none);
+                    (PointState::Resolved, x, *t)
+                }
+                _ => continue,
+            };
+            self.pending_points.push(
+                IncidentPoint {
+                    id,
+                    rule: &c.stored.rule,
+                    labels: &ev.labels,
+                    state,
+                    value: c.stored.instance.value,
+                    threshold,
+                    explanation,
+                    ts_ns: now,
+                }
+                .line(),
+            );
+        }
+    }
+
+    /// Submits the incident points waiting; while the queue is full they wait for the next
+    /// evaluation (at most [`MAX_PENDING_POINTS`]: the oldest beyond go, counted as dropped).
+    fn submit_points(&mut self) {
+        let Some((handle, stats)) = &self.setup.points else {
+            self.pending_points.clear();
+            return;
+        };
+        if self.pending_points.is_empty() {
+            return;
+        }
+        let over = self.pending_points.len().saturating_sub(MAX_PENDING_POINTS);
+        if over > 0 {
+            self.pending_points.drain(..over);
+            Stats::add(&stats.points_dropped, over as u64);
+            tracing::warn!(
+                dropped = over,
+                "incident points dropped: the ingest queue stayed full"
+            );
+        }
+        let lines = std::mem::take(&mut self.pending_points);
+        let n = lines.len();
+        match handle.submit(
+            Batch {
+                lines: lines.clone(),
+            },
+            false,
+        ) {
+            Ok(_) => tracing::debug!(points = n, "incident points queued"),
+            Err(SubmitError::Full { .. }) => {
+                tracing::debug!(
+                    points = n,
+                    "ingest queue full: incident points wait for the next evaluation"
+                );
+                self.pending_points = lines;
+            }
+            Err(SubmitError::Closed) => {}
+        }
     }
 
     /// Takes the snapshot of the incident of an instance that fires (stored with its state);
@@ -541,6 +698,7 @@ mod tests {
             },
             identity: vec![("device_id".into(), "t".into())],
             base_url: "http://127.0.0.1:9".into(),
+            points: None,
         };
         Evaluator::open(setup, now).unwrap()
     }
@@ -673,6 +831,95 @@ mod tests {
         );
         let (items, _) = ev.evaluate(now + 3 * S);
         assert!(items.iter().all(|i| i.name != "Hot"), "{items:?}");
+    }
+
+    /// The keys and `state` of the incident points in the queue's waiting requests.
+    fn queued_points(
+        rx: &mut tokio::sync::mpsc::UnboundedReceiver<crate::queue::Request>,
+    ) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        while let Ok(r) = rx.try_recv() {
+            for l in &r.batch.lines {
+                let state = l
+                    .fields
+                    .iter()
+                    .find(|f| f.0 == "state")
+                    .map(|f| f.1.clone());
+                if let Some(crate::model::Value::Str(s)) = state {
+                    out.push((l.key.clone(), s));
+                }
+            }
+        }
+        out
+    }
+
+    /// An incident opened and resolved becomes two `edgewatch_incident` points in the ingest
+    /// queue; while the queue is full they wait (nothing lost) and go at the next
+    /// evaluation. Both outbox events carry `findings` and the link.
+    #[test]
+    fn incident_points_go_through_the_queue_and_wait_while_it_is_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        feed(dir.path(), 10.0, now);
+        let mut ev = evaluator(dir.path(), HOT, now);
+        let (handle, mut rx) = crate::queue::channel(1);
+        let stats = Arc::new(Stats::default());
+        ev.setup.points = Some((handle.clone(), stats.clone()));
+        // The queue is full: its one permit is held by a waiting batch.
+        let blocker = Batch {
+            lines: vec![Line {
+                key: "x".into(),
+                fields: vec![("v".into(), crate::model::Value::F64(1.0))],
+                ts: 1,
+                line_no: 0,
+            }],
+        };
+        handle.submit(blocker, false).unwrap();
+        let (items, _) = ev.evaluate(now);
+        let id = firing(&items, "Hot").expect("fires");
+        assert_eq!(ev.pending_points.len(), 1, "kept while the queue is full");
+        assert_eq!(
+            queued_points(&mut rx),
+            vec![],
+            "only the blocker was queued"
+        );
+        // The writer took the blocker (its permit is back): the point goes next time.
+        ev.evaluate(now + S);
+        assert!(ev.pending_points.is_empty());
+        assert_eq!(
+            queued_points(&mut rx),
+            vec![(
+                "edgewatch_incident,device_id=t,rule=Hot,severity=warning".to_string(),
+                "open".to_string()
+            )]
+        );
+        feed(dir.path(), 1.0, now + 30 * S);
+        ev.evaluate(now + 30 * S);
+        assert_eq!(
+            queued_points(&mut rx),
+            vec![(
+                "edgewatch_incident,device_id=t,rule=Hot,severity=warning".to_string(),
+                "resolved".to_string()
+            )]
+        );
+        assert_eq!(Stats::get(&stats.points_dropped), 0);
+        let (conn, _) = crate::store::open(dir.path(), Mode::Cursor).unwrap();
+        let mut st = conn
+            .prepare("SELECT event FROM alert_outbox ORDER BY seq")
+            .unwrap();
+        let events: Vec<AlertEvent> = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
+            .collect();
+        assert_eq!(events.len(), 2);
+        for e in &events {
+            assert!(e.annotations.contains_key("findings"), "{e:?}");
+            assert_eq!(
+                e.annotations["incident"],
+                format!("http://127.0.0.1:9/#/incidents/{id}")
+            );
+        }
     }
 
     #[test]

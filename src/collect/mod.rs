@@ -7,6 +7,7 @@ pub mod event;
 pub mod gpu_mem;
 pub mod health;
 pub mod host;
+pub mod inventory;
 pub mod jetson;
 pub mod kmsg;
 pub mod nvml;

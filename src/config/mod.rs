@@ -12,9 +12,11 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub mod clock;
+pub mod digest;
 pub mod layers;
 pub mod values;
 
+pub use digest::config_sha256;
 pub use values::{Interval, Secret};
 
 /// The built-in default configuration, exactly as shipped in `config/edgewatch.toml`.
@@ -215,6 +217,9 @@ pub struct HealthConfig {
     pub enabled: bool,
     /// How often.
     pub interval: Interval,
+    /// How often the agent's inventory (`edgewatch_agent_info`: version, hardware, power
+    /// mode, config hash) is written, `crate::collect::inventory`.
+    pub inventory_interval: Interval,
 }
 
 impl Default for HealthConfig {
@@ -222,6 +227,7 @@ impl Default for HealthConfig {
         HealthConfig {
             enabled: true,
             interval: Interval(Duration::from_secs(10)),
+            inventory_interval: Interval(Duration::from_secs(60)),
         }
     }
 }

@@ -27,6 +27,7 @@ mod mqtt;
 pub mod remote_write;
 pub mod rollup;
 pub mod store;
+pub mod topics;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

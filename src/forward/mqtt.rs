@@ -574,12 +574,16 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 let after = read_cursor;
                 let again = replay.front().copied();
                 let upto = again.unwrap_or(i64::MAX);
+                let device_id = ctx.device_id.clone();
                 let read = tokio::task::spawn_blocking(move || {
                     let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
-                    g.0.read_upto(after, max_points, upto)
+                    let c = g.0.read_upto(after, max_points, upto)?;
+                    // The incidents the batch's points open go with it (`topics.rs`).
+                    let x = super::topics::extras(&device_id, &c.points, |id| g.0.incident(id))?;
+                    Ok::<_, crate::store::StoreError>((c, x))
                 })
                 .await;
-                let chunks = match read {
+                let (chunks, extras) = match read {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => {
                         ctx.status.error(&e.to_string());
@@ -625,7 +629,7 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                     last: chunks.last,
                     points: chunks.points.len() as i64,
                     ts_max: chunks.points.iter().map(|p| p.ts).max().unwrap_or(0),
-                    remaining: msgs.len(),
+                    remaining: msgs.len() + extras.len(),
                     fallback_end: None,
                 });
                 {
@@ -639,9 +643,11 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                     })
                     .await;
                 }
-                for (topic, payload) in msgs {
+                let all = msgs.into_iter().map(|(t, p)| (t, p, false));
+                let all = all.chain(extras.into_iter().map(|x| (x.topic, x.payload, x.retain)));
+                for (topic, payload, retain) in all {
                     unassigned.push_back(Some(next_seq));
-                    if let Err(e) = client.publish(topic, q, false, payload).await {
+                    if let Err(e) = client.publish(topic, q, retain, payload).await {
                         down = Some(e.to_string());
                         break;
                     }

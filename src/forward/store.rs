@@ -19,6 +19,7 @@ use rusqlite::Connection;
 
 use super::encode::{series, Point, Series};
 use crate::store::chunks::{self, Chunk, Scan};
+use crate::store::incidents::IncidentRow;
 use crate::store::sinks::{self, Ack};
 use crate::store::{clockfix, dict, tiers, Ctx, Mode, Reader, StoreError};
 
@@ -319,6 +320,12 @@ impl Source {
             out.last = id;
         }
         Ok(out)
+    }
+
+    /// Stored incident `id` with its snapshot (what the MQTT sink publishes beside the
+    /// `edgewatch_incident` point that names it).
+    pub fn incident(&self, id: i64) -> Result<Option<IncidentRow>, StoreError> {
+        crate::store::incidents::get(self.db.conn(), self.db.path(), id)
     }
 
     /// Backlog after `cursor`: (points, chunks, ts_min of the oldest chunk). In rollup mode:

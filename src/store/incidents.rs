@@ -48,6 +48,8 @@ pub struct Draft {
     /// The agent's base URL: the firing event's `incident` annotation is this plus the
     /// incident's path.
     pub link_base: String,
+    /// The top findings and the split, for the notification and the incident point.
+    pub explanation: crate::alert::incident::explain::Explanation,
 }
 
 /// A stored incident. `snapshot` is `None` in listings.

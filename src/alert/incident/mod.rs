@@ -18,15 +18,18 @@
 //! sample of `/proc`). The rows are `store::incidents`. This module never writes points,
 //! never evaluates rules and never sends anything: the evaluator calls [`prepare`] and stores
 //! the incident with the instance's state (one transaction, so one firing has one incident);
-//! notifiers only carry its URL.
+//! notifiers only carry its URL and its explanation (`explain.rs`: the annotations and the
+//! `edgewatch_incident` point, built here and put in the outbox entry and the ingest queue
+//! by the evaluator).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::event::{incident_path, AlertEvent, Firing};
+use super::event::{AlertEvent, Firing};
 use crate::rollup::{Plan, RetentionConfig, RollupConfig};
 use crate::store::{incidents, Mode, Reader};
 
+pub mod explain;
 mod gather;
 mod procs;
 mod routine;
@@ -186,6 +189,7 @@ pub fn prepare(
     snap.processes.by_cpu = procs::top_by_cpu(&opts.proc_dir, opts.cpu_sample, TOP_PROCESSES);
     let text = serde_json::to_string(&snap)?;
     let top = snap.findings.first().map(|f| f.message.clone());
+    let explanation = explain::Explanation::of(&snap);
     tracing::info!(
         rule = %firing.rule,
         findings = snap.findings.len(),
@@ -198,15 +202,16 @@ pub fn prepare(
         top_finding: top,
         snapshot: text,
         link_base: link_base.to_string(),
+        explanation,
     })
 }
 
 /// Names incident `id` in `event`: its `incident_id` and the `incident` annotation (the
-/// incident's page under `base_url`).
+/// incident's page under `base_url`: the agent's address, or `[alerts] external_url`; see
+/// [`explain::link_base`]).
 pub fn link_event(event: &mut AlertEvent, base_url: &str, id: i64) {
     event.incident_id = Some(id);
-    event.annotations.insert(
-        "incident".into(),
-        format!("{base_url}{}", incident_path(id)),
-    );
+    event
+        .annotations
+        .insert("incident".into(), explain::link(base_url, id));
 }

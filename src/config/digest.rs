@@ -1,0 +1,42 @@
+//! `config_sha256`: one identity of the effective configuration, the SHA-256 (lower-case
+//! hex) of its canonical TOML: the typed [`Config`] serialized back (every key, defaults
+//! included, in the struct's order, maps sorted), so two agents running the same effective
+//! configuration report the same hash whatever their files' layout, comments or the layer a
+//! value came from. Reported in the inventory (`edgewatch_agent_info`); the live-reload
+//! status reports the same function's value. Pure; it never reads a file.
+
+use sha2::{Digest, Sha256};
+
+use super::Config;
+
+/// The SHA-256 of `cfg`'s canonical TOML, lower-case hex (64 digits). A config that cannot
+/// be serialized (it always can: it was read from TOML) hashes its `Debug` text instead.
+pub fn config_sha256(cfg: &Config) -> String {
+    let text = toml::to_string(cfg).unwrap_or_else(|_| format!("{cfg:?}"));
+    let digest = Sha256::digest(text.as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_effective_config_hashes_the_same_and_any_change_differs() {
+        let a = Config::from_toml_str("[health]\ninterval = \"10s\"\n", "a").unwrap();
+        // The same values, written differently (a comment, the default spelled out).
+        let b = Config::from_toml_str("# x\n[health]\nenabled = true\ninterval = \"10s\"\n", "b")
+            .unwrap();
+        let c = Config::from_toml_str("[health]\ninterval = \"11s\"\n", "c").unwrap();
+        let h = config_sha256(&a);
+        assert_eq!(h.len(), 64);
+        assert!(h
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(h, config_sha256(&b));
+        assert_ne!(h, config_sha256(&c));
+        // The hash of the canonical text, checked against an independent SHA-256.
+        let text = toml::to_string(&a).unwrap();
+        assert_eq!(h, format!("{:x}", Sha256::digest(text.as_bytes())));
+    }
+}
