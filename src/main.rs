@@ -43,6 +43,11 @@ enum Command {
     Maintain(cli::maintain::MaintainArgs),
     /// Show the running agent's alerts: every rule's instances, firing first.
     Alerts(cli::alerts::AlertsArgs),
+    /// Signed remote config: make the fleet's key, sign a config fragment, publish it.
+    Fleet {
+        #[command(subcommand)]
+        command: cli::fleet::FleetCommand,
+    },
 }
 
 fn init_logging(level: &str) {
@@ -104,5 +109,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Query(args) => cli::query::run(args),
         Command::Alerts(args) => cli::alerts::run(args),
+        Command::Fleet { command } => cli::fleet::run(command),
     }
 }
