@@ -23,6 +23,9 @@ mod energy;
 /// A fleet of real agents draining a backlog into one real InfluxDB at once: exact counts
 /// per device (the full-size run is scripts/fleet.py).
 mod fleet;
+/// Signed remote config: keygen/sign/publish, retained layers over real mosquitto, HTTP pull
+/// with ETag, every bad document refused, ten agents on the same layers.
+mod fleet_config;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),

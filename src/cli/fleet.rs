@@ -25,6 +25,7 @@ pub enum FleetCommand {
         force: bool,
     },
     /// Print FRAGMENT (a TOML fragment of the config) as a signed document of version N.
+    #[command(disable_version_flag = true)]
     Sign {
         /// The private key (fleet.key).
         #[arg(long, value_name = "KEY")]

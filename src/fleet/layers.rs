@@ -223,6 +223,12 @@ impl FleetLayers {
             }
             if held.version == *v {
                 if held.sha256 == *sha {
+                    // The running document again (a retained message on connect): any
+                    // refusal since is over.
+                    if slot.applied.is_some() {
+                        slot.state = Some(LayerState::Applied);
+                        slot.error = None;
+                    }
                     return Offer::Unchanged;
                 }
                 let why = format!(

@@ -56,8 +56,11 @@ fn options(cfg: &FleetConfig, url: &str, client_id: String) -> Result<MqttOption
         tls: cfg.tls_files(),
     };
     let mut o = mqtt::options(&e).map_err(|e| e.to_string())?;
-    let max = cfg.max_document_bytes.saturating_add(4096).max(64 * 1024);
-    o.set_max_packet_size(max, max);
+    // Incoming: room for a document well over the cap, so an oversized one is read and
+    // refused with its reason (a packet over this limit drops the connection instead).
+    let incoming = cfg.max_document_bytes.saturating_mul(16).max(1 << 20);
+    let outgoing = cfg.max_document_bytes.saturating_add(4096).max(64 * 1024);
+    o.set_max_packet_size(incoming, outgoing);
     Ok(o)
 }
 
@@ -172,7 +175,9 @@ pub async fn publish(
     payload: Vec<u8>,
     timeout: Duration,
 ) -> Result<(), String> {
-    let opts = options(cfg, url, client_id)?;
+    let mut opts = options(cfg, url, client_id)?;
+    // The devices enforce their own cap; the publisher sends what it is given.
+    opts.set_max_packet_size(1 << 20, payload.len().saturating_add(4096));
     let (client, mut events) = AsyncClient::new(opts, 8);
     client
         .publish(topic, QoS::AtLeastOnce, true, payload)
