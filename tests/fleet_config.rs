@@ -472,8 +472,7 @@ fn ten_agents_take_one_all_change_and_one_group_change() {
             let text = statuses.text();
             let last = text
                 .lines()
-                .filter(|l| l.contains(&format!("\"device_id\":\"{id}\"")))
-                .last()?
+                .rfind(|l| l.contains(&format!("\"device_id\":\"{id}\"")))?
                 .to_string();
             let v: serde_json::Value = serde_json::from_str(&last).ok()?;
             (layer(&v, "group:edge")["state"] == "applied"
