@@ -484,3 +484,60 @@ fn ten_agents_take_one_all_change_and_one_group_change() {
         assert_eq!(last["sha256"].as_str().map(str::len), Some(64));
     }
 }
+
+#[test]
+fn fleet_commands_and_keys_fail_clearly() {
+    let d = tempfile::tempdir().unwrap();
+    let public = keygen(d.path());
+    // The key is kept unless replaced on purpose.
+    let keys = d.path().join("keys");
+    let (code, _, err) = edgewatch(&["fleet", "keygen", "--out", keys.to_str().unwrap()]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(keys.join("fleet.pub"))
+            .unwrap()
+            .trim(),
+        public
+    );
+    // Nothing listens on this port: publish says so and fails.
+    let signed = sign(d.path(), d.path(), 1, "[host]\n");
+    let url = format!("mqtt://127.0.0.1:{}", free_port());
+    let (code, _, err) = edgewatch(&[
+        "fleet",
+        "publish",
+        "--mqtt",
+        &url,
+        "--target",
+        "all",
+        "--timeout",
+        "3",
+        signed.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("127.0.0.1"), "{err}");
+    let (code, _, err) = edgewatch(&[
+        "fleet",
+        "publish",
+        "--mqtt",
+        &url,
+        "--target",
+        "everyone",
+        signed.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("group:NAME"), "{err}");
+    // check-config names a bad [fleet] key.
+    let (code, out) = crate::support::check_config(
+        &d.path().join("bad.toml"),
+        "[fleet]\nmqtt = \"mqtt://127.0.0.1:1883\"\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(out.contains("public_key"), "{out}");
+    let (code, out) = crate::support::check_config(
+        &d.path().join("bad2.toml"),
+        &format!("[fleet]\npublic_key = \"{public}\"\nallow = [\"tags\"]\n"),
+    );
+    assert_eq!(code, Some(1));
+    assert!(out.contains("allow"), "{out}");
+}

@@ -196,7 +196,10 @@ pub async fn validate_only(
                 error: None,
                 sha256: config_sha256(&cfg),
                 applied: Vec::new(),
-                restart_required: vec![format!("{:?} (runs from the next start)", req.trigger)],
+                restart_required: vec![match &req.trigger {
+                    Trigger::Fleet { source } => format!("fleet layer {source}"),
+                    other => format!("{other:?}"),
+                }],
             },
             Err(e) => failed(e.to_string()),
         };
