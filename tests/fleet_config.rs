@@ -192,6 +192,15 @@ fn published_layers_reach_an_agent_started_later_and_survive_a_restart_with_the_
     let s = fleet_status(&data);
     assert_eq!(layer(&s, "all")["state"], "applied", "{s}");
     assert_eq!(layer(&s, "group:lab")["version"], 4, "{s}");
+    // The broker's absence is shown (and logged), not waited for.
+    wait_for(Duration::from_secs(10), || {
+        let link = fleet_status(&data)["transport"]["link"].clone();
+        link.as_str()
+            .is_some_and(|l| l != "connected" && !l.is_empty())
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no broker error shown: {}", fleet_status(&data)));
+    assert!(agent.log_text().contains("fleet broker unreachable"));
 
     // The broker comes back (same port, its retained messages persisted): the agent
     // resubscribes and takes a new version.
@@ -387,6 +396,15 @@ fn http_pull_applies_each_layer_once_and_304_costs_nothing() {
     drop(agent);
     let agent = start_agent(&agent_dir, &cfg, &env);
     assert!(runs_rule(&agent, "FleetHot"), "{}", agent.log_text());
+    let s = wait_for(Duration::from_secs(10), || {
+        let s = fleet_status(&agent.dir);
+        s["transport"]["link"]
+            .as_str()
+            .is_some_and(|l| l.contains("127.0.0.1"))
+            .then_some(s)
+    })
+    .unwrap_or_else(|| panic!("no server error shown: {}", fleet_status(&agent.dir)));
+    assert_eq!(layer(&s, "device")["version"], 2, "{s}");
 }
 
 #[test]
@@ -540,4 +558,16 @@ fn fleet_commands_and_keys_fail_clearly() {
     );
     assert_eq!(code, Some(1));
     assert!(out.contains("allow"), "{out}");
+    // The broker's TLS files are read by check-config, as a sink's are.
+    let (code, out) = crate::support::check_config(
+        &d.path().join("bad3.toml"),
+        &format!(
+            "[fleet]\npublic_key = \"{public}\"\nmqtt = \"mqtts://127.0.0.1:8883\"\nca_file = \"/nonexistent/ca.pem\"\n"
+        ),
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        out.contains("[fleet] mqtt") && out.contains("/nonexistent/ca.pem"),
+        "{out}"
+    );
 }

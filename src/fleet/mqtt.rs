@@ -109,6 +109,7 @@ pub async fn run(
         })
     };
     let mut failures = 0u32;
+    let mut shown: Option<String> = None;
     loop {
         let ev = tokio::select! {
             _ = stop.cancelled() => break,
@@ -121,6 +122,7 @@ pub async fn run(
                 }
                 failures = 0;
                 layers.count(|c| c.link = Some("connected".into()));
+                shown = None;
                 for t in topics.keys() {
                     if let Err(e) = client.try_subscribe(t.clone(), QoS::AtLeastOnce) {
                         tracing::warn!(topic = %t, error = %e, "fleet subscribe not queued");
@@ -152,7 +154,13 @@ pub async fn run(
                 if failures.is_power_of_two() {
                     tracing::warn!(%url, error = %msg, failures, "fleet broker unreachable; retrying");
                 }
-                layers.count(|c| c.link = Some(msg));
+                // The status file follows the link's state, written when it changes.
+                let changed = shown.as_deref() != Some(msg.as_str());
+                layers.count(|c| c.link = Some(msg.clone()));
+                if changed {
+                    layers.write_report();
+                    shown = Some(msg);
+                }
                 let wait =
                     Duration::from_millis(500u64 << failures.min(6)).min(Duration::from_secs(30));
                 tokio::select! {
