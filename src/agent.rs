@@ -516,7 +516,12 @@ pub fn peer_setup_errors(cfg: &Config) -> Vec<String> {
             .err()
             .map(|e| format!("[[notify]] {:?}: {e}", n.name))
     });
-    sinks.chain(notifiers).collect()
+    let fleet = cfg.fleet.mqtt.iter().filter_map(|url| {
+        check(url, &cfg.fleet.tls_files())
+            .err()
+            .map(|e| format!("[fleet] mqtt: {e}"))
+    });
+    sinks.chain(notifiers).chain(fleet).collect()
 }
 
 pub async fn wait_for_signal() {

@@ -12,6 +12,7 @@ pub mod collect;
 pub mod config;
 pub mod deliver;
 pub mod engine;
+pub mod fleet;
 pub mod forward;
 pub mod fsutil;
 pub mod hash;

@@ -45,6 +45,11 @@ enum Command {
     Alerts(cli::alerts::AlertsArgs),
     /// Fetch an incident's triage snapshot from a reachable agent (`incident show ID --agent URL`).
     Incident(cli::incident::IncidentArgs),
+    /// Signed remote config: make the fleet's key, sign a config fragment, publish it.
+    Fleet {
+        #[command(subcommand)]
+        command: cli::fleet::FleetCommand,
+    },
 }
 
 fn init_logging(level: &str) {
@@ -107,5 +112,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Query(args) => cli::query::run(args),
         Command::Alerts(args) => cli::alerts::run(args),
         Command::Incident(args) => cli::incident::run(args),
+        Command::Fleet { command } => cli::fleet::run(command),
     }
 }

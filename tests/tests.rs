@@ -26,6 +26,9 @@ mod fleet;
 /// Incidents in the fleet's tools: the explanation in Alertmanager, incident points in InfluxDB,
 /// the snapshot on MQTT, `edgewatch incident show`, the retained inventory, `check-config`.
 mod fleet_incidents;
+/// Signed remote config: keygen/sign/publish, retained layers over real mosquitto, HTTP pull
+/// with ETag, every bad document refused, ten agents on the same layers.
+mod fleet_config;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),

@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod check_config;
+pub mod fleet;
 pub mod gpus;
 pub mod incident;
 pub mod maintain;

@@ -5,16 +5,20 @@
 //! value came from. Reported in the inventory (`edgewatch_agent_info`); the live-reload
 //! status reports the same function's value. Pure; it never reads a file.
 
-use sha2::{Digest, Sha256};
-
 use super::Config;
 
 /// The SHA-256 of `cfg`'s canonical TOML, lower-case hex (64 digits). A config that cannot
 /// be serialized (it always can: it was read from TOML) hashes its `Debug` text instead.
 pub fn config_sha256(cfg: &Config) -> String {
     let text = toml::to_string(cfg).unwrap_or_else(|_| format!("{cfg:?}"));
-    let digest = Sha256::digest(text.as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    sha256_hex(text.as_bytes())
+}
+
+/// SHA-256 of `bytes`, lower-case hex: the one hash of configs and fleet documents
+/// (`ring`, which rustls already links).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

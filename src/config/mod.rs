@@ -83,6 +83,8 @@ pub struct Config {
     /// `[[notify]]`: where alert notifications go (see `src/alert/notify/`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notify: Vec<crate::alert::notify::config::NotifyConfig>,
+    /// `[fleet]`: signed remote config layers (see `src/fleet/`).
+    pub fleet: crate::fleet::config::FleetConfig,
 }
 
 /// `[http]`
@@ -343,6 +345,10 @@ impl Config {
                 origin: origin.to_string(),
                 message,
             }
+        })?;
+        crate::fleet::config::validate(&cfg.fleet).map_err(|message| ConfigError::File {
+            origin: origin.to_string(),
+            message,
         })?;
         Ok(cfg)
     }
