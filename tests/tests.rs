@@ -23,6 +23,9 @@ mod energy;
 /// A fleet of real agents draining a backlog into one real InfluxDB at once: exact counts
 /// per device (the full-size run is scripts/fleet.py).
 mod fleet;
+/// Fleet-true percentiles: ten agents' sketches as native histograms (real Prometheus) and
+/// vmrange counters (real VictoriaMetrics), live and after a backlog drain.
+mod fleet_hist;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),

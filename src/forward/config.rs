@@ -627,6 +627,58 @@ mod tests {
     }
 
     #[test]
+    fn histogram_keys_are_checked() {
+        let base = "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://127.0.0.1:9090/api/v1/write\"\n";
+        let p = parse(base).unwrap();
+        assert!(!p.histograms());
+        let h = parse(&format!("{base}histograms = true\n")).unwrap();
+        assert!(h.histograms());
+        assert_eq!(
+            h.histogram_fields(),
+            DEFAULT_HIST_FIELDS.map(String::from).to_vec()
+        );
+        assert_eq!(h.histogram_format(), HistFormat::Native);
+        let v = parse(&format!(
+            "{base}histograms = true\nhistogram_format = \"vmrange\"\nhistogram_fields = [\"app.lat_ms\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(v.histogram_format(), HistFormat::Vmrange);
+        assert_eq!(v.histogram_fields(), vec!["app.lat_ms".to_string()]);
+        for (bad, needle) in [
+            (
+                "histograms = true\nhistogram_format = \"le\"\n",
+                "histogram_format",
+            ),
+            (
+                "histograms = true\nhistogram_fields = [\"wall_ms\"]\n",
+                "measurement.field",
+            ),
+            ("histograms = true\nhistogram_fields = []\n", "empty"),
+            ("histogram_format = \"vmrange\"\n", "histograms = true"),
+        ] {
+            let e = parse(&format!("{base}{bad}")).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let e = parse(
+            "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\nhistograms = true\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("prometheus_remote_write only"), "{e}");
+        // The 1m tier is needed; the histogram cursor's name is taken.
+        let tiers = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = validate_modes(std::slice::from_ref(&h), &tiers(&["1h"])).unwrap_err();
+        assert!(e.contains("1m tier"), "{e}");
+        assert_eq!(
+            validate_modes(std::slice::from_ref(&h), &tiers(&["1m", "1h"])),
+            Ok(())
+        );
+        let mut other = p.clone();
+        other.name = "p#histograms".into();
+        let e = validate_all(&[h, other]).unwrap_err();
+        assert!(e.contains("p#histograms"), "{e}");
+    }
+
+    #[test]
     fn remote_write_sinks_take_auth_and_headers_and_refuse_other_keys() {
         let base = "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://127.0.0.1:8428/api/v1/write\"\n";
         let p = parse(base).unwrap();
