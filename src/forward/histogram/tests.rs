@@ -227,3 +227,54 @@ fn the_state_file_round_trips() {
     std::fs::write(&p, b"{not json").unwrap();
     assert!(load(&p).unwrap_err().contains("hist-prom_histograms.json"));
 }
+
+/// Bytes on the wire per series and hour (snappy-compressed requests, one a minute as the
+/// sink sends them once caught up): 30 inferences/s with a long-tailed latency, for both
+/// formats. Printed with `cargo test --lib histogram_wire_bytes -- --nocapture`.
+#[test]
+fn histogram_wire_bytes_per_series_and_hour() {
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for format in [HistFormat::Native, HistFormat::Vmrange] {
+        let mut st = State::default();
+        let (mut bytes, mut series) = (0usize, 0usize);
+        for m in 0..60 {
+            let vals: Vec<f64> = (0..1800)
+                .map(|_| {
+                    let u = next();
+                    if next() < 0.02 {
+                        60.0 + 400.0 * u
+                    } else {
+                        15.0 + 10.0 * u * u
+                    }
+                })
+                .collect();
+            let pts = vec![row_point(
+                "inference,model=yolov8n,app=camera",
+                "wall_ms",
+                T0 + m * MIN,
+                &vals,
+            )];
+            let f = fold(&st, &pts, &fields());
+            let req = request(&f, format);
+            series = req.timeseries.len();
+            let raw = req.encode_to_vec();
+            bytes += snap::raw::Encoder::new().compress_vec(&raw).unwrap().len();
+            st.series.extend(f.after);
+        }
+        println!(
+            "{format:?}: {bytes} B/h per histogram series, {series} series in the last request"
+        );
+        // A native histogram is one series; vmrange one counter per non-empty bin.
+        match format {
+            HistFormat::Native => assert_eq!(series, 1),
+            HistFormat::Vmrange => assert!(series > 100, "{series}"),
+        }
+        assert!(bytes > 0);
+    }
+}
