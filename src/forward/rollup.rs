@@ -11,6 +11,10 @@
 //! can still change is never sent. Batching, acknowledgement, retries, dead letters and the
 //! status are the raw loop's, unchanged: only the source of the points differs.
 //!
+//! The histogram feed ([`super::store::Feed::Sketches`]) reads the same final 1-minute
+//! buckets with each row's sketch; [`sketch_point`] carries the bins to
+//! [`super::histogram`], and [`sketch_row`] reads them back.
+//!
 //! It never encodes a payload (that is [`super::encode`], per sink type) and never issues
 //! SQL (the rows come through [`crate::store::tiers`]).
 
