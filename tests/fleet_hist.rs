@@ -173,7 +173,7 @@ fn fleet_percentiles_from_native_and_vmrange_histograms_live_and_after_a_backlog
         let adir = dir.path().join(format!("a{i}"));
         std::fs::create_dir_all(&adir).unwrap();
         let a = Agent::start(&adir, &cfg);
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (i as u64 + 1) * 0x1000_0001);
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0x1000_0001));
         let mut body = String::new();
         for m in 0..MINUTES {
             let vals = minute_values(i, &mut rng);

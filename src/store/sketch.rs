@@ -83,6 +83,9 @@ impl Store {
     }
 }
 
+/// Non-empty bins, `(key, count)` in key order.
+pub type Bins = Vec<(i32, u64)>;
+
 /// A DDSketch of `f64` values with exact count, min and max.
 ///
 /// A decoded sketch keeps its bins in their encoded (varint) form, `packed`, until it is
@@ -300,7 +303,7 @@ impl Sketch {
 
     /// The non-empty bins: `(positive, negative, zero)`, each side as `(key, count)` in key
     /// order; bin `key` holds the magnitudes in [`bin_bounds`]`(key)`.
-    pub fn bins(&self) -> (Vec<(i32, u64)>, Vec<(i32, u64)>, u64) {
+    pub fn bins(&self) -> (Bins, Bins, u64) {
         let (pos, neg) = self.stores();
         let list = |s: &Store| {
             s.counts
