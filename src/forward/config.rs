@@ -663,7 +663,7 @@ mod tests {
             "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\nhistograms = true\n",
         )
         .unwrap_err();
-        assert!(e.contains("prometheus_remote_write only"), "{e}");
+        assert!(e.contains("prometheus_remote_write\" only"), "{e}");
         // The 1m tier is needed; the histogram cursor's name is taken.
         let tiers = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let e = validate_modes(std::slice::from_ref(&h), &tiers(&["1h"])).unwrap_err();
