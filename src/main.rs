@@ -43,6 +43,9 @@ enum Command {
     Maintain(cli::maintain::MaintainArgs),
     /// Show the running agent's alerts: every rule's instances, firing first.
     Alerts(cli::alerts::AlertsArgs),
+    /// Fleet-wide quantiles of a latency field from InfluxDB 1.x, merged from the agents'
+    /// sketch bins (sinks with `histograms = true`).
+    FleetQuantile(cli::fleet_quantile::FleetQuantileArgs),
 }
 
 fn init_logging(level: &str) {
@@ -104,5 +107,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Query(args) => cli::query::run(args),
         Command::Alerts(args) => cli::alerts::run(args),
+        Command::FleetQuantile(args) => cli::fleet_quantile::run(args),
     }
 }

@@ -10,8 +10,10 @@
 
 use std::time::Duration;
 
-use crate::support::peers::{require, sink_status, Peer, Prometheus, VictoriaMetrics};
-use crate::support::{free_port, post, wait_for, Agent};
+use crate::support::peers::{
+    influx_create_db, require, sink_status, Peer, Prometheus, VictoriaMetrics,
+};
+use crate::support::{bin, free_port, post, wait_for, Agent, Influxd};
 
 const MIN: i64 = 60_000_000_000;
 /// Minutes of data each device holds.
@@ -57,6 +59,31 @@ fn minute_values(i: usize, rng: &mut Rng) -> Vec<f64> {
             }
         })
         .collect()
+}
+
+/// Writes device `i`'s ten minutes from `m0` through the agent's `/write`, and a later point
+/// that makes every one of them final; returns the latencies written.
+fn write_minutes(a: &Agent, i: usize, m0: i64) -> Vec<f64> {
+    let mut all = Vec::new();
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0x1000_0001));
+    let mut body = String::new();
+    for m in 0..MINUTES {
+        let vals = minute_values(i, &mut rng);
+        let step = MIN / vals.len() as i64;
+        for (j, v) in vals.iter().enumerate() {
+            let t = m0 + m * MIN + j as i64 * step;
+            body.push_str(&format!("inference,model=yolov8n wall_ms={v} {t}\n"));
+        }
+        all.extend(vals);
+    }
+    // A later point moves the 1-minute tier's watermark past the window's lateness.
+    body.push_str(&format!(
+        "tick v=1i {}\n",
+        m0 + MINUTES * MIN + 30_000_000_000
+    ));
+    let (code, resp) = post(&a.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
+    assert_eq!(code, 204, "{resp}");
+    all
 }
 
 /// The exact `q`-quantile of `v` (sorted): the nearest-rank order statistic.
@@ -173,24 +200,7 @@ fn fleet_percentiles_from_native_and_vmrange_histograms_live_and_after_a_backlog
         let adir = dir.path().join(format!("a{i}"));
         std::fs::create_dir_all(&adir).unwrap();
         let a = Agent::start(&adir, &cfg);
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((i as u64 + 1) * 0x1000_0001));
-        let mut body = String::new();
-        for m in 0..MINUTES {
-            let vals = minute_values(i, &mut rng);
-            let step = MIN / vals.len() as i64;
-            for (j, v) in vals.iter().enumerate() {
-                let t = m0 + m * MIN + j as i64 * step;
-                body.push_str(&format!("inference,model=yolov8n wall_ms={v} {t}\n"));
-            }
-            all.extend(vals);
-        }
-        // A later point moves the 1-minute tier's watermark past the window's lateness.
-        body.push_str(&format!(
-            "tick v=1i {}\n",
-            m0 + MINUTES * MIN + 30_000_000_000
-        ));
-        let (code, resp) = post(&a.url("/write?db=x"), body.as_bytes(), &[]).unwrap();
-        assert_eq!(code, 204, "{resp}");
+        all.extend(write_minutes(&a, i, m0));
         agents.push(a);
     }
     all.sort_by(|a, b| a.total_cmp(b));
@@ -332,4 +342,104 @@ fn a_prometheus_without_native_histograms_pauses_the_histogram_sink_and_loses_no
         (p99 - exact(&vals, 0.99)).abs() / exact(&vals, 0.99) <= 0.02,
         "{p99}"
     );
+}
+
+/// InfluxDB 1.x cannot merge histograms; agents with `histograms = true` on an `influxdb`
+/// sink send each minute's sketch bins as fields of `inference_hist`, and `edgewatch
+/// fleet-quantile` adds them in InfluxQL (`sum(*)`) and merges: within 2 % of the exact
+/// fleet (and one device's) p50/p99. Bad arguments and a missing database are errors.
+#[test]
+fn influxdb_gets_sketch_bins_and_fleet_quantile_merges_them() {
+    if !require(Peer::Influxdb) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let influx = Influxd::start(&dir.path().join("influx"));
+    influx_create_db(&influx, "fleet");
+    let m0 = (now_ns() / MIN - MINUTES - 2) * MIN;
+    let mut agents = Vec::new();
+    let mut all = Vec::new();
+    let mut dev4 = Vec::new();
+    for i in [0usize, 4, 5, 9] {
+        let cfg = format!(
+            "{ROLLING}[tags]\ndevice = \"dev-{i}\"\n[[sink]]\ntype = \"influxdb\"\nname = \"i\"\n\
+             url = \"http://{}\"\nversion = 1\ndatabase = \"fleet\"\nforward = \"rollup:1m\"\n\
+             max_backoff = \"1s\"\nreconnect_jitter = \"0s\"\nhistograms = true\n",
+            influx.http
+        );
+        let adir = dir.path().join(format!("a{i}"));
+        std::fs::create_dir_all(&adir).unwrap();
+        let a = Agent::start(&adir, &cfg);
+        let v = write_minutes(&a, i, m0);
+        if i == 4 {
+            dev4 = v.clone();
+        }
+        all.extend(v);
+        agents.push(a);
+    }
+    let last = m0 + (MINUTES - 1) * MIN;
+    let ok = wait_for(Duration::from_secs(120), || {
+        drained(&agents, "i", last).then_some(())
+    });
+    assert!(ok.is_some(), "{}", sink_status(&agents[0], "i#histograms"));
+    let fq = |extra: &[&str]| {
+        let out = std::process::Command::new(bin())
+            .args([
+                "fleet-quantile",
+                "--influx",
+                &format!("http://{}", influx.http),
+            ])
+            .args([
+                "--from",
+                &m0.to_string(),
+                "--to",
+                &(m0 + MINUTES * MIN).to_string(),
+            ])
+            .args(["--q", "0.5,0.99"])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for (what, values, extra) in [
+        ("fleet", &mut all, vec!["--db", "fleet"]),
+        (
+            "dev-4",
+            &mut dev4,
+            vec!["--db", "fleet", "--tag", "device=dev-4"],
+        ),
+    ] {
+        values.sort_by(|a, b| a.total_cmp(b));
+        let (code, out, err) = fq(&extra);
+        assert_eq!(code, Some(0), "{out}{err}");
+        assert!(
+            out.contains(&format!("count {}\n", values.len())),
+            "{what}: {out}"
+        );
+        for q in [0.5, 0.99] {
+            let got: f64 = out
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("q{q} ")))
+                .and_then(|x| x.parse().ok())
+                .unwrap_or_else(|| panic!("{what}: {out}"));
+            let want = exact(values, q);
+            let e = (got - want).abs() / want;
+            println!(
+                "influxdb {what} q={q}: merged {got:.3} exact {want:.3} error {:.3} %",
+                e * 100.0
+            );
+            assert!(e <= 0.02, "{what} q={q}: {got} vs {want}");
+        }
+    }
+    // Errors: a malformed tag, a database that does not exist.
+    let (code, _, err) = fq(&["--db", "fleet", "--tag", "device"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("key=value"), "{err}");
+    let (code, _, err) = fq(&["--db", "nope"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("nope"), "{err}");
 }

@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod check_config;
+pub mod fleet_quantile;
 pub mod gpus;
 pub mod maintain;
 pub mod query;

@@ -497,8 +497,11 @@ impl SinkConfig {
         if !set {
             return Ok(());
         }
-        if self.kind != SinkKind::PrometheusRemoteWrite {
-            return Err("`histograms`, `histogram_fields` and `histogram_format` apply to type = \"prometheus_remote_write\" only (InfluxDB cannot merge histograms: see docs/forwarding.md)".into());
+        if self.kind == SinkKind::Mqtt {
+            return Err("`histograms`, `histogram_fields` and `histogram_format` apply to type = \"prometheus_remote_write\" or \"influxdb\"".into());
+        }
+        if self.kind == SinkKind::Influxdb && self.histogram_format.is_some() {
+            return Err("`histogram_format` applies to type = \"prometheus_remote_write\" only (InfluxDB gets the sketch bins as fields of `<measurement>_hist`, see docs/forwarding.md)".into());
         }
         if !self.histograms()
             && (self.histogram_fields.is_some() || self.histogram_format.is_some())
@@ -659,11 +662,15 @@ mod tests {
             let e = parse(&format!("{base}{bad}")).unwrap_err();
             assert!(e.contains(needle), "{bad}: {e}");
         }
+        let influx = "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\nhistograms = true\n";
+        assert!(parse(influx).unwrap().histograms());
+        let e = parse(&format!("{influx}histogram_format = \"native\"\n")).unwrap_err();
+        assert!(e.contains("prometheus_remote_write\" only"), "{e}");
         let e = parse(
-            "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\nhistograms = true\n",
+            "type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nhistograms = true\n",
         )
         .unwrap_err();
-        assert!(e.contains("prometheus_remote_write\" only"), "{e}");
+        assert!(e.contains("histograms"), "{e}");
         // The 1m tier is needed; the histogram cursor's name is taken.
         let tiers = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let e = validate_modes(std::slice::from_ref(&h), &tiers(&["1h"])).unwrap_err();

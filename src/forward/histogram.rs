@@ -488,5 +488,121 @@ pub(crate) fn run(ctx: SinkCtx, stop: CancellationToken) {
     run_http(ctx, stop, &wire);
 }
 
+/// The point an InfluxDB sink sends for a sketch row (`histograms = true` on `influxdb`):
+/// measurement `<measurement>_hist`, the series' tags plus `hist_field=<field>`, the minute's
+/// start as its time, fields `count`, `sum`, `zero` and one `p<key>` / `n<key>` per
+/// non-empty bin of that minute alone (not cumulative: InfluxQL's `sum()` adds them over
+/// time and devices, and a minute sent twice overwrites itself). `None` for other points.
+pub fn influx_point(p: &Point, fields: &HashSet<String>) -> Option<Point> {
+    let r = sketch_row(p)?;
+    let m = &p.series.measurement;
+    if !fields.contains(&format!("{m}.{}", r.field)) {
+        return None;
+    }
+    let mut tags = p.series.tags.clone();
+    tags.retain(|(k, _)| k != "hist_field");
+    tags.push(("hist_field".into(), r.field.to_string()));
+    tags.sort();
+    let measurement = format!("{m}_hist");
+    let mut prefix = String::new();
+    crate::model::escape_into(&mut prefix, &measurement, &[',', ' ']);
+    for (k, v) in &tags {
+        prefix.push(',');
+        crate::model::escape_into(&mut prefix, k, &[',', '=', ' ']);
+        prefix.push('=');
+        crate::model::escape_into(&mut prefix, v, &[',', '=', ' ']);
+    }
+    let mut fields: Vec<(std::sync::Arc<str>, crate::model::Value)> = vec![
+        ("count".into(), crate::model::Value::I64(r.count as i64)),
+        ("sum".into(), crate::model::Value::F64(r.sum)),
+        ("zero".into(), crate::model::Value::I64(r.zero as i64)),
+    ];
+    for (k, c) in &r.pos {
+        fields.push((format!("p{k}").into(), crate::model::Value::I64(*c as i64)));
+    }
+    for (k, c) in &r.neg {
+        fields.push((format!("n{k}").into(), crate::model::Value::I64(*c as i64)));
+    }
+    Some(Point {
+        series: std::sync::Arc::new(super::encode::Series {
+            measurement,
+            tags,
+            prefix,
+        }),
+        ts: r.bucket,
+        fields,
+    })
+}
+
+/// The `q`-quantile (`0 <= q <= 1`) of merged sketch bins, as [`crate::store::sketch::Sketch::quantile`]
+/// answers it: the value of the bin holding rank `floor(q * (count - 1))`, walking negatives
+/// (largest magnitude first), zeros, then positives. `None` when there are no values.
+pub fn bins_quantile(
+    pos: &BTreeMap<i32, u64>,
+    neg: &BTreeMap<i32, u64>,
+    zero: u64,
+    q: f64,
+) -> Option<f64> {
+    let count = zero + pos.values().sum::<u64>() + neg.values().sum::<u64>();
+    if count == 0 || !(0.0..=1.0).contains(&q) {
+        return None;
+    }
+    let rank = (q * (count - 1) as f64).floor();
+    let mut cum = 0u64;
+    for (&k, &c) in neg.iter().rev() {
+        cum += c;
+        if cum as f64 > rank {
+            return Some(-bin_value(k));
+        }
+    }
+    cum += zero;
+    if cum as f64 > rank {
+        return Some(0.0);
+    }
+    for (&k, &c) in pos {
+        cum += c;
+        if cum as f64 > rank {
+            return Some(bin_value(k));
+        }
+    }
+    pos.keys().next_back().map(|&k| bin_value(k))
+}
+
+/// An InfluxDB sink's histograms: its line protocol wire over [`influx_point`]s.
+struct InfluxBins {
+    inner: super::influx::LineProtocol,
+    fields: HashSet<String>,
+}
+
+impl Wire for InfluxBins {
+    fn kind(&self) -> &'static str {
+        "influxdb histograms"
+    }
+
+    fn body(&self, points: &[Point], _max_bytes: usize) -> Encoded {
+        // Whole 1-minute buckets: the batch goes whole.
+        let pts: Vec<Point> = points
+            .iter()
+            .filter_map(|p| influx_point(p, &self.fields))
+            .collect();
+        let mut e = self.inner.body(&pts, usize::MAX);
+        e.used = points.len();
+        e
+    }
+
+    fn send(&self, body: &[u8]) -> Outcome {
+        self.inner.send(body)
+    }
+}
+
+/// The histogram thread of an InfluxDB sink with `histograms = true`.
+pub(crate) fn run_influx(ctx: SinkCtx, stop: CancellationToken) {
+    let wire = InfluxBins {
+        inner: super::influx::LineProtocol::new(&ctx.cfg),
+        fields: ctx.cfg.histogram_fields().into_iter().collect(),
+    };
+    run_http(ctx, stop, &wire);
+}
+
 #[cfg(test)]
 mod tests;

@@ -75,14 +75,14 @@ pub(crate) struct Encoded {
 }
 
 /// Line protocol to InfluxDB.
-struct LineProtocol {
+pub(crate) struct LineProtocol {
     peer: HttpPeer,
     gzip: bool,
     uint_as_int: bool,
 }
 
 impl LineProtocol {
-    fn new(cfg: &super::SinkConfig) -> LineProtocol {
+    pub(crate) fn new(cfg: &super::SinkConfig) -> LineProtocol {
         let auth = if cfg.influx_version() == 1 {
             match (&cfg.credentials.username, &cfg.credentials.password) {
                 (Some(u), Some(p)) => Auth::Basic {

@@ -387,7 +387,7 @@ pub(crate) fn fallback_span(
     })
 }
 
-/// Starts the histogram thread of remote-write sink `sc` (`histograms = true`): its status
+/// Starts the histogram thread of sink `sc` (`histograms = true`: remote write or InfluxDB): its status
 /// (listed as `<name>#histograms`) and its handle (`None` when the thread cannot start).
 fn start_histograms(
     sc: &SinkConfig,
@@ -404,7 +404,10 @@ fn start_histograms(
         s.kind = sc.kind.name().into();
         s.url = sc.url.clone();
         s.max_rate_pps = sc.max_rate;
-        s.forward = format!("histograms:{}", sc.histogram_format_name());
+        s.forward = match sc.kind {
+            SinkKind::Influxdb => "histograms:bins".into(),
+            _ => format!("histograms:{}", sc.histogram_format_name()),
+        };
     });
     let mut cfg = sc.clone();
     cfg.name = name.clone();
@@ -417,9 +420,16 @@ fn start_histograms(
         fallback_tier_s: None,
         feed: store::Feed::Sketches { lateness_ns },
     };
+    let influx = sc.kind == SinkKind::Influxdb;
     let h = std::thread::Builder::new()
         .name(format!("fwd-{name}"))
-        .spawn(move || histogram::run(ctx, stop));
+        .spawn(move || {
+            if influx {
+                histogram::run_influx(ctx, stop)
+            } else {
+                histogram::run(ctx, stop)
+            }
+        });
     match h {
         Ok(h) => (st, Some(Handle::Thread(h))),
         Err(e) => {
@@ -487,7 +497,7 @@ pub fn start(
             fallback_tier_s: fallback_tier_s.filter(|_| feed == store::Feed::Raw),
             feed,
         };
-        if sc.kind == SinkKind::PrometheusRemoteWrite && sc.histograms() {
+        if sc.histograms() {
             let hist = start_histograms(sc, dir, &device_id, &ident, lateness_ns, stop.clone());
             status.sinks.push(hist.0);
             if let Some(h) = hist.1 {
