@@ -17,6 +17,10 @@
 //! before a series' last folded bucket are never folded twice. Losing the file restarts the
 //! totals at zero (a counter reset, flagged `reset_hint = YES` on native histograms).
 //!
+//! On an `influxdb` sink (InfluxQL cannot merge histograms) the same thread sends each
+//! minute's own bins as fields of `<measurement>_hist` ([`influx_point`]) for InfluxQL to
+//! add and `edgewatch fleet-quantile` to merge ([`bins_quantile`]).
+//!
 //! It never reads the store (its points come from the sink loop), never classifies an
 //! answer (`crate::deliver` does: a Prometheus without native histograms pauses the sink
 //! with that reason), and never sends the raw points (the sink's own thread does).

@@ -278,3 +278,58 @@ fn histogram_wire_bytes_per_series_and_hour() {
         assert!(bytes > 0);
     }
 }
+
+/// InfluxDB gets each minute's own bins under `<measurement>_hist` with a `hist_field` tag;
+/// other fields are left out; the merged bins answer as one sketch fed every value.
+#[test]
+fn influx_points_carry_one_minutes_bins_and_merge_like_one_sketch() {
+    let a = [10.0, 20.0, 30.0, 0.0];
+    let b = [40.0, 50.0];
+    let p = row_point("inference,model=m", "wall_ms", T0, &a);
+    let q = influx_point(&p, &fields()).unwrap();
+    assert_eq!(q.series.measurement, "inference_hist");
+    assert!(
+        q.series.prefix.contains("hist_field=wall_ms"),
+        "{}",
+        q.series.prefix
+    );
+    assert_eq!(q.ts, T0);
+    let mut out = Vec::new();
+    crate::forward::encode::line(&mut out, &q, true);
+    let line = String::from_utf8(out).unwrap();
+    assert!(
+        line.starts_with(
+            "inference_hist,device_id=jet-1,hist_field=wall_ms,model=m count=4i,sum=60,zero=1i,p"
+        ),
+        "{line}"
+    );
+    let other = row_point("inference,model=m", "gpu_ms", T0, &a);
+    assert!(influx_point(&other, &fields()).is_none());
+    // Merge the two minutes' bins as InfluxQL's sum() would, and ask for quantiles.
+    let mut pos = BTreeMap::new();
+    let mut zero = 0;
+    let mut sk = Sketch::new();
+    for (vals, t) in [(&a[..], T0), (&b[..], T0 + MIN)] {
+        let r = sketch_row(&row_point("inference,model=m", "wall_ms", t, vals)).unwrap();
+        for (k, c) in r.pos {
+            *pos.entry(k).or_insert(0) += c;
+        }
+        zero += r.zero;
+        for v in vals {
+            sk.add(*v);
+        }
+    }
+    for q in [0.0, 0.3, 0.5, 0.9, 0.99] {
+        let got = bins_quantile(&pos, &BTreeMap::new(), zero, q);
+        // The sketch clamps to its exact min/max; bins answer with the bin's value.
+        let want = sk.quantile(q).unwrap();
+        assert!(
+            got.is_some_and(|g| (g - want).abs() <= want.abs() * 0.011),
+            "{q}: {got:?} {want}"
+        );
+    }
+    assert_eq!(
+        bins_quantile(&BTreeMap::new(), &BTreeMap::new(), 0, 0.5),
+        None
+    );
+}
