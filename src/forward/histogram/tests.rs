@@ -333,3 +333,39 @@ fn influx_points_carry_one_minutes_bins_and_merge_like_one_sketch() {
         None
     );
 }
+
+/// The totals cannot be written (no such directory): `acked` says so with the path, the
+/// totals stay as they were, and the same batch encodes the same request again (the loop
+/// keeps the cursor and resends it). Once writable, it is taken.
+#[test]
+fn totals_that_cannot_be_written_keep_the_batch() {
+    let cfg: SinkConfig = toml::from_str(
+        "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://127.0.0.1:1/api/v1/write\"\nhistograms = true\n",
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("gone").join("hist-p.json");
+    let w = HistWire::new(&cfg, missing.clone(), State::default());
+    let pts = vec![row_point("inference,model=m", "wall_ms", T0, &[10.0, 20.0])];
+    let before = w.body(&pts, usize::MAX).body;
+    let e = w.acked(&pts).unwrap_err();
+    assert!(e.contains("gone"), "{e}");
+    assert_eq!(*w.state.lock().unwrap(), State::default());
+    assert_eq!(
+        w.body(&pts, usize::MAX).body,
+        before,
+        "the same samples go again"
+    );
+    std::fs::create_dir_all(missing.parent().unwrap()).unwrap();
+    w.acked(&pts).unwrap();
+    assert_eq!(load(&missing).unwrap(), *w.state.lock().unwrap());
+    assert_eq!(w.state.lock().unwrap().series.len(), 1);
+    // Folded: the batch adds nothing more.
+    let raw = snap::raw::Decoder::new()
+        .decompress_vec(&w.body(&pts, usize::MAX).body)
+        .unwrap();
+    assert!(WriteRequest::decode(&raw[..])
+        .unwrap()
+        .timeseries
+        .is_empty());
+}
