@@ -303,6 +303,10 @@ SINKS = {
     "mqtt-line": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "line"\n'),
     "mqtt-line-gzip": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "line"\ngzip = true\n'),
     "remote-write": (start_victoriametrics, 'type = "prometheus_remote_write"\nurl = "http://127.0.0.1:@PORT@/api/v1/write"\n'),
+    # Histograms on (docs/forwarding.md "Histograms"): the points plus the latency sketches.
+    "remote-write-hist-native": (start_victoriametrics, 'type = "prometheus_remote_write"\nurl = "http://127.0.0.1:@PORT@/api/v1/write"\nhistograms = true\n'),
+    "remote-write-hist-vmrange": (start_victoriametrics, 'type = "prometheus_remote_write"\nurl = "http://127.0.0.1:@PORT@/api/v1/write"\nhistograms = true\nhistogram_format = "vmrange"\n'),
+    "influxdb-gzip-hist": (start_influxd, 'type = "influxdb"\nurl = "http://127.0.0.1:@PORT@"\nversion = 1\ndatabase = "edge"\ngzip = true\nhistograms = true\n'),
     "mqtt-json": (start_mosquitto, 'type = "mqtt"\nurl = "mqtt://127.0.0.1:@PORT@"\ntopic = "ew/{device_id}"\nformat = "json"\n'),
 }
 

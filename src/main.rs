@@ -50,6 +50,9 @@ enum Command {
         #[command(subcommand)]
         command: cli::fleet::FleetCommand,
     },
+    /// Fleet-wide quantiles of a latency field from InfluxDB 1.x, merged from the agents'
+    /// sketch bins (sinks with `histograms = true`).
+    FleetQuantile(cli::fleet_quantile::FleetQuantileArgs),
 }
 
 fn init_logging(level: &str) {
@@ -113,5 +116,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Alerts(args) => cli::alerts::run(args),
         Command::Incident(args) => cli::incident::run(args),
         Command::Fleet { command } => cli::fleet::run(command),
+        Command::FleetQuantile(args) => cli::fleet_quantile::run(args),
     }
 }

@@ -400,11 +400,13 @@ fn every_fleet_dashboard_query_parses_and_returns_rows_on_victoriametrics() {
     let log = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/jetson/tegrastats-orin-nano.log");
     let cfg = format!(
-        "[host]\nenabled = false\n[nvml]\nenabled = false\n[rollup]\nenabled = false\n\
+        "[host]\nenabled = false\n[nvml]\nenabled = false\n\
+         [rollup]\nenabled = true\ninterval = \"1s\"\nlateness = \"5s\"\n\
          [health]\nenabled = true\ninterval = \"200ms\"\n\
          [jetson]\nroot = \"{}\"\ninterval = \"200ms\"\n\
          [tegrastats]\nreplay = \"{}\"\ninterval = \"200ms\"\n\
-         [[sink]]\ntype = \"prometheus_remote_write\"\nname = \"rw\"\nurl = \"http://127.0.0.1:{port}/api/v1/write\"\nmax_delay = \"50ms\"\n",
+         [[sink]]\ntype = \"prometheus_remote_write\"\nname = \"rw\"\nurl = \"http://127.0.0.1:{port}/api/v1/write\"\nmax_delay = \"50ms\"\n\
+         histograms = true\nhistogram_format = \"vmrange\"\n",
         root.display(),
         log.display()
     );

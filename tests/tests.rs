@@ -29,6 +29,9 @@ mod fleet_incidents;
 /// Signed remote config: keygen/sign/publish, retained layers over real mosquitto, HTTP pull
 /// with ETag, every bad document refused, ten agents on the same layers.
 mod fleet_config;
+/// Fleet-true percentiles: ten agents' sketches as native histograms (real Prometheus) and
+/// vmrange counters (real VictoriaMetrics), live and after a backlog drain.
+mod fleet_hist;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),

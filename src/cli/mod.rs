@@ -5,6 +5,7 @@
 pub mod alerts;
 pub mod check_config;
 pub mod fleet;
+pub mod fleet_quantile;
 pub mod gpus;
 pub mod incident;
 pub mod maintain;

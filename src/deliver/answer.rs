@@ -123,6 +123,11 @@ pub fn classify(peer: Peer, status: u16, retry_after: Option<&str>, body: &str) 
                 unreachable: false,
             },
         },
+        // A Prometheus started without native histograms says so in a 500; retrying cannot
+        // change that, only the operator can: pause with the fix, like a wrong path.
+        500 if body.contains("native histograms are disabled") => pause(
+            "start Prometheus with --enable-feature=native-histograms, or set histogram_format = \"vmrange\" for VictoriaMetrics",
+        ),
         408 | 500..=599 => Outcome::Retry {
             reason,
             unreachable: false,
@@ -134,6 +139,27 @@ pub fn classify(peer: Peer, status: u16, retry_after: Option<&str>, body: &str) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_histograms_disabled_pauses_with_the_fix() {
+        let o = classify(Peer::Sink, 500, None, "native histograms are disabled\n");
+        match o {
+            Outcome::Pause { status, reason } => {
+                assert_eq!(status, 500);
+                assert!(
+                    reason.contains("--enable-feature=native-histograms"),
+                    "{reason}"
+                );
+                assert!(reason.contains("data is kept"), "{reason}");
+            }
+            o => panic!("{o:?}"),
+        }
+        // Any other 500 is still a backoff.
+        assert!(matches!(
+            classify(Peer::Sink, 500, None, "out of memory"),
+            Outcome::Retry { .. }
+        ));
+    }
 
     #[test]
     fn the_policy_table_holds_for_both_peers() {

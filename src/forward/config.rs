@@ -43,6 +43,32 @@ pub enum Format {
     Json,
 }
 
+/// How a remote-write sink's histograms are sent (`histogram_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HistFormat {
+    /// Prometheus native histograms (remote write 1.0 `Histogram`), schema 8.
+    #[default]
+    Native,
+    /// VictoriaMetrics `vmrange` bucket counters, one per sketch bin.
+    Vmrange,
+}
+
+/// The fields sent as histograms by default (`histogram_fields`): the `inference` and `llm`
+/// latencies of the README's conventions.
+pub const DEFAULT_HIST_FIELDS: [&str; 5] = [
+    "inference.wall_ms",
+    "inference.gpu_ms",
+    "llm.ttft_ms",
+    "llm.itl_ms",
+    "llm.e2e_ms",
+];
+
+/// The name of the cursor (and status entry) of sink `name`'s histograms.
+pub fn hist_sink_name(name: &str) -> String {
+    format!("{name}#histograms")
+}
+
 // -- Bandwidth-aware forwarding: the `forward` key's value (src/forward/rollup.rs uses it) --
 /// The tiers a sink may forward: name and resolution in seconds.
 pub const TIERS: [(&str, i64); 2] = [("1m", 60), ("1h", 3600)];
@@ -213,6 +239,15 @@ pub struct SinkConfig {
     /// `ca_file` (default: the system's CAs), `cert_file` and `key_file` (mutual TLS).
     #[serde(flatten)]
     pub tls: crate::deliver::mqtt::TlsKeys,
+    /// Remote write: also send the 1-minute latency sketches as histograms (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histograms: Option<bool>,
+    /// Which `measurement.field`s become histograms (default [`DEFAULT_HIST_FIELDS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram_fields: Option<Vec<String>>,
+    /// `native` (default) or `vmrange`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub histogram_format: Option<HistFormat>,
 }
 
 fn yes() -> bool {
@@ -397,6 +432,9 @@ impl SinkConfig {
                 }
             }
         }
+        if let Err(e) = self.validate_histograms() {
+            return err(e);
+        }
         if let Err(e) = host_port(&self.url) {
             return err(e);
         }
@@ -425,6 +463,72 @@ impl SinkConfig {
         self.tls.files()
     }
 
+    /// Whether the sink sends histograms (`histograms = true`).
+    pub fn histograms(&self) -> bool {
+        self.histograms == Some(true)
+    }
+
+    /// The `measurement.field`s sent as histograms.
+    pub fn histogram_fields(&self) -> Vec<String> {
+        match &self.histogram_fields {
+            Some(f) => f.clone(),
+            None => DEFAULT_HIST_FIELDS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// The histogram format.
+    pub fn histogram_format(&self) -> HistFormat {
+        self.histogram_format.unwrap_or_default()
+    }
+
+    /// The histogram format's name, as configured.
+    pub fn histogram_format_name(&self) -> &'static str {
+        match self.histogram_format() {
+            HistFormat::Native => "native",
+            HistFormat::Vmrange => "vmrange",
+        }
+    }
+
+    /// Checks the histogram keys: remote write only, fields as `measurement.field`.
+    fn validate_histograms(&self) -> Result<(), String> {
+        let set = self.histograms.is_some()
+            || self.histogram_fields.is_some()
+            || self.histogram_format.is_some();
+        if !set {
+            return Ok(());
+        }
+        if self.kind == SinkKind::Mqtt {
+            return Err("`histograms`, `histogram_fields` and `histogram_format` apply to type = \"prometheus_remote_write\" or \"influxdb\"".into());
+        }
+        if self.kind == SinkKind::Influxdb && self.histogram_format.is_some() {
+            return Err("`histogram_format` applies to type = \"prometheus_remote_write\" only (InfluxDB gets the sketch bins as fields of `<measurement>_hist`, see docs/forwarding.md)".into());
+        }
+        if !self.histograms()
+            && (self.histogram_fields.is_some() || self.histogram_format.is_some())
+        {
+            return Err(
+                "`histogram_fields` and `histogram_format` need `histograms = true`".into(),
+            );
+        }
+        for f in self.histogram_fields.iter().flatten() {
+            let ok = f
+                .split_once('.')
+                .is_some_and(|(m, k)| !m.is_empty() && !k.is_empty());
+            if !ok {
+                return Err(format!(
+                    "histogram_fields entry {f:?} must be \"measurement.field\", e.g. \"inference.wall_ms\""
+                ));
+            }
+        }
+        if self.histogram_fields.as_ref().is_some_and(|f| f.is_empty()) {
+            return Err(
+                "histogram_fields is empty: list at least one field, or set histograms = false"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// Whether payloads are gzipped.
     pub fn gzip(&self) -> bool {
         self.gzip.unwrap_or(self.kind == SinkKind::Influxdb)
@@ -436,6 +540,17 @@ pub use crate::deliver::host_port;
 /// Checks that every rollup-mode sink's tier is one of `[rollup] tiers` (`tiers`: their
 /// configured names); the message names the sink, the key and the tiers.
 pub fn validate_modes(sinks: &[SinkConfig], tiers: &[String]) -> Result<(), String> {
+    for s in sinks.iter().filter(|s| s.histograms()) {
+        let found = tiers
+            .iter()
+            .any(|t| humantime::parse_duration(t).is_ok_and(|d| d == Duration::from_secs(60)));
+        if !found {
+            return Err(format!(
+                "[[sink]] {:?}: histograms = true sends the 1-minute sketches and needs a 1m tier in [rollup] tiers {tiers:?}",
+                s.name
+            ));
+        }
+    }
     for s in sinks {
         let Some(tier_s) = s.forward.tier_s() else {
             continue;
@@ -459,8 +574,15 @@ pub fn validate_all(sinks: &[SinkConfig]) -> Result<(), String> {
     let mut seen = std::collections::HashSet::new();
     for s in sinks {
         s.validate()?;
-        if !seen.insert(s.name.as_str()) {
+        if !seen.insert(s.name.clone()) {
             return Err(format!("[[sink]] name {:?} is used twice; names key the durable cursors and must be unique", s.name));
+        }
+        if s.histograms() && !seen.insert(hist_sink_name(&s.name)) {
+            return Err(format!(
+                "[[sink]] name {:?} is the histogram cursor of sink {:?}; pick another name",
+                hist_sink_name(&s.name),
+                s.name
+            ));
         }
     }
     Ok(())
@@ -505,6 +627,62 @@ mod tests {
             e.contains("min_backoff") && e.contains("max_backoff"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn histogram_keys_are_checked() {
+        let base = "type = \"prometheus_remote_write\"\nname = \"p\"\nurl = \"http://127.0.0.1:9090/api/v1/write\"\n";
+        let p = parse(base).unwrap();
+        assert!(!p.histograms());
+        let h = parse(&format!("{base}histograms = true\n")).unwrap();
+        assert!(h.histograms());
+        assert_eq!(
+            h.histogram_fields(),
+            DEFAULT_HIST_FIELDS.map(String::from).to_vec()
+        );
+        assert_eq!(h.histogram_format(), HistFormat::Native);
+        let v = parse(&format!(
+            "{base}histograms = true\nhistogram_format = \"vmrange\"\nhistogram_fields = [\"app.lat_ms\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(v.histogram_format(), HistFormat::Vmrange);
+        assert_eq!(v.histogram_fields(), vec!["app.lat_ms".to_string()]);
+        for (bad, needle) in [
+            (
+                "histograms = true\nhistogram_format = \"le\"\n",
+                "histogram_format",
+            ),
+            (
+                "histograms = true\nhistogram_fields = [\"wall_ms\"]\n",
+                "measurement.field",
+            ),
+            ("histograms = true\nhistogram_fields = []\n", "empty"),
+            ("histogram_format = \"vmrange\"\n", "histograms = true"),
+        ] {
+            let e = parse(&format!("{base}{bad}")).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+        let influx = "type = \"influxdb\"\nname = \"a\"\nurl = \"http://h:1\"\nversion = 1\ndatabase = \"d\"\nhistograms = true\n";
+        assert!(parse(influx).unwrap().histograms());
+        let e = parse(&format!("{influx}histogram_format = \"native\"\n")).unwrap_err();
+        assert!(e.contains("prometheus_remote_write\" only"), "{e}");
+        let e = parse(
+            "type = \"mqtt\"\nname = \"m\"\nurl = \"mqtt://h\"\ntopic = \"t\"\nhistograms = true\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("histograms"), "{e}");
+        // The 1m tier is needed; the histogram cursor's name is taken.
+        let tiers = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = validate_modes(std::slice::from_ref(&h), &tiers(&["1h"])).unwrap_err();
+        assert!(e.contains("1m tier"), "{e}");
+        assert_eq!(
+            validate_modes(std::slice::from_ref(&h), &tiers(&["1m", "1h"])),
+            Ok(())
+        );
+        let mut other = p.clone();
+        other.name = "p#histograms".into();
+        let e = validate_all(&[h, other]).unwrap_err();
+        assert!(e.contains("p#histograms"), "{e}");
     }
 
     #[test]

@@ -56,6 +56,12 @@ pub(crate) trait Wire {
     fn body(&self, points: &[Point], max_bytes: usize) -> Encoded;
     /// Posts `body`; classifies the answer.
     fn send(&self, body: &[u8]) -> Outcome;
+    /// The receiver acknowledged `points` (a whole batch, before the cursor moves past it):
+    /// state kept beside the cursor is made durable here. An error keeps the cursor where it
+    /// is (the batch goes again).
+    fn acked(&self, _points: &[Point]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A batch's body, as a [`Wire`] encoded it.
@@ -69,14 +75,14 @@ pub(crate) struct Encoded {
 }
 
 /// Line protocol to InfluxDB.
-struct LineProtocol {
+pub(crate) struct LineProtocol {
     peer: HttpPeer,
     gzip: bool,
     uint_as_int: bool,
 }
 
 impl LineProtocol {
-    fn new(cfg: &super::SinkConfig) -> LineProtocol {
+    pub(crate) fn new(cfg: &super::SinkConfig) -> LineProtocol {
         let auth = if cfg.influx_version() == 1 {
             match (&cfg.credentials.username, &cfg.credentials.password) {
                 (Some(u), Some(p)) => Auth::Basic {
@@ -402,20 +408,26 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
                                 tracing::info!(sink = %name, "eviction gap covered from the rollup tier");
                             }
                         }
-                        r.map(|()| 0)
+                        r.map(|()| 0).map_err(|e| e.to_string())
                     }
-                    Batch::Raw { last, .. } => {
-                        seq += 1;
-                        cur.ack(last, seq, n, ts_max, now).map(|()| {
-                            cursor = last;
-                            n
-                        })
-                    }
+                    Batch::Raw { last, .. } => match wire.acked(points) {
+                        Err(e) => Err(e),
+                        Ok(()) => {
+                            seq += 1;
+                            cur.ack(last, seq, n, ts_max, now)
+                                .map(|()| {
+                                    cursor = last;
+                                    n
+                                })
+                                .map_err(|e| e.to_string())
+                        }
+                    },
                     Batch::Part => {
                         let sp = split.as_mut().expect("a part has its split");
                         sp.off += points.len();
                         sp.acked += n;
                         finish_split(&mut split, &mut cur, &mut seq, &mut cursor, ts_max, now)
+                            .map_err(|e| e.to_string())
                     }
                 };
                 match r {

@@ -22,6 +22,7 @@
 
 pub mod config;
 pub mod encode;
+pub mod histogram;
 mod influx;
 mod mqtt;
 pub mod remote_write;
@@ -387,6 +388,58 @@ pub(crate) fn fallback_span(
     })
 }
 
+/// Starts the histogram thread of sink `sc` (`histograms = true`: remote write or InfluxDB): its status
+/// (listed as `<name>#histograms`) and its handle (`None` when the thread cannot start).
+fn start_histograms(
+    sc: &SinkConfig,
+    dir: &Path,
+    device_id: &str,
+    ident: &[(String, String)],
+    lateness_ns: i64,
+    stop: CancellationToken,
+) -> (Arc<SinkStatus>, Option<Handle>) {
+    let name = config::hist_sink_name(&sc.name);
+    let st = Arc::new(SinkStatus::default());
+    st.update(|s| {
+        s.name = name.clone();
+        s.kind = sc.kind.name().into();
+        s.url = sc.url.clone();
+        s.max_rate_pps = sc.max_rate;
+        s.forward = match sc.kind {
+            SinkKind::Influxdb => "histograms:bins".into(),
+            _ => format!("histograms:{}", sc.histogram_format_name()),
+        };
+    });
+    let mut cfg = sc.clone();
+    cfg.name = name.clone();
+    let ctx = SinkCtx {
+        cfg,
+        dir: dir.to_path_buf(),
+        device_id: device_id.to_string(),
+        identity: ident.to_vec(),
+        status: st.clone(),
+        fallback_tier_s: None,
+        feed: store::Feed::Sketches { lateness_ns },
+    };
+    let influx = sc.kind == SinkKind::Influxdb;
+    let h = std::thread::Builder::new()
+        .name(format!("fwd-{name}"))
+        .spawn(move || {
+            if influx {
+                histogram::run_influx(ctx, stop)
+            } else {
+                histogram::run(ctx, stop)
+            }
+        });
+    match h {
+        Ok(h) => (st, Some(Handle::Thread(h))),
+        Err(e) => {
+            tracing::error!(sink = %name, error = %e, "cannot start the histogram sink");
+            (st, None)
+        }
+    }
+}
+
 /// The running forwarders.
 pub struct Forwarders {
     /// Their status, for the API.
@@ -445,6 +498,13 @@ pub fn start(
             fallback_tier_s: fallback_tier_s.filter(|_| feed == store::Feed::Raw),
             feed,
         };
+        if sc.histograms() {
+            let hist = start_histograms(sc, dir, &device_id, &ident, lateness_ns, stop.clone());
+            status.sinks.push(hist.0);
+            if let Some(h) = hist.1 {
+                handles.push((config::hist_sink_name(&sc.name), h));
+            }
+        }
         let stop = stop.clone();
         let h = match sc.kind {
             SinkKind::Influxdb => std::thread::Builder::new()

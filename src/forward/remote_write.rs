@@ -13,7 +13,7 @@
 //! times are milliseconds; a series' samples are in time order within a request, and two
 //! points of one series in the same millisecond leave the later one. Strings cannot be
 //! carried: they are skipped and counted (`skipped_string_values`). It never sends metadata,
-//! exemplars or histograms, and never reorders or drops numeric values otherwise.
+//! exemplars or histograms (those are [`super::histogram`]'s), and never reorders or drops numeric values otherwise.
 //!
 //! Collisions: sanitising and joining are not one-to-one (`cpu_usage`/`x` and `cpu`/`usage_x`
 //! are both `cpu_usage_x`; tags `a.b` and `a_b` are both `a_b`), and two sources sent as one
@@ -67,6 +67,103 @@ pub mod proto {
         /// In time order.
         #[prost(message, repeated, tag = "2")]
         pub samples: Vec<Sample>,
+        /// Native histograms, in time order (`types.proto` field 4; 3 is exemplars).
+        #[prost(message, repeated, tag = "4")]
+        pub histograms: Vec<Histogram>,
+    }
+
+    /// A native histogram (integer counts), numbered as `prompb/types.proto`'s `Histogram`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Histogram {
+        /// Observations (`count_int` = 1 or `count_float` = 2).
+        #[prost(oneof = "histogram::Count", tags = "1, 2")]
+        pub count: Option<histogram::Count>,
+        /// Their sum.
+        #[prost(double, tag = "3")]
+        pub sum: f64,
+        /// Bucket bounds `2^(i / 2^schema)`; -4..=8.
+        #[prost(sint32, tag = "4")]
+        pub schema: i32,
+        /// Breadth of the zero bucket.
+        #[prost(double, tag = "5")]
+        pub zero_threshold: f64,
+        /// Count in the zero bucket (`zero_count_int` = 6 or `zero_count_float` = 7).
+        #[prost(oneof = "histogram::ZeroCount", tags = "6, 7")]
+        pub zero_count: Option<histogram::ZeroCount>,
+        /// Negative buckets' spans.
+        #[prost(message, repeated, tag = "8")]
+        pub negative_spans: Vec<BucketSpan>,
+        /// Count deltas bucket to bucket (the first against zero).
+        #[prost(sint64, repeated, tag = "9")]
+        pub negative_deltas: Vec<i64>,
+        /// Float counts (float histograms only).
+        #[prost(double, repeated, tag = "10")]
+        pub negative_counts: Vec<f64>,
+        /// Positive buckets' spans.
+        #[prost(message, repeated, tag = "11")]
+        pub positive_spans: Vec<BucketSpan>,
+        /// Count deltas bucket to bucket (the first against zero).
+        #[prost(sint64, repeated, tag = "12")]
+        pub positive_deltas: Vec<i64>,
+        /// Float counts (float histograms only).
+        #[prost(double, repeated, tag = "13")]
+        pub positive_counts: Vec<f64>,
+        /// [`histogram::ResetHint`].
+        #[prost(enumeration = "histogram::ResetHint", tag = "14")]
+        pub reset_hint: i32,
+        /// Milliseconds since the epoch.
+        #[prost(int64, tag = "15")]
+        pub timestamp: i64,
+    }
+
+    /// [`Histogram`]'s nested types.
+    pub mod histogram {
+        /// The count.
+        #[derive(Clone, PartialEq, prost::Oneof)]
+        pub enum Count {
+            /// Integer count.
+            #[prost(uint64, tag = "1")]
+            CountInt(u64),
+            /// Float count.
+            #[prost(double, tag = "2")]
+            CountFloat(f64),
+        }
+
+        /// The zero bucket's count.
+        #[derive(Clone, PartialEq, prost::Oneof)]
+        pub enum ZeroCount {
+            /// Integer count.
+            #[prost(uint64, tag = "6")]
+            ZeroCountInt(u64),
+            /// Float count.
+            #[prost(double, tag = "7")]
+            ZeroCountFloat(f64),
+        }
+
+        /// Whether a counter reset happened before this histogram.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, prost::Enumeration)]
+        #[repr(i32)]
+        pub enum ResetHint {
+            /// Test for a reset.
+            Unknown = 0,
+            /// The first histogram after a reset.
+            Yes = 1,
+            /// No reset since the previous histogram.
+            No = 2,
+            /// A gauge histogram.
+            Gauge = 3,
+        }
+    }
+
+    /// Consecutive buckets: `offset` from the previous span's end (the first: the index).
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct BucketSpan {
+        /// Gap.
+        #[prost(sint32, tag = "1")]
+        pub offset: i32,
+        /// Buckets.
+        #[prost(uint32, tag = "2")]
+        pub length: u32,
     }
 
     /// A label pair.
@@ -131,7 +228,7 @@ fn sanitise(s: &str, colon: bool) -> String {
 /// whether a name had to be changed to keep two tags apart. Names are sanitised; when two
 /// sanitise to one name, a name sanitising left as it is keeps it and the others (in tag
 /// order) take the first free `<name>_2`, `<name>_3`, ...; [`SOURCE_LABEL`] is never free.
-fn tag_labels(series: &Series) -> (Vec<Label>, bool) {
+pub(crate) fn tag_labels(series: &Series) -> (Vec<Label>, bool) {
     let tags: Vec<(&str, &str, String)> = series
         .tags
         .iter()
@@ -405,7 +502,7 @@ pub fn request(points: &[Point], max_bytes: usize, names: &mut Names) -> Built {
                         + 4;
                     series.push(TimeSeries {
                         labels,
-                        samples: Vec::new(),
+                        ..TimeSeries::default()
                     });
                     index.insert((key, &**field), series.len() - 1);
                     series.len() - 1

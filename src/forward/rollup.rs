@@ -11,6 +11,10 @@
 //! can still change is never sent. Batching, acknowledgement, retries, dead letters and the
 //! status are the raw loop's, unchanged: only the source of the points differs.
 //!
+//! The histogram feed ([`super::store::Feed::Sketches`]) reads the same final 1-minute
+//! buckets with each row's sketch; [`sketch_point`] carries the bins to
+//! [`super::histogram`], and [`sketch_row`] reads them back.
+//!
 //! It never encodes a payload (that is [`super::encode`], per sink type) and never issues
 //! SQL (the rows come through [`crate::store::tiers`]).
 
@@ -18,6 +22,7 @@ use std::sync::Arc;
 
 use super::encode::{Point, Series};
 use crate::model::Value;
+use crate::store::sketch::Sketch;
 use crate::store::tiers::NamedRow;
 
 pub use super::config::{ForwardMode, TIERS};
@@ -47,6 +52,85 @@ pub fn row_point(r: &NamedRow, series: Arc<Series>) -> Point {
         ts: r.bucket,
         fields,
     }
+}
+
+/// The tier whose sketches become histograms (`histograms = true`): one minute.
+pub const SKETCH_TIER_S: i64 = 60;
+
+/// The point a row's sketch becomes in the histogram feed ([`super::store::Feed::Sketches`]):
+/// the series' own tags, the bucket start as its time, and the fields: the row's field name
+/// with the sum of its values, then `#count` and `#zero` (values counted as zero), then one
+/// `+<key>` (positive) or `-<key>` (negative) per non-empty bin with its count. Only
+/// [`sketch_row`] reads it back.
+pub fn sketch_point(r: &NamedRow, sketch: &Sketch, series: Arc<Series>) -> Point {
+    let (pos, neg, zero) = sketch.bins();
+    let mut fields: Vec<(Arc<str>, Value)> = Vec::with_capacity(3 + pos.len() + neg.len());
+    fields.push((r.field.as_str().into(), Value::F64(r.sum)));
+    fields.push(("#count".into(), Value::U64(sketch.count())));
+    fields.push(("#zero".into(), Value::U64(zero)));
+    for (k, c) in pos {
+        fields.push((format!("+{k}").into(), Value::U64(c)));
+    }
+    for (k, c) in neg {
+        fields.push((format!("-{k}").into(), Value::U64(c)));
+    }
+    Point {
+        series,
+        ts: r.bucket,
+        fields,
+    }
+}
+
+/// A sketch row read back from a [`sketch_point`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SketchRow {
+    /// The field.
+    pub field: Arc<str>,
+    /// Bucket start, ns.
+    pub bucket: i64,
+    /// Values in the bucket.
+    pub count: u64,
+    /// Their sum.
+    pub sum: f64,
+    /// Values counted as zero.
+    pub zero: u64,
+    /// Positive bins `(key, count)`.
+    pub pos: Vec<(i32, u64)>,
+    /// Negative bins `(key, count)` (keys of the magnitudes).
+    pub neg: Vec<(i32, u64)>,
+}
+
+/// Reads a [`sketch_point`] back; `None` for any other point.
+pub fn sketch_row(p: &Point) -> Option<SketchRow> {
+    let mut it = p.fields.iter();
+    let (field, sum) = match it.next()? {
+        (f, Value::F64(s)) => (f.clone(), *s),
+        _ => return None,
+    };
+    let mut row = SketchRow {
+        field,
+        bucket: p.ts,
+        sum,
+        ..SketchRow::default()
+    };
+    for (name, v) in it {
+        let Value::U64(c) = v else {
+            return None;
+        };
+        match &**name {
+            "#count" => row.count = *c,
+            "#zero" => row.zero = *c,
+            n => {
+                let key: i32 = n.get(1..)?.parse().ok()?;
+                match n.as_bytes().first() {
+                    Some(b'+') => row.pos.push((key, *c)),
+                    Some(b'-') => row.neg.push((key, *c)),
+                    _ => return None,
+                }
+            }
+        }
+    }
+    Some(row)
 }
 
 /// The tag rollup points carry, `edgewatch_rollup=<tier>s`, after the identity tags.

@@ -21,6 +21,8 @@ use super::encode::{series, Point, Series};
 use crate::store::chunks::{self, Chunk, Scan};
 use crate::store::incidents::IncidentRow;
 use crate::store::sinks::{self, Ack};
+use crate::store::sketch::Sketch;
+use crate::store::tiers::NamedRow;
 use crate::store::{clockfix, dict, tiers, Ctx, Mode, Reader, StoreError};
 
 pub use crate::store::sinks::{Durable, FallbackPos, FallbackProgress, Refused};
@@ -52,6 +54,13 @@ pub enum Feed {
         /// `[rollup] lateness`, ns: when a bucket is final.
         lateness_ns: i64,
     },
+    /// The sketches of the final 1-minute buckets, one point per row carrying the row's bins
+    /// ([`super::rollup::sketch_point`]), under the point series' own tags: what a sink's
+    /// histograms are made of (`histograms = true`).
+    Sketches {
+        /// `[rollup] lateness`, ns.
+        lateness_ns: i64,
+    },
 }
 
 impl Feed {
@@ -60,6 +69,21 @@ impl Feed {
         match self {
             Feed::Raw => 0,
             Feed::Rollup { tier_s, .. } => tier_s,
+            Feed::Sketches { .. } => super::rollup::SKETCH_TIER_S,
+        }
+    }
+
+    /// A feed of tier rows: (tier, lateness, whether rows carry their sketches).
+    fn tier_rows(self) -> Option<(i64, i64, bool)> {
+        match self {
+            Feed::Raw => None,
+            Feed::Rollup {
+                tier_s,
+                lateness_ns,
+            } => Some((tier_s, lateness_ns, false)),
+            Feed::Sketches { lateness_ns } => {
+                Some((super::rollup::SKETCH_TIER_S, lateness_ns, true))
+            }
         }
     }
 }
@@ -98,7 +122,7 @@ impl Source {
         feed: Feed,
     ) -> Result<Source, StoreError> {
         let identity = match feed {
-            Feed::Raw => identity,
+            Feed::Raw | Feed::Sketches { .. } => identity,
             Feed::Rollup { tier_s, .. } => super::rollup::rollup_identity(&identity, tier_s),
         };
         Ok(Source {
@@ -120,6 +144,7 @@ impl Source {
         after: i64,
         max_points: usize,
         upto: i64,
+        sketches: bool,
     ) -> Result<Chunks, StoreError> {
         let (conn, path) = (self.db.conn(), self.db.path());
         let state = tiers::state(conn, path, tier_s)?;
@@ -134,7 +159,7 @@ impl Source {
         }
         let max_points = max_points.clamp(1, 100_000);
         let to = through.saturating_add(1);
-        let mut rows = tiers::named_rows(
+        let mut rows = tiers::named_sketch_rows(
             conn,
             path,
             tier_s,
@@ -143,7 +168,7 @@ impl Source {
             Some((after, i64::MAX)),
             Some(max_points + 1),
         )?;
-        let buckets: Vec<i64> = rows.iter().map(|r| r.bucket).collect();
+        let buckets: Vec<i64> = rows.iter().map(|r| r.0.bucket).collect();
         let full = match super::rollup::whole_buckets(&buckets, max_points) {
             Some((keep, full)) => {
                 rows.truncate(keep);
@@ -151,7 +176,15 @@ impl Source {
             }
             None => {
                 let b = buckets[0];
-                rows = tiers::named_rows(conn, path, tier_s, b, b.saturating_add(1), None, None)?;
+                rows = tiers::named_sketch_rows(
+                    conn,
+                    path,
+                    tier_s,
+                    b,
+                    b.saturating_add(1),
+                    None,
+                    None,
+                )?;
                 true
             }
         };
@@ -159,14 +192,21 @@ impl Source {
             full,
             ..Chunks::default()
         };
-        for r in &rows {
+        for (r, sketch) in &rows {
             let series = self
                 .rollup_series
                 .entry(r.key.clone())
                 .or_insert_with(|| Arc::new(series(&r.key, &self.identity)))
                 .clone();
-            out.points.push(super::rollup::row_point(r, series));
+            out.points.push(match (sketches, sketch) {
+                (false, _) => super::rollup::row_point(r, series),
+                (true, Some(sk)) => super::rollup::sketch_point(r, sk, series),
+                // A row whose sketch does not decode: no bins to merge (the cursor still
+                // moves past it).
+                (true, None) => super::rollup::sketch_point(r, &Sketch::new(), series),
+            });
         }
+        let rows: Vec<&NamedRow> = rows.iter().map(|(r, _)| r).collect();
         if let (Some(f), Some(l)) = (rows.first(), rows.last()) {
             out.first = f.bucket;
             out.last = l.bucket;
@@ -208,12 +248,8 @@ impl Source {
         max_points: usize,
         upto: i64,
     ) -> Result<Chunks, StoreError> {
-        if let Feed::Rollup {
-            tier_s,
-            lateness_ns,
-        } = self.feed
-        {
-            let mut c = self.read_rollup(tier_s, lateness_ns, after, max_points, upto)?;
+        if let Some((tier_s, lateness_ns, sketches)) = self.feed.tier_rows() {
+            let mut c = self.read_rollup(tier_s, lateness_ns, after, max_points, upto, sketches)?;
             if c.points.is_empty() {
                 c.last = 0;
             }
@@ -331,11 +367,7 @@ impl Source {
     /// Backlog after `cursor`: (points, chunks, ts_min of the oldest chunk). In rollup mode:
     /// (rows, buckets, the oldest bucket) of the final buckets not sent yet.
     pub fn backlog(&self, cursor: i64) -> Result<(i64, i64, Option<i64>), StoreError> {
-        if let Feed::Rollup {
-            tier_s,
-            lateness_ns,
-        } = self.feed
-        {
+        if let Some((tier_s, lateness_ns, _)) = self.feed.tier_rows() {
             let (conn, path) = (self.db.conn(), self.db.path());
             let state = tiers::state(conn, path, tier_s)?;
             let res_ns = tier_s.saturating_mul(1_000_000_000);

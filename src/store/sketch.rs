@@ -83,6 +83,9 @@ impl Store {
     }
 }
 
+/// Non-empty bins, `(key, count)` in key order.
+pub type Bins = Vec<(i32, u64)>;
+
 /// A DDSketch of `f64` values with exact count, min and max.
 ///
 /// A decoded sketch keeps its bins in their encoded (varint) form, `packed`, until it is
@@ -224,6 +227,18 @@ fn varint_before(buf: &[u8], start: usize, end: usize) -> Result<(u64, usize), S
     Ok((v, from))
 }
 
+/// The magnitudes bin `key` holds: `(γ^(key-1), γ^key]` (the lowest and highest bins also
+/// hold what was clamped into them).
+pub fn bin_bounds(key: i32) -> (f64, f64) {
+    let g = gamma_ln();
+    ((f64::from(key - 1) * g).exp(), (f64::from(key) * g).exp())
+}
+
+/// The value a bin answers with (within [`ALPHA`] of every magnitude in it).
+pub fn bin_value(key: i32) -> f64 {
+    value_of(key)
+}
+
 fn key_of(magnitude: f64) -> i32 {
     let m = magnitude.clamp(MIN_INDEXABLE, MAX_INDEXABLE);
     (m.ln() / gamma_ln()).ceil() as i32
@@ -284,6 +299,21 @@ impl Sketch {
         self.count += other.count;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
+    }
+
+    /// The non-empty bins: `(positive, negative, zero)`, each side as `(key, count)` in key
+    /// order; bin `key` holds the magnitudes in [`bin_bounds`]`(key)`.
+    pub fn bins(&self) -> (Bins, Bins, u64) {
+        let (pos, neg) = self.stores();
+        let list = |s: &Store| {
+            s.counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &c)| c > 0)
+                .map(|(i, &c)| (s.offset + i as i32, c))
+                .collect::<Vec<_>>()
+        };
+        (list(&pos), list(&neg), self.zero)
     }
 
     /// Number of values added.

@@ -380,6 +380,40 @@ pub fn named_rows(
     after: Option<(i64, i64)>,
     limit: Option<usize>,
 ) -> Result<Vec<NamedRow>, StoreError> {
+    Ok(
+        named_rows_with(conn, path, key, from, to, after, limit, false)?
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect(),
+    )
+}
+
+/// [`named_rows`] with each row's decoded sketch (`None` when it has none or it does not
+/// decode): what the histogram feed sends.
+#[allow(clippy::too_many_arguments)]
+pub fn named_sketch_rows(
+    conn: &Connection,
+    path: &Path,
+    key: i64,
+    from: i64,
+    to: i64,
+    after: Option<(i64, i64)>,
+    limit: Option<usize>,
+) -> Result<Vec<(NamedRow, Option<Sketch>)>, StoreError> {
+    named_rows_with(conn, path, key, from, to, after, limit, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn named_rows_with(
+    conn: &Connection,
+    path: &Path,
+    key: i64,
+    from: i64,
+    to: i64,
+    after: Option<(i64, i64)>,
+    limit: Option<usize>,
+    keep_sketch: bool,
+) -> Result<Vec<(NamedRow, Option<Sketch>)>, StoreError> {
     let mut st = conn
         .prepare_cached(
             "SELECT t.key, s.field, r.bucket, r.series_id, r.count, r.sum, r.min, r.max, r.sketch \
@@ -395,16 +429,16 @@ pub fn named_rows(
     st.query_map(
         params![key, from, to, after_bucket, after_series, limit],
         |r| {
-            let quantiles = r
+            let sketch = r
                 .get_ref(8)?
                 .as_blob()
                 .ok()
-                .and_then(|b| Sketch::decode(b).ok())
-                .and_then(|sk| {
-                    let q = NAMED_QUANTILES.map(|q| sk.quantile(q));
-                    Some([q[0]?, q[1]?, q[2]?])
-                });
-            Ok(NamedRow {
+                .and_then(|b| Sketch::decode(b).ok());
+            let quantiles = sketch.as_ref().and_then(|sk| {
+                let q = NAMED_QUANTILES.map(|q| sk.quantile(q));
+                Some([q[0]?, q[1]?, q[2]?])
+            });
+            let row = NamedRow {
                 key: r.get(0)?,
                 field: r.get(1)?,
                 bucket: r.get(2)?,
@@ -414,7 +448,8 @@ pub fn named_rows(
                 min: r.get(6)?,
                 max: r.get(7)?,
                 quantiles,
-            })
+            };
+            Ok((row, sketch.filter(|_| keep_sketch)))
         },
     )
     .and_then(|rows| rows.collect())

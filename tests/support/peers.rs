@@ -937,6 +937,17 @@ pub struct Prometheus {
 
 impl Prometheus {
     pub fn start_on(dir: &Path, port: u16, ooo_window: Option<&str>) -> Prometheus {
+        Self::start_with_features(dir, port, ooo_window, &[])
+    }
+
+    /// [`Prometheus::start_on`] with `--enable-feature=<f>` for each of `features`
+    /// (e.g. `native-histograms`).
+    pub fn start_with_features(
+        dir: &Path,
+        port: u16,
+        ooo_window: Option<&str>,
+        features: &[&str],
+    ) -> Prometheus {
         let http: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         std::fs::create_dir_all(dir).unwrap();
         let cfg = dir.join("prometheus.yml");
@@ -956,6 +967,7 @@ impl Prometheus {
             ))
             .arg(format!("--web.listen-address={http}"))
             .args(["--web.enable-remote-write-receiver", "--log.level=warn"])
+            .args(features.iter().map(|f| format!("--enable-feature={f}")))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
