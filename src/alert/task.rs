@@ -490,6 +490,8 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
             return;
         }
     };
+    // Restarted by a live reload: the count goes on.
+    ev.evaluations = view.status().evaluations;
     let mut ticker = crate::periodic::Ticker::new(interval);
     while ticker.next(&stop).await.is_some() {
         // The evaluation runs whole on the blocking pool; cancelling the wait for it would
@@ -510,6 +512,71 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
             }
         }
     }
+}
+
+/// After a live reload removed rules (the evaluator stopped): resolves, as of `now`, every
+/// stored instance whose rule is not in `rules`: a firing one as any resolve is recorded
+/// (history, its incident closed, an outbox event saying the rule was removed), a pending one
+/// as cancelled. Returns the rules whose instances were resolved.
+pub fn resolve_removed(
+    data_dir: &std::path::Path,
+    rules: &[String],
+    identity: &[(String, String)],
+    base_url: &str,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let (mut conn, db) = crate::store::open(data_dir, crate::store::Mode::Cursor)?;
+    let mut changes = Vec::new();
+    for s in crate::store::alerts::load(&conn, &db)? {
+        if rules.contains(&s.rule) {
+            continue;
+        }
+        let prev = s.instance.clone();
+        let transition = match prev.state {
+            State::Firing => Some(Transition::Resolved),
+            State::Pending => Some(Transition::Cancelled),
+            State::Inactive => None,
+        };
+        let event = (prev.state == State::Firing).then(|| {
+            let mut labels: BTreeMap<String, String> = identity.iter().cloned().collect();
+            labels.extend(s.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            labels.insert("alertname".into(), s.rule.clone());
+            let mut ev = AlertEvent {
+                rule: s.rule.clone(),
+                status: EventStatus::Resolved,
+                labels,
+                annotations: BTreeMap::from([(
+                    "summary".to_string(),
+                    format!("rule {} removed from the configuration", s.rule),
+                )]),
+                starts_at_ns: prev.fired_ns.or(prev.active_since_ns).unwrap_or(now),
+                ends_at_ns: Some(now),
+                value: prev.value,
+                incident_id: None,
+                fingerprint: s.fingerprint.clone(),
+            };
+            if let Some(id) = prev.incident_id {
+                super::incident::link_event(&mut ev, base_url, id);
+            }
+            ev
+        });
+        changes.push(Change {
+            stored: Stored {
+                instance: Instance {
+                    state: State::Inactive,
+                    ..prev
+                },
+                ..s
+            },
+            transition,
+            event,
+            incident: None,
+        });
+    }
+    crate::store::alerts::record(&mut conn, &db, &mut changes, now)?;
+    let mut names: Vec<String> = changes.into_iter().map(|c| c.stored.rule).collect();
+    names.dedup();
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -534,7 +601,7 @@ mod tests {
             plan: Arc::new(plan.clone()),
             inputs: Inputs {
                 stats: Arc::default(),
-                forward: Arc::default(),
+                forward: Default::default(),
                 db_path: crate::store::db_path(dir),
                 max_bytes: plan.max_bytes,
                 clock_floor_ns: plan.clock_floor_ns,

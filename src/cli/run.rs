@@ -1,6 +1,7 @@
 //! `edgewatch run`: the agent itself, on a multi-threaded tokio runtime, until SIGINT or
-//! SIGTERM. Flags override the config's data_dir and listen addresses; nothing else is read
-//! here.
+//! SIGTERM. The config is loaded through its layers (the local file alone without
+//! `[fleet]`); flags override the config's data_dir and listen addresses, on every reload
+//! too. Nothing else is read here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,7 +10,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::{init_logging, load_config};
+use std::sync::Arc;
+
+use crate::init_logging;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -28,17 +31,19 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = load_config(args.config.as_deref())?;
-    if let Some(d) = args.data_dir {
-        cfg.storage.data_dir = d;
-    }
-    if let Some(a) = args.http_listen {
-        cfg.http.listen = a;
-    }
-    if let Some(a) = args.udp_listen {
-        cfg.udp.listen = a;
-    }
-    init_logging(&cfg.log.level);
+    let source = edgewatch::reload::Source {
+        path: args.config,
+        env: std::env::vars().collect(),
+        flags: edgewatch::reload::Flags {
+            data_dir: args.data_dir,
+            http_listen: args.http_listen,
+            udp_listen: args.udp_listen,
+        },
+    };
+    // The layers above the local file: none without `[fleet]`.
+    let layers = Arc::new(edgewatch::config::layers::LocalOnly);
+    let boot = edgewatch::agent::Boot::load(source, layers).map_err(anyhow::Error::msg)?;
+    init_logging(&boot.loaded.config.log.level);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(4)
@@ -52,7 +57,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             edgewatch::agent::wait_for_signal().await;
             t.cancel();
         });
-        edgewatch::agent::run(cfg, token).await
+        edgewatch::agent::run(boot, token).await
     })?;
     Ok(ExitCode::SUCCESS)
 }
