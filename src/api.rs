@@ -3,8 +3,9 @@
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
 //! `/api/v1/inference` (derived latency signals), `/api/v1/llm` (LLM serving signals:
 //! TTFT, ITL, tokens per second and per joule), `/api/v1/incidents` and
-//! `/api/v1/incidents/{id}` (alert incidents with their triage snapshots) and `/api/v1/status` (the one place the
-//! status document, [`Status`], is assembled). It only reads — through its own
+//! `/api/v1/incidents/{id}` (alert incidents with their triage snapshots), `/api/v1/status` (the one place the
+//! status document, [`Status`], is assembled) and, in `reload.rs`, `/api/v1/config` and
+//! `POST /api/v1/reload` (which asks the reloader: the one route that changes anything). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
 //! ingest like everything else. It never holds more than an answer's bound: large answers
 //! are streamed ([`body`]), and `params.rs` holds the page and answer bounds, checked before
@@ -28,6 +29,7 @@ use crate::store::{Reader, StoreError};
 
 pub mod body;
 mod params;
+mod reload;
 
 pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 pub use params::{incidents_from_params, INCIDENTS_PAGE, MAX_INCIDENTS_PAGE};
@@ -401,7 +403,9 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .unify()
         .or(incident)
         .unify()
-        .or(alert_routes(ctx))
+        .or(alert_routes(ctx.clone()))
+        .unify()
+        .or(reload::routes(ctx))
         .unify()
 }
 

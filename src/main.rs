@@ -43,6 +43,8 @@ enum Command {
     Maintain(cli::maintain::MaintainArgs),
     /// Show the running agent's alerts: every rule's instances, firing first.
     Alerts(cli::alerts::AlertsArgs),
+    /// Reload the running agent's config now; non-zero exit (and the reason) when invalid.
+    Reload(cli::reload::ReloadArgs),
 }
 
 fn init_logging(level: &str) {
@@ -104,5 +106,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::CheckConfig(args) => cli::check_config::run(args),
         Command::Query(args) => cli::query::run(args),
         Command::Alerts(args) => cli::alerts::run(args),
+        Command::Reload(args) => cli::reload::run(args),
     }
 }

@@ -7,6 +7,7 @@ pub mod check_config;
 pub mod gpus;
 pub mod maintain;
 pub mod query;
+pub mod reload;
 pub mod run;
 pub mod status;
 pub mod tegrastats;
