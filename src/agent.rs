@@ -237,7 +237,9 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
         scrape: Default::default(),
         jetson: Arc::new(crate::collect::jetson::JetsonStatus::default()),
         kmsg: Arc::new(crate::collect::kmsg::KmsgStatus::default()),
-        process: crate::status::Live::new(crate::collect::process::ProcessStatus::new(&cfg.process)),
+        process: crate::status::Live::new(crate::collect::process::ProcessStatus::new(
+            &cfg.process,
+        )),
         reader: Arc::new(Mutex::new(reader)),
         plan: crate::status::Live::new((*plan).clone()),
         inference: crate::status::Live::new(cfg.inference.clone()),
@@ -339,13 +341,8 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
             ..shared
         },
     );
-    let reloader = crate::reload::Reloader::new(
-        boot.source,
-        boot.layers,
-        &boot.loaded,
-        parts,
-        config_state,
-    );
+    let reloader =
+        crate::reload::Reloader::new(boot.source, boot.layers, &boot.loaded, parts, config_state);
     tasks.push((
         "sighup",
         tokio::spawn(crate::reload::on_sighup(boot.reload_tx, sources.clone())),

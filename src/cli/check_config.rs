@@ -8,7 +8,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-
 #[derive(clap::Args)]
 pub struct CheckConfigArgs {
     /// The file to check.

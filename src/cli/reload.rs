@@ -89,8 +89,8 @@ pub fn run(a: ReloadArgs) -> anyhow::Result<ExitCode> {
              (--url, or --config for its [http] listen)"
         ),
     };
-    let r: ReloadReport =
-        serde_json::from_str(&body).with_context(|| format!("{url} did not answer a reload report"))?;
+    let r: ReloadReport = serde_json::from_str(&body)
+        .with_context(|| format!("{url} did not answer a reload report"))?;
     print!("{}", render(&r));
     if !r.ok {
         eprintln!(
@@ -117,7 +117,9 @@ pub fn render(r: &ReloadReport) -> String {
         o.push_str(&format!("applied: {a}\n"));
     }
     for k in &r.restart_required {
-        o.push_str(&format!("restart required: {k} (takes effect at the next start)\n"));
+        o.push_str(&format!(
+            "restart required: {k} (takes effect at the next start)\n"
+        ));
     }
     o
 }

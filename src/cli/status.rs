@@ -124,7 +124,10 @@ fn render_config(c: &edgewatch::status::config::ConfigInfo) -> String {
             "  layer {}: {state}{}{}",
             l.source,
             l.version.map(|v| format!(" v{v}")).unwrap_or_default(),
-            l.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+            l.error
+                .as_ref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
         );
     }
     if let Some(r) = &c.last_reload {

@@ -182,14 +182,20 @@ mod tests {
         assert_eq!(who["host.interval"], "env");
         assert_eq!(who["host.enabled"], "default");
         let red = toml::to_string(&redacted_table(&l.config)).unwrap();
-        assert!(red.contains("<redacted>") && !red.contains("\"pw\""), "{red}");
+        assert!(
+            red.contains("<redacted>") && !red.contains("\"pw\""),
+            "{red}"
+        );
     }
 
     #[test]
     fn the_hash_follows_every_value_secrets_included() {
         let a = Config::builtin();
         let mut b = a.clone();
-        assert_eq!(sha256_hex(canonical(&a).as_bytes()), sha256_hex(canonical(&b).as_bytes()));
+        assert_eq!(
+            sha256_hex(canonical(&a).as_bytes()),
+            sha256_hex(canonical(&b).as_bytes())
+        );
         b.http.token = crate::config::Secret::new("x");
         assert_ne!(canonical(&a), canonical(&b));
     }
@@ -232,6 +238,9 @@ mod tests {
         let e = Config::load_layered(Some(f.path()), Vec::new(), &Above)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("with its layers") && e.contains("intervl"), "{e}");
+        assert!(
+            e.contains("with its layers") && e.contains("intervl"),
+            "{e}"
+        );
     }
 }

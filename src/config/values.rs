@@ -170,7 +170,10 @@ mod tests {
         let plain = toml::to_string(&t).unwrap();
         let hidden = redacted(|| toml::to_string(&t).unwrap());
         assert!(plain.contains("\"pw\""), "{plain}");
-        assert!(hidden.contains("<redacted>") && !hidden.contains("\"pw\""), "{hidden}");
+        assert!(
+            hidden.contains("<redacted>") && !hidden.contains("\"pw\""),
+            "{hidden}"
+        );
         assert!(toml::to_string(&t).unwrap().contains("\"pw\""));
     }
 

@@ -103,7 +103,12 @@ impl Changes {
         }
         out.extend(self.sinks.start.iter().map(|n| format!("sink {n} started")));
         out.extend(self.sinks.stop.iter().map(|n| format!("sink {n} stopped")));
-        out.extend(self.sinks.restart.iter().map(|n| format!("sink {n} restarted")));
+        out.extend(
+            self.sinks
+                .restart
+                .iter()
+                .map(|n| format!("sink {n} restarted")),
+        );
         out
     }
 }
@@ -228,7 +233,11 @@ pub fn changes(old: &Config, new: &Config) -> Changes {
             Some(_) => {}
         }
     }
-    c.sinks.stop = sa.keys().filter(|n| !sb.contains_key(*n)).cloned().collect();
+    c.sinks.stop = sa
+        .keys()
+        .filter(|n| !sb.contains_key(*n))
+        .cloned()
+        .collect();
     c
 }
 
@@ -240,7 +249,8 @@ mod tests {
         Config::from_toml_str(text, "t").unwrap()
     }
 
-    const SINKS: &str = "[[sink]]\ntype = \"influxdb\"\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n\
+    const SINKS: &str =
+        "[[sink]]\ntype = \"influxdb\"\nname = \"a\"\nurl = \"http://127.0.0.1:1\"\n\
         version = 1\ndatabase = \"e\"\n[[sink]]\ntype = \"influxdb\"\nname = \"b\"\n\
         url = \"http://127.0.0.1:2\"\nversion = 1\ndatabase = \"e\"\n";
 
@@ -292,7 +302,12 @@ mod tests {
         let c = changes(&a, &b);
         assert_eq!(
             c.restart_required,
-            vec!["http.listen", "rollup.tiers", "storage.data_dir", "udp.listen"]
+            vec![
+                "http.listen",
+                "rollup.tiers",
+                "storage.data_dir",
+                "udp.listen"
+            ]
         );
         // The retention change itself applies.
         assert!(c.parts.contains(&Part::Rollup));
@@ -320,7 +335,10 @@ mod tests {
             ("[retention]\nmax_bytes = 5\n", Part::Rollup),
             ("[alerts]\ninterval = \"3s\"\n", Part::Alerts),
             ("[config]\nwatch = true\n", Part::Watch),
-            ("[[scrape]]\nname = \"s\"\nurl = \"http://127.0.0.1:9/metrics\"\n", Part::Scrape),
+            (
+                "[[scrape]]\nname = \"s\"\nurl = \"http://127.0.0.1:9/metrics\"\n",
+                Part::Scrape,
+            ),
         ] {
             let c = changes(&a, &cfg(text));
             assert!(c.parts.contains(&part), "{text}: {c:?}");

@@ -161,7 +161,11 @@ impl Reloader {
     }
 
     /// Takes requests until `stop`; returns the parts for the agent's ordered shutdown.
-    pub async fn run(mut self, mut rx: mpsc::Receiver<ReloadRequest>, stop: CancellationToken) -> Parts {
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::Receiver<ReloadRequest>,
+        stop: CancellationToken,
+    ) -> Parts {
         loop {
             let req = tokio::select! {
                 _ = stop.cancelled() => break,
@@ -186,8 +190,8 @@ impl Reloader {
             validate(&l.config)?;
             Ok(l)
         })
-            .await
-            .unwrap_or_else(|e| Err(format!("reload task failed: {e}")));
+        .await
+        .unwrap_or_else(|e| Err(format!("reload task failed: {e}")));
         let loaded = match loaded {
             Ok(l) => l,
             Err(error) => {

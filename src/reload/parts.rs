@@ -186,9 +186,13 @@ impl Parts {
                 .collect(),
             Ok(Err(e)) => {
                 tracing::warn!(error = %e, "cannot resolve the instances of removed alert rules");
-                vec![format!("instances of removed alert rules not resolved: {e}")]
+                vec![format!(
+                    "instances of removed alert rules not resolved: {e}"
+                )]
             }
-            Err(e) => vec![format!("instances of removed alert rules not resolved: {e}")],
+            Err(e) => vec![format!(
+                "instances of removed alert rules not resolved: {e}"
+            )],
         }
     }
 
@@ -413,11 +417,7 @@ fn spawn(
             };
             out.push((
                 "alert evaluator",
-                tokio::spawn(crate::alert::task::run(
-                    setup,
-                    sh.alerts_view.clone(),
-                    stop,
-                )),
+                tokio::spawn(crate::alert::task::run(setup, sh.alerts_view.clone(), stop)),
             ));
         }
         Part::Rollup => match crate::rollup::Plan::from_config(cfg) {
@@ -426,11 +426,7 @@ fn spawn(
                 if plan.enabled {
                     out.push((
                         "rollup",
-                        tokio::spawn(crate::rollup::run(
-                            cfg.storage.data_dir.clone(),
-                            plan,
-                            stop,
-                        )),
+                        tokio::spawn(crate::rollup::run(cfg.storage.data_dir.clone(), plan, stop)),
                     ));
                 }
             }
