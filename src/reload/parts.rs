@@ -127,31 +127,55 @@ impl Parts {
     pub async fn apply(&mut self, cfg: &Config, c: &Changes) -> Vec<String> {
         let mut notes = Vec::new();
         // Sinks: stopped ones first, then the restarted ones, on their stored cursors.
+        // Every stop is asked at once, then awaited: a reload waits for the slowest part,
+        // not for their sum.
+        let mut sinks = Vec::new();
         for name in c.sinks.stop.iter().chain(&c.sinks.restart) {
             if let Some(s) = self.sinks.remove(name) {
                 s.stop.cancel();
-                s.run.join(tokio::time::Instant::now() + STOP_WAIT).await;
+                sinks.push(s);
             }
         }
+        let mut groups = Vec::new();
+        for part in &c.parts {
+            if let Some(g) = self.groups.remove(part) {
+                g.stop.cancel();
+                groups.push((*part, g));
+            }
+        }
+        let mut notifiers = None;
+        if c.parts.contains(&Part::Notify) {
+            if let Some((stop, n)) = self.notifiers.take() {
+                stop.cancel();
+                notifiers = Some(n);
+            }
+        }
+        let t = std::time::Instant::now();
+        let deadline = tokio::time::Instant::now() + STOP_WAIT;
+        for s in sinks {
+            s.run.join(deadline).await;
+        }
+        for (part, g) in groups {
+            join(g.tasks, deadline).await;
+            tracing::debug!(
+                part = part.name(),
+                ms = t.elapsed().as_millis() as u64,
+                "part stopped"
+            );
+        }
+        if let Some(n) = notifiers {
+            n.join(deadline).await;
+        }
+        tracing::debug!(ms = t.elapsed().as_millis() as u64, "changed parts stopped");
         for name in c.sinks.restart.iter().chain(&c.sinks.start) {
             self.start_sink(cfg, name);
         }
         self.publish_sinks(cfg);
         for part in c.parts.iter().copied() {
             match part {
-                Part::Notify => {
-                    if let Some((stop, n)) = self.notifiers.take() {
-                        stop.cancel();
-                        n.join(tokio::time::Instant::now() + STOP_WAIT).await;
-                    }
-                    self.start_notifiers(cfg);
-                }
+                Part::Notify => self.start_notifiers(cfg),
                 Part::Inference => self.shared.inference.set(cfg.inference.clone()),
                 part => {
-                    if let Some(g) = self.groups.remove(&part) {
-                        g.stop.cancel();
-                        join(g.tasks, tokio::time::Instant::now() + STOP_WAIT).await;
-                    }
                     if part == Part::Alerts {
                         notes.extend(self.resolve_removed(cfg).await);
                     }
