@@ -41,31 +41,27 @@ pub fn local_base(listen: SocketAddr) -> String {
 /// `edgewatch reload`.
 pub fn run(a: ReloadArgs) -> anyhow::Result<ExitCode> {
     // The file as it is now: the agent is about to read the same one. A file that does not
-    // load is still sent for (the agent reports why); its listen and token then come from
-    // the flags or the defaults.
-    let cfg = if a.url.is_none() || a.token.is_none() {
+    // load is still sent for (the agent reports why): its `[http] listen` and `token` are
+    // then read from it as plain TOML where they can be, else from the flags or defaults.
+    let (listen, file_token) = if a.url.is_none() || a.token.is_none() {
         match crate::load_config(a.config.as_deref()) {
-            Ok(c) => Some(c),
+            Ok(c) => (Some(c.http.listen), Some(c.http.token.expose().to_string())),
             Err(e) => {
                 eprintln!("warning: {e:#}; asking the agent anyway");
-                None
+                loose_http(a.config.as_deref())
             }
         }
     } else {
-        None
+        (None, None)
     };
     let base = a.url.unwrap_or_else(|| {
-        local_base(
-            cfg.as_ref()
-                .map(|c| c.http.listen)
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9400))),
-        )
+        local_base(listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9400))))
     });
-    let token = a.token.filter(|t| !t.is_empty()).or_else(|| {
-        cfg.as_ref()
-            .map(|c| c.http.token.expose().to_string())
-            .filter(|t| !t.is_empty())
-    });
+    let token = a
+        .token
+        .filter(|t| !t.is_empty())
+        .or(file_token)
+        .filter(|t| !t.is_empty());
     let url = format!("{}/api/v1/reload", base.trim_end_matches('/'));
     let agent = ureq::AgentBuilder::new()
         .timeout(std::time::Duration::from_secs(130))
@@ -100,6 +96,24 @@ pub fn run(a: ReloadArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `[http] listen` and `token` of a config file that does not load as a config (an unknown
+/// key, a bad rule), read as plain TOML; `None` where even that fails.
+fn loose_http(path: Option<&std::path::Path>) -> (Option<SocketAddr>, Option<String>) {
+    let table: Option<toml::Table> = path
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|t| t.parse().ok());
+    let http = table.as_ref().and_then(|t| t.get("http"));
+    let listen = http
+        .and_then(|h| h.get("listen"))
+        .and_then(|l| l.as_str())
+        .and_then(|l| l.parse().ok());
+    let token = http
+        .and_then(|h| h.get("token"))
+        .and_then(|t| t.as_str())
+        .map(str::to_string);
+    (listen, token)
 }
 
 /// The report as lines.
