@@ -39,13 +39,23 @@ pub fn look(path: &Path) -> Option<Seen> {
 
 /// Watches `path` until `stop`, sending a reload request on each settled change.
 pub async fn run(path: PathBuf, reload: ReloadSender, stop: CancellationToken) {
+    watch(path, reload, stop, POLL, SETTLE).await
+}
+
+async fn watch(
+    path: PathBuf,
+    reload: ReloadSender,
+    stop: CancellationToken,
+    poll: Duration,
+    settle: Duration,
+) {
     let mut last = look(&path);
     let mut unreadable_logged = false;
     tracing::info!(file = %path.display(), "watching the config file for changes");
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(POLL) => {}
+            _ = tokio::time::sleep(poll) => {}
         }
         let now = look(&path);
         if now.is_none() {
@@ -62,7 +72,7 @@ pub async fn run(path: PathBuf, reload: ReloadSender, stop: CancellationToken) {
         // Debounce: the same state twice, SETTLE apart.
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(SETTLE) => {}
+            _ = tokio::time::sleep(settle) => {}
         }
         let settled = look(&path);
         if settled != now {
@@ -78,5 +88,53 @@ pub async fn run(path: PathBuf, reload: ReloadSender, stop: CancellationToken) {
         if let Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) = reload.try_send(req) {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_same_size_edit_is_seen_and_a_missing_file_is_no_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "a = 1\n").unwrap();
+        let first = look(&p).unwrap();
+        assert_eq!(look(&p), Some(first.clone()));
+        // Same size; the mtime may not move within the file system's resolution.
+        std::fs::write(&p, "a = 2\n").unwrap();
+        assert_ne!(look(&p), Some(first));
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(look(&p), None);
+    }
+
+    #[tokio::test]
+    async fn an_edit_asks_for_one_reload() {
+        const POLL: Duration = Duration::from_millis(50);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "a = 1\n").unwrap();
+        let (tx, mut rx) = crate::reload::channel();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(watch(
+            p.clone(),
+            tx,
+            stop.clone(),
+            POLL,
+            Duration::from_millis(10),
+        ));
+        tokio::time::sleep(POLL + Duration::from_millis(100)).await;
+        assert!(rx.try_recv().is_err(), "no change, no reload");
+        std::fs::write(&p, "a = 22\n").unwrap();
+        let req = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a reload request in 5 s")
+            .expect("channel open");
+        assert_eq!(req.trigger, Trigger::FileWatch);
+        tokio::time::sleep(POLL * 2).await;
+        assert!(rx.try_recv().is_err(), "one edit, one reload");
+        stop.cancel();
+        task.await.unwrap();
     }
 }
