@@ -564,3 +564,33 @@ fn a_sink_moved_to_another_influxdb_keeps_its_cursor_and_takes_the_new_tags() {
     assert_eq!(main["forwarded_points"], 2000, "{main}");
     assert_eq!(main["url"], format!("http://127.0.0.1:{pb}"), "{main}");
 }
+
+/// A `[[scrape]]` added by a reload starts (its target in the status, up, scraping),
+/// and one removed by the next reload stops (gone from the status).
+#[test]
+fn scrapes_start_and_stop_with_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), BASE);
+    let scrape = format!(
+        "[[scrape]]\nname = \"self\"\nurl = \"{}\"\ninterval = \"1s\"\n",
+        agent.url("/metrics")
+    );
+    agent.rewrite_config(&format!("{BASE}{scrape}"));
+    let (code, r) = reload_api(&agent);
+    assert_eq!(code, 200, "{r}");
+    assert_eq!(r["applied"], serde_json::json!(["scrapes"]), "{r}");
+    let target = wait_for(Duration::from_secs(10), || {
+        let s = agent.status();
+        let t = s["collectors"]["scrape"]
+            .as_array()
+            .and_then(|a| a.iter().find(|t| t["name"] == "self").cloned())?;
+        (t["scrapes"].as_u64().unwrap_or(0) >= 2).then_some(t)
+    })
+    .unwrap_or_else(|| panic!("scrape not running:\n{}", agent.log_text()));
+    assert_eq!(target["up"], true, "{target}");
+    agent.rewrite_config(BASE);
+    let (code, r) = reload_api(&agent);
+    assert_eq!(code, 200, "{r}");
+    let s = agent.status();
+    assert_eq!(s["collectors"]["scrape"], serde_json::json!([]), "{s}");
+}
