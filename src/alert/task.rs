@@ -87,6 +87,9 @@ pub struct Evaluator {
     failures: BTreeMap<String, u64>,
     /// How incident snapshots read (`None`: the built-in plan did not build; no incidents).
     incident_opts: Option<super::incident::Options>,
+    /// Cancelled when the evaluator is stopped (a reload): an evaluation in progress stops
+    /// between rules and records nothing.
+    cancel: CancellationToken,
 }
 
 impl Evaluator {
@@ -146,6 +149,7 @@ impl Evaluator {
             evaluations: 0,
             failures: BTreeMap::new(),
             incident_opts,
+            cancel: CancellationToken::new(),
         })
     }
 
@@ -205,6 +209,11 @@ impl Evaluator {
         let mut incident_budget = MAX_INCIDENTS_PER_CYCLE;
         let mut incidents_skipped = 0usize;
         for (ri, rule) in self.setup.rules.iter().enumerate() {
+            if self.cancel.is_cancelled() {
+                // Stopped: nothing of this evaluation is recorded; the next evaluator, on the
+                // stored state, makes the same transitions.
+                return (self.items(), AlertsStatus::default());
+            }
             let observed = match observe(
                 &mut cycle,
                 rule,
@@ -492,6 +501,7 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
     };
     // Restarted by a live reload: the count goes on.
     ev.evaluations = view.status().evaluations;
+    ev.cancel = stop.clone();
     let mut ticker = crate::periodic::Ticker::new(interval);
     while ticker.next(&stop).await.is_some() {
         // The evaluation runs whole on the blocking pool; cancelling the wait for it would
@@ -502,6 +512,7 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
         })
         .await;
         match done {
+            Ok(_) if stop.is_cancelled() => return,
             Ok((back, (items, status))) => {
                 ev = back;
                 view.set(items, status);
@@ -633,6 +644,28 @@ mod tests {
             .iter()
             .find(|i| i.name == rule && i.state == "firing")?;
         Some(i.incident_id.unwrap_or(-1))
+    }
+
+    /// A stopped evaluator (a reload) abandons its evaluation between rules and records
+    /// nothing; the next one, on the same store, makes the transition once.
+    #[test]
+    fn a_cancelled_evaluation_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        feed(dir.path(), 10.0, now);
+        let mut ev = evaluator(dir.path(), HOT, now);
+        ev.cancel.cancel();
+        ev.evaluate(now);
+        let (conn, path) = crate::store::open(dir.path(), Mode::Cursor).unwrap();
+        assert!(crate::store::alerts::history(&conn, &path, 0, i64::MAX, 10)
+            .unwrap()
+            .is_empty());
+        assert!(crate::store::alerts::load(&conn, &path).unwrap().is_empty());
+        let mut next = evaluator(dir.path(), HOT, now);
+        let (items, _) = next.evaluate(now + S);
+        assert!(firing(&items, "Hot").is_some(), "{items:?}");
+        let h = crate::store::alerts::history(&conn, &path, 0, i64::MAX, 10).unwrap();
+        assert_eq!(h.len(), 1, "{h:?}");
     }
 
     /// The state commit of a firing fails (after the snapshot was taken): no incident is
