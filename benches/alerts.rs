@@ -178,7 +178,7 @@ fn main() {
         plan: Arc::new(plan.clone()),
         inputs: edgewatch::alert::observe::Inputs {
             stats: Arc::default(),
-            forward: Arc::default(),
+            forward: Default::default(),
             db_path: edgewatch::store::db_path(&dir),
             max_bytes: plan.max_bytes,
             clock_floor_ns: plan.clock_floor_ns,

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use warp::Filter;
 
-use crate::config::Config;
 use crate::stats::Stats;
 use crate::store::{Reader, StoreError, Writer};
 
@@ -117,8 +116,43 @@ async fn watch_clock(dir: std::path::PathBuf, floor: i64, stop: CancellationToke
 /// Total time allowed for shutdown.
 pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(4);
 
+/// How the agent starts: the loaded config, where it came from (for reloads), the layers
+/// above the local file, and the reload channel (its sender may be handed to other
+/// triggers, such as the fleet layers, before the agent starts).
+pub struct Boot {
+    /// The effective config, validated.
+    pub loaded: crate::config::load::Loaded,
+    /// The file, environment and flags it came from.
+    pub source: crate::reload::Source,
+    /// The layers above the local file.
+    pub layers: Arc<dyn crate::config::layers::Layers>,
+    /// The reload channel's sending side.
+    pub reload_tx: crate::config::layers::ReloadSender,
+    /// Its receiving side (the reloader's).
+    pub reload_rx: tokio::sync::mpsc::Receiver<crate::config::layers::ReloadRequest>,
+}
+
+impl Boot {
+    /// Loads the config from `source` through `layers` and opens the reload channel.
+    pub fn load(
+        source: crate::reload::Source,
+        layers: Arc<dyn crate::config::layers::Layers>,
+    ) -> Result<Boot, String> {
+        let loaded = source.load(&*layers)?;
+        let (reload_tx, reload_rx) = crate::reload::channel();
+        Ok(Boot {
+            loaded,
+            source,
+            layers,
+            reload_tx,
+            reload_rx,
+        })
+    }
+}
+
 /// Runs the agent until `shutdown` is cancelled.
-pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentError> {
+pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentError> {
+    let cfg = boot.loaded.config.clone();
     let started = Instant::now();
     let listeners = crate::web::auth::check_listeners(&cfg.http, &cfg.udp)?;
     let access = listeners.access;
@@ -180,56 +214,36 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "config change not recorded"),
     }
-    // Sources.
+    // Sources: the listeners and every restartable part stop on this token.
     let sources = CancellationToken::new();
     let write_ctx = crate::ingest::http::WriteCtx {
         handle: handle.clone(),
         stats: stats.clone(),
         max_body: cfg.http.max_body_bytes,
     };
-    let nvml_status = Arc::new(crate::collect::nvml::NvmlStatus::default());
-    let tegrastats_status = Arc::new(crate::collect::tegrastats::TegrastatsStatus::default());
-    let scrape_status = Arc::new(crate::collect::scrape::ScrapeStatus::new(&cfg.scrape));
-    let jetson_status = Arc::new(crate::collect::jetson::JetsonStatus::default());
-    let kmsg_status = Arc::new(crate::collect::kmsg::KmsgStatus::default());
-    let process_status = Arc::new(crate::collect::process::ProcessStatus::new(&cfg.process));
     // A peer whose TLS files do not read or parse cannot send until they are fixed: say so
     // clearly now (its data is kept; its status shows the same reason).
     for e in peer_setup_errors(&cfg) {
         tracing::error!(error = %e, "a sink or notifier cannot connect until this is fixed");
     }
-    // Forwarders: their own store connections, their own token (stopped with the sources).
+    // The forwarders and notifiers stop on their own token, after the sources.
     let forward_stop = CancellationToken::new();
-    let forwarders = crate::forward::start(
-        &cfg,
-        &cfg.storage.data_dir,
-        plan.tiers.iter().map(|t| t.key()).min(),
-        forward_stop.clone(),
-    );
-    // Alert notifiers: their own threads and store connections, their own token (stopped
-    // with the forwarders).
-    let notifiers = crate::alert::notify::start(
-        &cfg.notify,
-        &cfg.storage.data_dir,
-        &crate::forward::identity(&cfg).0,
-        crate::alert::notify::outbox_bound(&cfg.alerts),
-        forward_stop.clone(),
-    );
-
-    // The alert evaluator's snapshot for the readers (the task starts with the others).
+    let config_state = crate::reload::Reloader::state_for(&boot.loaded, boot.reload_tx.clone());
     let alerts_view = Arc::new(crate::alert::view::AlertsView::default());
     let api_ctx = crate::api::ApiCtx {
-        notify: Arc::new(notifiers.status.clone()),
-        forward: Arc::new(forwarders.status.clone()),
-        nvml: nvml_status.clone(),
-        tegrastats: tegrastats_status.clone(),
-        scrape: scrape_status.clone(),
-        jetson: jetson_status.clone(),
-        kmsg: kmsg_status.clone(),
-        process: process_status.clone(),
+        notify: Default::default(),
+        forward: Default::default(),
+        nvml: Arc::new(crate::collect::nvml::NvmlStatus::default()),
+        tegrastats: Arc::new(crate::collect::tegrastats::TegrastatsStatus::default()),
+        scrape: Default::default(),
+        jetson: Arc::new(crate::collect::jetson::JetsonStatus::default()),
+        kmsg: Arc::new(crate::collect::kmsg::KmsgStatus::default()),
+        process: crate::status::Live::new(crate::collect::process::ProcessStatus::new(
+            &cfg.process,
+        )),
         reader: Arc::new(Mutex::new(reader)),
-        plan: plan.clone(),
-        inference: Arc::new(cfg.inference.clone()),
+        plan: crate::status::Live::new((*plan).clone()),
+        inference: crate::status::Live::new(cfg.inference.clone()),
         stats: stats.clone(),
         handle: handle.clone(),
         started,
@@ -239,14 +253,31 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
         latest,
         http: Arc::new(cfg.http.clone()),
         alerts: alerts_view.clone(),
+        config: config_state.clone(),
     };
-    // What the health collector reads, taken before the routes own the context (the context
-    // holds an ingest handle: it must go with the server, or the queue never closes).
-    let health_src = crate::collect::health::Sources {
+    // What the parts share, taken before the routes own the context (the context holds an
+    // ingest handle: it must go with the server, or the queue never closes).
+    let shared = crate::reload::Shared {
         handle: handle.clone(),
+        stats: stats.clone(),
         db_path: db_path.clone(),
+        base_url: String::new(),
+        config: config_state.clone(),
+        config_path: boot.source.path.clone(),
+        reload: boot.reload_tx.clone(),
+        nvml: api_ctx.nvml.clone(),
+        tegrastats: api_ctx.tegrastats.clone(),
+        jetson: api_ctx.jetson.clone(),
+        kmsg: api_ctx.kmsg.clone(),
+        scrape: api_ctx.scrape.clone(),
+        process: api_ctx.process.clone(),
         forward: api_ctx.forward.clone(),
-        tegrastats: Some(tegrastats_status.clone()),
+        notify: api_ctx.notify.clone(),
+        plan: api_ctx.plan.clone(),
+        inference: api_ctx.inference.clone(),
+        alerts_view,
+        sources: sources.clone(),
+        forward_stop: forward_stop.clone(),
     };
     let routes = crate::web::auth::guard(access)
         .and(
@@ -302,171 +333,23 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
             )),
         ));
     }
-    if cfg.host.enabled {
-        tasks.push((
-            "host collector",
-            tokio::spawn(crate::collect::host::run(
-                cfg.host.interval.0,
-                handle.clone(),
-                stats.clone(),
-                sources.clone(),
-            )),
-        ));
-    }
-    if !cfg.process.is_empty() {
-        let gpu = crate::collect::process::GpuSources {
-            nvml: nvml_status.clone(),
-            jetson: jetson_status.clone(),
-        };
-        tasks.push((
-            "process watch",
-            tokio::spawn(crate::collect::process::run(
-                cfg.process.clone(),
-                cfg.process_watch.clone(),
-                gpu,
-                handle.clone(),
-                stats.clone(),
-                process_status,
-                sources.clone(),
-            )),
-        ));
-    }
-    if cfg.jetson.enabled {
-        tasks.push((
-            "jetson collector",
-            tokio::spawn(crate::collect::jetson::run(
-                cfg.jetson.clone(),
-                handle.clone(),
-                stats.clone(),
-                jetson_status.clone(),
-                Some(nvml_status.clone()),
-                sources.clone(),
-            )),
-        ));
-    } else {
-        jetson_status.set_state("off: disabled in the configuration");
-    }
-    if cfg.kmsg.enabled {
-        tasks.push((
-            "kmsg collector",
-            tokio::spawn(crate::collect::kmsg::run(
-                cfg.kmsg.clone(),
-                cfg.storage.data_dir.clone(),
-                handle.clone(),
-                stats.clone(),
-                kmsg_status,
-                sources.clone(),
-            )),
-        ));
-    } else {
-        kmsg_status.set_state("off: disabled in the configuration");
-    }
-    if cfg.health.enabled {
-        let inventory = crate::collect::inventory::Sources {
-            handle: handle.clone(),
-            device_id: crate::forward::identity(&cfg).0,
-            config_sha256: crate::config::config_sha256(&cfg),
-            jetson: cfg.jetson.enabled.then(|| jetson_status.clone()),
-            nvml: cfg.nvml.enabled.then(|| nvml_status.clone()),
-            forward: health_src.forward.clone(),
-        };
-        tasks.push((
-            "inventory",
-            tokio::spawn(crate::collect::inventory::run(
-                cfg.health.inventory_interval.0,
-                stats.clone(),
-                inventory,
-                sources.clone(),
-            )),
-        ));
-        tasks.push((
-            "health collector",
-            tokio::spawn(crate::collect::health::run(
-                cfg.health.interval.0,
-                stats.clone(),
-                health_src,
-                sources.clone(),
-            )),
-        ));
-    } else {
-        drop(health_src);
-    }
-    // Also when disabled: it then only records "off" in the status and returns.
-    tasks.push((
-        "tegrastats collector",
-        tokio::spawn(crate::collect::tegrastats::run(
-            cfg.tegrastats.clone(),
-            handle.clone(),
-            stats.clone(),
-            tegrastats_status,
-            jetson_status,
-            sources.clone(),
-        )),
-    ));
-    if cfg.nvml.enabled {
-        tasks.push((
-            "nvml collector",
-            tokio::spawn(crate::collect::nvml::run(
-                cfg.nvml.clone(),
-                handle.clone(),
-                stats.clone(),
-                nvml_status,
-                sources.clone(),
-            )),
-        ));
-    } else {
-        nvml_status.set_state("off: disabled in the configuration");
-    }
-    if !cfg.scrape.is_empty() {
-        tasks.push((
-            "scrape",
-            tokio::spawn(crate::collect::scrape::run(
-                cfg.scrape.clone(),
-                handle.clone(),
-                stats.clone(),
-                scrape_status,
-                sources.clone(),
-            )),
-        ));
-    }
-    // The alert evaluator: its own connections, its own rows; stops with the sources.
-    let alert_rules = crate::alert::rules::compile(&cfg.alerts, &cfg.alert);
-    if !alert_rules.is_empty() {
-        let setup = crate::alert::task::Setup {
-            rules: alert_rules,
-            interval: cfg.alerts.interval.0,
-            data_dir: cfg.storage.data_dir.clone(),
-            plan: plan.clone(),
-            inputs: crate::alert::observe::Inputs {
-                stats: stats.clone(),
-                forward: Arc::new(forwarders.status.clone()),
-                db_path: db_path.clone(),
-                max_bytes: plan.max_bytes,
-                clock_floor_ns: plan.clock_floor_ns,
-            },
-            identity: crate::forward::identity(&cfg).1,
-            base_url: crate::alert::incident::explain::link_base(
-                &cfg.alerts.external_url,
-                &crate::forward::identity(&cfg).0,
-                &format!("http://{http_addr}"),
-            ),
-            points: Some((handle.clone(), stats.clone())),
-        };
-        tasks.push((
-            "alert evaluator",
-            tokio::spawn(crate::alert::task::run(setup, alerts_view, sources.clone())),
-        ));
-    }
     drop(handle);
-    // The rollup job: a second writer connection in small transactions, on its own token
-    // so it stops with the sources (it holds no producer handle).
-    let rollup_task = plan.enabled.then(|| {
-        tokio::spawn(crate::rollup::run(
-            cfg.storage.data_dir.clone(),
-            (*plan).clone(),
-            sources.clone(),
-        ))
-    });
+    // Collectors, scrapes, sinks, notifiers, the alert evaluator, the rollup job: the parts
+    // a reload restarts, owned by the reloader from here on.
+    let parts = crate::reload::Parts::start(
+        &cfg,
+        crate::reload::Shared {
+            base_url: format!("http://{http_addr}"),
+            ..shared
+        },
+    );
+    let reloader =
+        crate::reload::Reloader::new(boot.source, boot.layers, &boot.loaded, parts, config_state);
+    tasks.push((
+        "sighup",
+        tokio::spawn(crate::reload::on_sighup(boot.reload_tx, sources.clone())),
+    ));
+    let reloader = tokio::spawn(reloader.run(boot.reload_rx, sources.clone()));
 
     shutdown.cancelled().await;
     let deadline = tokio::time::Instant::now() + SHUTDOWN_DEADLINE;
@@ -475,14 +358,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     if tokio::time::timeout_at(deadline, http_task).await.is_err() {
         tracing::warn!("http server still had requests in flight at the deadline");
     }
-    if let Some(t) = rollup_task {
-        if tokio::time::timeout_at(deadline, t).await.is_err() {
-            tracing::warn!(task = "rollup", "still running at the shutdown deadline");
-        }
+    // A reload in progress finishes first (its parts stop with the rest).
+    match tokio::time::timeout_at(deadline, reloader).await {
+        Ok(Ok(parts)) => parts.shutdown(deadline).await,
+        Ok(Err(e)) => tracing::warn!(error = %e, "the reloader failed; its parts stop unordered"),
+        Err(_) => tracing::warn!(task = "reloader", "still running at the shutdown deadline"),
     }
     forward_stop.cancel();
-    forwarders.join(deadline).await;
-    notifiers.join(deadline).await;
     for (name, t) in tasks {
         if tokio::time::timeout_at(deadline, t).await.is_err() {
             tracing::warn!(task = name, "still running at the shutdown deadline");
@@ -500,30 +382,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), AgentEr
     Ok(())
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-/// What keeps a configured sink or notifier from ever connecting, found by reading its files
-/// (an MQTT `ca_file`, `cert_file` or `key_file` that does not read or parse), one message
-/// per peer naming its table. `check-config` refuses such a config; `run` logs each at start.
-pub fn peer_setup_errors(cfg: &Config) -> Vec<String> {
-    use crate::deliver::mqtt::check;
-    let sinks = cfg.sink.iter().filter_map(|s| {
-        check(&s.url, &s.tls_files())
-            .err()
-            .map(|e| format!("[[sink]] {:?}: {e}", s.name))
-    });
-    let notifiers = cfg.notify.iter().filter_map(|n| {
-        check(&n.url, &n.tls_files())
-            .err()
-            .map(|e| format!("[[notify]] {:?}: {e}", n.name))
-    });
-    let fleet = cfg.fleet.mqtt.iter().filter_map(|url| {
-        check(url, &cfg.fleet.tls_files())
-            .err()
-            .map(|e| format!("[fleet] mqtt: {e}"))
-    });
-    sinks.chain(notifiers).chain(fleet).collect()
-}
+pub use crate::reload::peer_setup_errors;
 
+/// Resolves when SIGINT or SIGTERM arrives.
 pub async fn wait_for_signal() {
     #[cfg(unix)]
     {

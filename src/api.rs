@@ -3,8 +3,9 @@
 //! `/api/v1/query` (raw points, or aggregates over rollup tiers with `step`/`agg`),
 //! `/api/v1/inference` (derived latency signals), `/api/v1/llm` (LLM serving signals:
 //! TTFT, ITL, tokens per second and per joule), `/api/v1/incidents` and
-//! `/api/v1/incidents/{id}` (alert incidents with their triage snapshots) and `/api/v1/status` (the one place the
-//! status document, [`Status`], is assembled). It only reads — through its own
+//! `/api/v1/incidents/{id}` (alert incidents with their triage snapshots), `/api/v1/status` (the one place the
+//! status document, [`Status`], is assembled) and, in `reload.rs`, `/api/v1/config` and
+//! `POST /api/v1/reload` (which asks the reloader: the one route that changes anything). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
 //! ingest like everything else. It never holds more than an answer's bound: large answers
 //! are streamed ([`body`]), and `params.rs` holds the page and answer bounds, checked before
@@ -28,6 +29,7 @@ use crate::store::{Reader, StoreError};
 
 pub mod body;
 mod params;
+mod reload;
 
 pub use params::{agg_query_from_params, inference_query_from_params, raw_query_from_params};
 pub use params::{incidents_from_params, INCIDENTS_PAGE, MAX_INCIDENTS_PAGE};
@@ -54,32 +56,34 @@ pub struct ApiCtx {
     /// Database file.
     pub db_path: PathBuf,
     /// Tiers, retention and budget (query engine and status).
-    pub plan: Arc<crate::rollup::Plan>,
+    pub plan: crate::status::Live<crate::rollup::Plan>,
     /// `[inference]` (batch efficiency).
-    pub inference: Arc<crate::engine::InferenceConfig>,
+    pub inference: crate::status::Live<crate::engine::InferenceConfig>,
     /// NVML collector state (GPUs, lost GPUs, unsupported metrics).
     pub nvml: Arc<crate::collect::nvml::NvmlStatus>,
     /// The tegrastats collector's state.
     pub tegrastats: Arc<crate::collect::tegrastats::TegrastatsStatus>,
     /// The `[[scrape]]` targets' state.
-    pub scrape: Arc<crate::collect::scrape::ScrapeStatus>,
+    pub scrape: crate::status::Live<crate::collect::scrape::ScrapeStatus>,
     /// The `[jetson]` collector's state (identity, power mode, throttling).
     pub jetson: Arc<crate::collect::jetson::JetsonStatus>,
     /// The `[kmsg]` kernel log collector's state.
     pub kmsg: Arc<crate::collect::kmsg::KmsgStatus>,
     /// The `[[process]]` watcher's state.
-    pub process: Arc<crate::collect::process::ProcessStatus>,
+    pub process: crate::status::Live<crate::collect::process::ProcessStatus>,
     /// Forwarder sinks (`forward` in the status).
-    pub forward: Arc<crate::forward::ForwardStatus>,
+    pub forward: crate::status::Live<crate::forward::ForwardStatus>,
     /// The newest value of every numeric series, kept by the writer (`/metrics`).
     pub latest: Arc<crate::store::LatestValues>,
     /// `[http]` (which measurements `/metrics` exports).
     pub http: Arc<crate::config::HttpConfig>,
     /// The alert notifiers (`notify` in the status).
-    pub notify: Arc<crate::alert::notify::NotifyStatus>,
+    pub notify: crate::status::Live<crate::alert::notify::NotifyStatus>,
 
     /// The alert evaluator's last evaluation (`/api/v1/alerts`, `alerts` in the status).
     pub alerts: Arc<crate::alert::view::AlertsView>,
+    /// The effective config, its reloads, and where reload requests go.
+    pub config: Arc<crate::status::config::ConfigState>,
 }
 
 fn json_error(status: StatusCode, message: &str) -> Response {
@@ -238,7 +242,7 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
             match agg_query_from_params(&q, crate::now_ns()) {
                 Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
                 Ok(Some(aq)) => {
-                    let plan = ctx.plan.clone();
+                    let plan = ctx.plan.get();
                     let res = with_reader(&ctx, move |r| {
                         let n = r.count_numeric(&aq.measurement, &aq.field, &aq.tags)?;
                         if let Err(e) = params::answer_size(n, aq.from, aq.to, aq.step_ns) {
@@ -278,7 +282,7 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
                 Ok(iq) => iq,
                 Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
             };
-            let (plan, inf) = (ctx.plan.clone(), ctx.inference.clone());
+            let (plan, inf) = (ctx.plan.get(), ctx.inference.get());
             let res = with_reader(&ctx, move |r| {
                 // What the latency signals read: every `inference` tag set of the model.
                 let tags: Vec<(String, String)> = iq
@@ -311,7 +315,7 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
                 Ok(iq) => iq,
                 Err(e) => return json_error(StatusCode::BAD_REQUEST, &e),
             };
-            let plan = ctx.plan.clone();
+            let plan = ctx.plan.get();
             let res = with_reader(&ctx, move |r| {
                 // The largest series the signals read: the gaps between tokens.
                 let tags: Vec<(String, String)> = iq
@@ -399,7 +403,9 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
         .unify()
         .or(incident)
         .unify()
-        .or(alert_routes(ctx))
+        .or(alert_routes(ctx.clone()))
+        .unify()
+        .or(reload::routes(ctx))
         .unify()
 }
 
@@ -476,13 +482,13 @@ async fn status(ctx: ApiCtx) -> Response {
 /// part the store cannot give (a read error) is `null`.
 pub async fn status_document(ctx: &ApiCtx) -> Status {
     let series = with_reader(ctx, |r| r.series_count()).await.ok();
-    let plan = ctx.plan.clone();
+    let plan = ctx.plan.get();
     let rollup = with_reader(ctx, move |r| {
         crate::rollup::status(r, &plan, crate::now_ns())
     })
     .await
     .ok();
-    let floor = ctx.plan.clock_floor_ns;
+    let floor = ctx.plan.get().clock_floor_ns;
     let clock = with_reader(ctx, move |r| {
         crate::clock::status(&r.conn, floor, crate::now_ns()).map_err(|source| {
             crate::store::StoreError::Sqlite {
@@ -494,7 +500,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
     .await
     .ok();
     let db_bytes = crate::store::disk_bytes(&ctx.db_path);
-    let max_bytes = ctx.plan.max_bytes;
+    let max_bytes = ctx.plan.get().max_bytes;
     let write = with_reader(ctx, |r| {
         crate::store::chunks::rate_sample(&r.conn, &r.path, 2_000)
     })
@@ -532,19 +538,20 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
         },
         rollup,
         clock,
-        forward: ctx.forward.snapshot(),
+        forward: ctx.forward.get().snapshot(),
         collectors: status::Collectors {
             errors: g(&s.collector_errors),
             nvml: ctx.nvml.snapshot(),
             tegrastats: ctx.tegrastats.snapshot(crate::now_ns()),
-            scrape: ctx.scrape.snapshot(),
+            scrape: ctx.scrape.get().snapshot(),
             jetson: ctx.jetson.snapshot(),
             kmsg: ctx.kmsg.snapshot(),
-            process: ctx.process.snapshot(),
+            process: ctx.process.get().snapshot(),
         },
-        notify: ctx.notify.snapshot(),
+        notify: ctx.notify.get().snapshot(),
 
         alerts: Some(ctx.alerts.status()).filter(|a| a.evaluations > 0 || a.rules > 0),
+        config: Some(ctx.config.info.snapshot()),
     }
 }
 

@@ -20,6 +20,7 @@ pub mod ingest;
 pub mod model;
 pub mod periodic;
 pub mod queue;
+pub mod reload;
 pub mod rollup;
 pub mod stats;
 pub mod status;

@@ -53,6 +53,8 @@ enum Command {
     /// Fleet-wide quantiles of a latency field from InfluxDB 1.x, merged from the agents'
     /// sketch bins (sinks with `histograms = true`).
     FleetQuantile(cli::fleet_quantile::FleetQuantileArgs),
+    /// Reload the running agent's config now; non-zero exit (and the reason) when invalid.
+    Reload(cli::reload::ReloadArgs),
 }
 
 fn init_logging(level: &str) {
@@ -117,5 +119,6 @@ fn real_main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Incident(args) => cli::incident::run(args),
         Command::Fleet { command } => cli::fleet::run(command),
         Command::FleetQuantile(args) => cli::fleet_quantile::run(args),
+        Command::Reload(args) => cli::reload::run(args),
     }
 }

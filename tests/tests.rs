@@ -79,6 +79,9 @@ mod powercut;
 /// `[[process]]` watched processes: start/exit/restart events with real processes, CPU and
 /// RSS points, `ProcessRestarted`, agent restarts, nvmap GPU memory, bad tables.
 mod process;
+/// Live reload: SIGHUP, the API, `edgewatch reload`, `[config] watch`; alerts, sinks, tags,
+/// invalid files, restart-only keys, redacted config, 8 writers during 20 reloads.
+mod reload;
 /// The `prometheus_remote_write` sink against real VictoriaMetrics and Prometheus, line
 /// protocol to VictoriaMetrics, and the PromQL fleet dashboard's queries.
 mod remote_write;

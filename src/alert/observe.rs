@@ -29,7 +29,7 @@ pub struct Inputs {
     /// The agent's counters.
     pub stats: Arc<Stats>,
     /// The forwarders' status.
-    pub forward: Arc<crate::forward::ForwardStatus>,
+    pub forward: crate::status::Live<crate::forward::ForwardStatus>,
     /// The database file (its size, with the WAL).
     pub db_path: PathBuf,
     /// `[retention] max_bytes` (0: no budget).
@@ -252,6 +252,7 @@ pub fn observe(
         }
         Watch::SinkBacklogAge => inputs
             .forward
+            .get()
             .snapshot()
             .sinks
             .into_iter()

@@ -106,6 +106,9 @@ pub struct Evaluator {
     incident_opts: Option<super::incident::Options>,
     /// Incident points not yet taken by the ingest queue (it was full), oldest first.
     pending_points: Vec<Line>,
+    /// Cancelled when the evaluator is stopped (a reload): an evaluation in progress stops
+    /// between rules and records nothing.
+    cancel: CancellationToken,
 }
 
 impl Evaluator {
@@ -188,6 +191,7 @@ impl Evaluator {
             failures: BTreeMap::new(),
             incident_opts,
             pending_points,
+            cancel: CancellationToken::new(),
         })
     }
 
@@ -249,6 +253,11 @@ impl Evaluator {
         // The stored explanation and threshold of each incident its alert's resolve closes.
         let mut closing: BTreeMap<i64, (Explanation, Option<f64>)> = BTreeMap::new();
         for (ri, rule) in self.setup.rules.iter().enumerate() {
+            if self.cancel.is_cancelled() {
+                // Stopped: nothing of this evaluation is recorded; the next evaluator, on the
+                // stored state, makes the same transitions.
+                return (self.items(), AlertsStatus::default());
+            }
             let observed = match observe(
                 &mut cycle,
                 rule,
@@ -647,6 +656,9 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
             return;
         }
     };
+    // Restarted by a live reload: the count goes on.
+    ev.evaluations = view.status().evaluations;
+    ev.cancel = stop.clone();
     let mut ticker = crate::periodic::Ticker::new(interval);
     while ticker.next(&stop).await.is_some() {
         // The evaluation runs whole on the blocking pool; cancelling the wait for it would
@@ -657,6 +669,7 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
         })
         .await;
         match done {
+            Ok(_) if stop.is_cancelled() => return,
             Ok((back, (items, status))) => {
                 ev = back;
                 view.set(items, status);
@@ -667,6 +680,71 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
             }
         }
     }
+}
+
+/// After a live reload removed rules (the evaluator stopped): resolves, as of `now`, every
+/// stored instance whose rule is not in `rules`: a firing one as any resolve is recorded
+/// (history, its incident closed, an outbox event saying the rule was removed), a pending one
+/// as cancelled. Returns the rules whose instances were resolved.
+pub fn resolve_removed(
+    data_dir: &std::path::Path,
+    rules: &[String],
+    identity: &[(String, String)],
+    base_url: &str,
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let (mut conn, db) = crate::store::open(data_dir, crate::store::Mode::Cursor)?;
+    let mut changes = Vec::new();
+    for s in crate::store::alerts::load(&conn, &db)? {
+        if rules.contains(&s.rule) {
+            continue;
+        }
+        let prev = s.instance.clone();
+        let transition = match prev.state {
+            State::Firing => Some(Transition::Resolved),
+            State::Pending => Some(Transition::Cancelled),
+            State::Inactive => None,
+        };
+        let event = (prev.state == State::Firing).then(|| {
+            let mut labels: BTreeMap<String, String> = identity.iter().cloned().collect();
+            labels.extend(s.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+            labels.insert("alertname".into(), s.rule.clone());
+            let mut ev = AlertEvent {
+                rule: s.rule.clone(),
+                status: EventStatus::Resolved,
+                labels,
+                annotations: BTreeMap::from([(
+                    "summary".to_string(),
+                    format!("rule {} removed from the configuration", s.rule),
+                )]),
+                starts_at_ns: prev.fired_ns.or(prev.active_since_ns).unwrap_or(now),
+                ends_at_ns: Some(now),
+                value: prev.value,
+                incident_id: None,
+                fingerprint: s.fingerprint.clone(),
+            };
+            if let Some(id) = prev.incident_id {
+                super::incident::link_event(&mut ev, base_url, id);
+            }
+            ev
+        });
+        changes.push(Change {
+            stored: Stored {
+                instance: Instance {
+                    state: State::Inactive,
+                    ..prev
+                },
+                ..s
+            },
+            transition,
+            event,
+            incident: None,
+        });
+    }
+    crate::store::alerts::record(&mut conn, &db, &mut changes, now)?;
+    let mut names: Vec<String> = changes.into_iter().map(|c| c.stored.rule).collect();
+    names.dedup();
+    Ok(names)
 }
 
 #[cfg(test)]
@@ -691,7 +769,7 @@ mod tests {
             plan: Arc::new(plan.clone()),
             inputs: Inputs {
                 stats: Arc::default(),
-                forward: Arc::default(),
+                forward: Default::default(),
                 db_path: crate::store::db_path(dir),
                 max_bytes: plan.max_bytes,
                 clock_floor_ns: plan.clock_floor_ns,
@@ -724,6 +802,28 @@ mod tests {
             .iter()
             .find(|i| i.name == rule && i.state == "firing")?;
         Some(i.incident_id.unwrap_or(-1))
+    }
+
+    /// A stopped evaluator (a reload) abandons its evaluation between rules and records
+    /// nothing; the next one, on the same store, makes the transition once.
+    #[test]
+    fn a_cancelled_evaluation_records_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        feed(dir.path(), 10.0, now);
+        let mut ev = evaluator(dir.path(), HOT, now);
+        ev.cancel.cancel();
+        ev.evaluate(now);
+        let (conn, path) = crate::store::open(dir.path(), Mode::Cursor).unwrap();
+        assert!(crate::store::alerts::history(&conn, &path, 0, i64::MAX, 10)
+            .unwrap()
+            .is_empty());
+        assert!(crate::store::alerts::load(&conn, &path).unwrap().is_empty());
+        let mut next = evaluator(dir.path(), HOT, now);
+        let (items, _) = next.evaluate(now + S);
+        assert!(firing(&items, "Hot").is_some(), "{items:?}");
+        let h = crate::store::alerts::history(&conn, &path, 0, i64::MAX, 10).unwrap();
+        assert_eq!(h.len(), 1, "{h:?}");
     }
 
     /// The state commit of a firing fails (after the snapshot was taken): no incident is

@@ -8,8 +8,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
-use crate::load_config;
-
 #[derive(clap::Args)]
 pub struct CheckConfigArgs {
     /// The file to check.
@@ -18,7 +16,13 @@ pub struct CheckConfigArgs {
 
 pub fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
     let file = args.file;
-    let cfg = load_config(Some(&file))?;
+    // Through the layers, as `run` loads it (none above the file without `[fleet]`).
+    let loaded = edgewatch::config::Config::load_layered(
+        Some(&file),
+        std::env::vars(),
+        &edgewatch::config::layers::LocalOnly,
+    )?;
+    let cfg = loaded.config;
     // The agent's own start-up check: the same policy, the same message.
     let listeners = edgewatch::web::auth::check_listeners(&cfg.http, &cfg.udp)
         .with_context(|| format!("{}: the agent would refuse to start", file.display()))?;
@@ -33,7 +37,7 @@ pub fn run(args: CheckConfigArgs) -> anyhow::Result<ExitCode> {
     if !peers.is_empty() {
         anyhow::bail!("{}: {}", file.display(), peers.join("; "));
     }
-    println!("{}: ok", file.display());
+    println!("{}: ok (sha256 {})", file.display(), loaded.sha256);
     println!("{cfg:#?}");
     Ok(ExitCode::SUCCESS)
 }

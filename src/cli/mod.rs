@@ -10,6 +10,7 @@ pub mod gpus;
 pub mod incident;
 pub mod maintain;
 pub mod query;
+pub mod reload;
 pub mod run;
 pub mod status;
 pub mod tegrastats;

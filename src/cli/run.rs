@@ -1,7 +1,8 @@
 //! `edgewatch run`: the agent itself, on a multi-threaded tokio runtime, until SIGINT or
-//! SIGTERM. Flags override the config's data_dir and listen addresses; with `[fleet]`, the
-//! stored fleet layers are merged above the local file before anything starts, and the
-//! fleet transports start beside the agent. Nothing else is read here.
+//! SIGTERM. The config is loaded through its layers (the local file alone without
+//! `[fleet]`; with it, the stored fleet layers, settled before anything starts, and the
+//! fleet transports beside the agent); flags override the config's data_dir and listen
+//! addresses, on every reload too. Nothing else is read here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
-use crate::{init_logging, load_config};
+use crate::init_logging;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -30,39 +31,38 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let (data_dir, http_listen, udp_listen) = (args.data_dir, args.http_listen, args.udp_listen);
-    let overrides = move |cfg: &mut edgewatch::config::Config| {
-        if let Some(d) = &data_dir {
-            cfg.storage.data_dir = d.clone();
-        }
-        if let Some(a) = http_listen {
-            cfg.http.listen = a;
-        }
-        if let Some(a) = udp_listen {
-            cfg.udp.listen = a;
-        }
+    let source = edgewatch::reload::Source {
+        path: args.config,
+        env: std::env::vars().collect(),
+        flags: edgewatch::reload::Flags {
+            data_dir: args.data_dir,
+            http_listen: args.http_listen,
+            udp_listen: args.udp_listen,
+        },
     };
-    let mut cfg = load_config(args.config.as_deref())?;
-    overrides(&mut cfg);
-    init_logging(&cfg.log.level);
-    // Fleet layers (src/fleet/): the stored ones are merged before anything starts.
-    let fleet = if cfg.fleet.enabled() {
-        let local = edgewatch::fleet::LocalSource {
-            path: args.config.clone(),
-            env: std::env::vars().collect(),
-            overrides: Box::new(overrides),
+    // The local file alone says whether fleet layers sit above it: `[fleet]`, the data dir
+    // and the device id are read from it (a layer may not change them unless allowed, and
+    // the transports always follow the local `[fleet]`).
+    let local = source
+        .load(&edgewatch::config::layers::LocalOnly)
+        .map_err(anyhow::Error::msg)?;
+    let (layers, fleet): (Arc<dyn edgewatch::config::layers::Layers>, _) =
+        if local.config.fleet.enabled() {
+            let cfg = &local.config;
+            let (device_id, _) = edgewatch::forward::identity(cfg);
+            let fl = Arc::new(edgewatch::fleet::FleetLayers::open(
+                &cfg.fleet,
+                &cfg.storage.data_dir,
+                &device_id,
+            )?);
+            edgewatch::fleet::settle_at_start(&fl, |l| source.load(l).map(|x| x.sha256))
+                .map_err(anyhow::Error::msg)?;
+            (fl.clone() as _, Some((fl, cfg.fleet.clone())))
+        } else {
+            (Arc::new(edgewatch::config::layers::LocalOnly) as _, None)
         };
-        let (device_id, _) = edgewatch::forward::identity(&cfg);
-        let layers = Arc::new(edgewatch::fleet::FleetLayers::open(
-            &cfg.fleet,
-            &cfg.storage.data_dir,
-            &device_id,
-        )?);
-        cfg = local.at_start(&layers)?;
-        Some((layers, local, cfg.fleet.clone()))
-    } else {
-        None
-    };
+    let boot = edgewatch::agent::Boot::load(source, layers).map_err(anyhow::Error::msg)?;
+    init_logging(&boot.loaded.config.log.level);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(4)
@@ -76,18 +76,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             edgewatch::agent::wait_for_signal().await;
             t.cancel();
         });
-        if let Some((layers, local, fleet_cfg)) = fleet {
-            // Until the in-place reloader is wired here, fleet changes are validated and
-            // stored, and run from the next start.
-            let (reload, requests) = tokio::sync::mpsc::channel(8);
-            tokio::spawn(edgewatch::fleet::validate_only(
-                requests,
-                layers.clone(),
-                local,
-            ));
-            edgewatch::fleet::start(layers, &fleet_cfg, reload, token.clone());
+        if let Some((layers, fleet_cfg)) = fleet {
+            edgewatch::fleet::start(layers, &fleet_cfg, boot.reload_tx.clone(), token.clone());
         }
-        edgewatch::agent::run(cfg, token).await
+        edgewatch::agent::run(boot, token).await
     })?;
     Ok(ExitCode::SUCCESS)
 }

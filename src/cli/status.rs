@@ -96,9 +96,63 @@ fn status_command(
         })?;
         out.write_all(render_status(&st, &base, edgewatch::now_ns()).as_bytes())?;
         out.write_all(render_notify(&st.notify, edgewatch::now_ns()).as_bytes())?;
+        if let Some(c) = &st.config {
+            out.write_all(render_config(c).as_bytes())?;
+        }
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The `config` part: the effective sha256, the layers, the last reload, what waits for a
+/// restart.
+fn render_config(c: &edgewatch::status::config::ConfigInfo) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "config:     sha256 {}; reloads {} applied, {} failed",
+        c.sha256, c.reloads_applied, c.reloads_failed
+    );
+    for l in &c.layers {
+        let state = serde_json::to_value(l.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  layer {}: {state}{}{}",
+            l.source,
+            l.version.map(|v| format!(" v{v}")).unwrap_or_default(),
+            l.error
+                .as_ref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(r) = &c.last_reload {
+        let what = if r.ok {
+            format!(
+                "applied {}",
+                if r.applied.is_empty() {
+                    "nothing (unchanged)".to_string()
+                } else {
+                    r.applied.join(", ")
+                }
+            )
+        } else {
+            format!("FAILED: {}", r.error.as_deref().unwrap_or("?"))
+        };
+        let _ = writeln!(o, "  last reload {} ({}): {what}", r.time, r.trigger);
+    }
+    if !c.restart_required.is_empty() {
+        let _ = writeln!(
+            o,
+            "  restart required for: {}",
+            c.restart_required.join(", ")
+        );
+    }
+    o
 }
 
 /// A duration in seconds as `4s`, `3m12s`, `2h05m`, `3d04h`.

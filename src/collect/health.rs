@@ -28,7 +28,7 @@ pub struct Sources {
     /// The database file (its size, with the WAL).
     pub db_path: PathBuf,
     /// The forwarders (their backlog, and their link for `sink_down`/`sink_up` events).
-    pub forward: Arc<crate::forward::ForwardStatus>,
+    pub forward: crate::status::Live<crate::forward::ForwardStatus>,
     /// The tegrastats collector (its restarts become `collector_restart` events).
     pub tegrastats: Option<Arc<crate::collect::tegrastats::TegrastatsStatus>>,
 }
@@ -37,7 +37,7 @@ pub struct Sources {
 fn seen(src: &Sources, now: i64) -> super::own_events::Seen {
     let m = crate::clock::Machine::read(now);
     super::own_events::Seen {
-        sinks: src.forward.sinks.iter().map(|s| s.get()).collect(),
+        sinks: src.forward.get().sinks.iter().map(|s| s.get()).collect(),
         tegrastats: src.tegrastats.as_ref().map(|t| t.snapshot(now)),
         clock: Some((m.boot_id, m.offset_ns)),
     }
@@ -151,8 +151,9 @@ impl Own {
             }
             self.last_cpu = Some((now, ticks));
         }
-        if !src.forward.sinks.is_empty() {
-            let sinks: Vec<_> = src.forward.sinks.iter().map(|s| s.get()).collect();
+        let forward = src.forward.get();
+        if !forward.sinks.is_empty() {
+            let sinks: Vec<_> = forward.sinks.iter().map(|s| s.get()).collect();
             let backlog: i64 = sinks.iter().map(|s| s.backlog_points.max(0)).sum();
             fields.push(("forward_backlog_points".into(), Value::I64(backlog)));
             let oldest = sinks
@@ -226,7 +227,7 @@ mod tests {
         let src = Sources {
             handle,
             db_path: dir.path().join("none.db"),
-            forward: Arc::new(crate::forward::ForwardStatus::default()),
+            forward: Default::default(),
             tegrastats: None,
         };
         let mut own = Own::new();

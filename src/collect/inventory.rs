@@ -28,14 +28,14 @@ pub struct Sources {
     pub handle: IngestHandle,
     /// `device_id`.
     pub device_id: String,
-    /// The effective config's hash.
-    pub config_sha256: String,
+    /// The running config (its sha256 changes with each reload).
+    pub config: Arc<crate::status::config::ConfigState>,
     /// The Jetson identity (`None`: `[jetson]` off).
     pub jetson: Option<Arc<crate::collect::jetson::JetsonStatus>>,
     /// The GPUs NVML sees (`None`: `[nvml]` off).
     pub nvml: Option<Arc<crate::collect::nvml::NvmlStatus>>,
     /// The sinks' backlog.
-    pub forward: Arc<crate::forward::ForwardStatus>,
+    pub forward: crate::status::Live<crate::forward::ForwardStatus>,
 }
 
 /// What one report says (read from the status parts; pure to turn into a point).
@@ -107,9 +107,10 @@ fn read(src: &Sources, started: Instant) -> Info {
             .as_ref()
             .map(|n| n.snapshot().gpus)
             .unwrap_or_default(),
-        config_sha256: src.config_sha256.clone(),
+        config_sha256: src.config.info.read(|i| i.sha256.clone()),
         backlog_points: src
             .forward
+            .get()
             .sinks
             .iter()
             .map(|s| s.get().backlog_points.max(0))

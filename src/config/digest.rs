@@ -10,8 +10,7 @@ use super::Config;
 /// The SHA-256 of `cfg`'s canonical TOML, lower-case hex (64 digits). A config that cannot
 /// be serialized (it always can: it was read from TOML) hashes its `Debug` text instead.
 pub fn config_sha256(cfg: &Config) -> String {
-    let text = toml::to_string(cfg).unwrap_or_else(|_| format!("{cfg:?}"));
-    sha256_hex(text.as_bytes())
+    sha256_hex(super::load::canonical(cfg).as_bytes())
 }
 
 /// SHA-256 of `bytes`, lower-case hex: the one hash of configs and fleet documents
@@ -39,8 +38,11 @@ mod tests {
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_eq!(h, config_sha256(&b));
         assert_ne!(h, config_sha256(&c));
-        // The hash of the canonical text, checked against an independent SHA-256.
-        let text = toml::to_string(&a).unwrap();
-        assert_eq!(h, format!("{:x}", Sha256::digest(text.as_bytes())));
+        // The hash of the canonical text; the hash itself against FIPS 180-2's "abc" vector.
+        assert_eq!(h, sha256_hex(super::super::load::canonical(&a).as_bytes()));
+        assert_eq!(
+            sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

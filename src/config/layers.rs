@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The config layers above the local file, lowest first, merged into one table.
 pub trait Layers: Send + Sync {
@@ -28,7 +28,7 @@ pub struct Effective {
 }
 
 /// One layer's state as the status reports it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct LayerStatus {
     /// `file`, `all`, `group:NAME` or `device`.
     pub source: String,
@@ -46,7 +46,7 @@ pub struct LayerStatus {
 }
 
 /// See [`LayerStatus::state`].
-#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LayerState {
     /// In the running config.
@@ -102,7 +102,7 @@ pub struct ReloadRequest {
 pub type ReloadSender = tokio::sync::mpsc::Sender<ReloadRequest>;
 
 /// The outcome of one reload.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct ReloadReport {
     /// The new config is running (false: nothing changed).
     pub ok: bool,
@@ -114,4 +114,15 @@ pub struct ReloadReport {
     pub applied: Vec<String>,
     /// Keys that changed but need a restart (`http.listen`, `storage.data_dir`).
     pub restart_required: Vec<String>,
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trigger::Signal => f.write_str("signal"),
+            Trigger::Api => f.write_str("api"),
+            Trigger::FileWatch => f.write_str("watch"),
+            Trigger::Fleet { source } => write!(f, "fleet:{source}"),
+        }
+    }
 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub mod clock;
 pub mod digest;
 pub mod layers;
+pub mod load;
 pub mod values;
 
 pub use digest::config_sha256;
@@ -59,6 +60,8 @@ pub struct Config {
     pub clock: clock::ClockConfig,
     /// `[health]`
     pub health: HealthConfig,
+    /// `[config]`: how the running agent follows its config file (live reload).
+    pub config: ConfigFileConfig,
     /// Top-level `device_id`: added to every forwarded point (unset: `/etc/machine-id`, else
     /// the host name).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -234,6 +237,15 @@ impl Default for HealthConfig {
     }
 }
 
+/// `[config]`: whether the agent watches its config file and reloads it when it changes
+/// (SIGHUP, `POST /api/v1/reload` and `edgewatch reload` work either way).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfigFileConfig {
+    /// Reload when the file's size, mtime or content changes (checked every 2 s).
+    pub watch: bool,
+}
+
 /// `[log]`
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -284,6 +296,9 @@ pub enum ConfigError {
         /// toml's message, with line, column and key.
         message: String,
     },
+    /// A layer above the local file could not be merged (the message names it).
+    #[error("invalid config layers: {0}")]
+    Layers(String),
     /// A bad environment override.
     #[error("invalid environment variable {var}: {message}")]
     Env {

@@ -70,9 +70,37 @@ impl<const ALLOW_ZERO: bool> Serialize for Interval<ALLOW_ZERO> {
 /// A secret string (a token, a password): its `Debug` prints `"<redacted>"` (or `""` when
 /// unset), never the value. It serializes as itself, so the effective config reloads with
 /// it; print a config with `Debug`, never serialized, where a person may read it.
-#[derive(Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(transparent)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Secret(String);
+
+thread_local! {
+    /// Set while [`redacted`] serializes: every non-empty [`Secret`] writes `<redacted>`.
+    static REDACTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` (a serialization) with every non-empty [`Secret`] written as `"<redacted>"`:
+/// what `GET /api/v1/config` shows. Outside it a secret serializes as itself (the env layer
+/// and the reload compare reload it).
+pub fn redacted<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            REDACTING.with(|r| r.set(self.0));
+        }
+    }
+    let _reset = Reset(REDACTING.with(|r| r.replace(true)));
+    f()
+}
+
+impl Serialize for Secret {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if !self.0.is_empty() && REDACTING.with(|r| r.get()) {
+            s.serialize_str("<redacted>")
+        } else {
+            s.serialize_str(&self.0)
+        }
+    }
+}
 
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -130,6 +158,23 @@ mod tests {
 
     fn parse(text: &str) -> Result<T, String> {
         toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn secrets_are_redacted_only_inside_redacted() {
+        let t = T {
+            i: None,
+            d: None,
+            s: Some(Secret::new("pw")),
+        };
+        let plain = toml::to_string(&t).unwrap();
+        let hidden = redacted(|| toml::to_string(&t).unwrap());
+        assert!(plain.contains("\"pw\""), "{plain}");
+        assert!(
+            hidden.contains("<redacted>") && !hidden.contains("\"pw\""),
+            "{hidden}"
+        );
+        assert!(toml::to_string(&t).unwrap().contains("\"pw\""));
     }
 
     #[test]

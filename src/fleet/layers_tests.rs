@@ -4,7 +4,8 @@
 use super::*;
 use crate::config::layers::{ReloadRequest, ReloadSender};
 use crate::fleet::config::FleetConfig;
-use crate::fleet::{receive, LocalSource};
+use crate::fleet::{receive, settle_at_start};
+use crate::reload::Source as LocalSource;
 
 struct Fleet {
     dir: tempfile::TempDir,
@@ -215,8 +216,7 @@ fn local(dir: &std::path::Path, text: &str) -> LocalSource {
     std::fs::write(&path, text).unwrap();
     LocalSource {
         path: Some(path),
-        env: Vec::new(),
-        overrides: Box::new(|_| {}),
+        ..Default::default()
     }
 }
 
@@ -235,11 +235,13 @@ fn at_start_a_layer_that_makes_the_config_invalid_is_dropped_and_marked_failed()
         l.commit(source, &ok_report());
     }
     let src = local(f.dir.path(), "[log]\nlevel = \"warn\"\n");
-    let cfg = src.at_start(&f.open()).unwrap();
+    let first = f.open();
+    settle_at_start(&first, |l| src.load(l).map(|x| x.sha256)).unwrap();
+    let cfg = src.load(&first).unwrap().config;
     assert_eq!(cfg.host.interval.0, std::time::Duration::from_secs(7));
     assert_eq!(cfg.log.level, "warn");
     let again = f.open();
-    src.at_start(&again).unwrap();
+    settle_at_start(&again, |l| src.load(l).map(|x| x.sha256)).unwrap();
     let s = state_of(&again, "device");
     assert_eq!(s.state, LayerState::Failed);
     assert!(s.error.unwrap().contains("soon"));
@@ -263,13 +265,13 @@ async fn answer(
             seen.lock().unwrap().push(source.clone());
         }
         let report = match src.load(&*layers) {
-            Ok(cfg) => ReloadReport {
-                sha256: crate::fleet::config_sha256(&cfg),
+            Ok(l) => ReloadReport {
+                sha256: l.sha256,
                 ..ok_report()
             },
             Err(e) => ReloadReport {
                 ok: false,
-                error: Some(e.to_string()),
+                error: Some(e),
                 ..ok_report()
             },
         };

@@ -4,7 +4,7 @@
 //! ([`mqtt`]: retained topics, [`http`]: polled URLs) hand each document they receive to
 //! [`receive`], which checks it, asks the reloader (through a [`ReloadSender`]) to apply the
 //! effective config, and keeps the layer only if that worked. At start the stored layers are
-//! applied before anything connects ([`LocalSource::at_start`]). This module never applies a
+//! applied before anything connects ([`settle_at_start`]). This module never applies a
 //! config to the running agent itself (the reloader does) and never writes outside
 //! `<data_dir>/fleet/`.
 
@@ -15,90 +15,42 @@ pub mod layers;
 pub mod merge;
 pub mod mqtt;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::config::layers::{Layers, ReloadReport, ReloadRequest, ReloadSender, Trigger};
-use crate::config::{Config, ConfigError};
 pub use layers::{FleetLayers, Offer};
 
 /// How long a transport waits for the reloader's answer.
 const RELOAD_WAIT: Duration = Duration::from_secs(120);
 
-/// Where the local config comes from, to rebuild the effective config: the file (or the
-/// built-in default), the `EDGEWATCH_*` variables, and the command-line overrides.
-pub struct LocalSource {
-    /// The local file, if any.
-    pub path: Option<PathBuf>,
-    /// The environment (only `EDGEWATCH_*` is read).
-    pub env: Vec<(String, String)>,
-    /// The command-line flags, applied last.
-    pub overrides: Box<dyn Fn(&mut Config) + Send + Sync>,
-}
-
-impl LocalSource {
-    /// The effective config: the local file's table with `layers` merged above it,
-    /// validated as a whole, then the environment and the flags.
-    pub fn load(&self, layers: &dyn Layers) -> Result<Config, ConfigError> {
-        let (text, origin) = match &self.path {
-            Some(p) => (
-                std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
-                    path: p.clone(),
-                    source,
-                })?,
-                p.display().to_string(),
-            ),
-            None => (
-                crate::config::DEFAULT_CONFIG.to_string(),
-                "<built-in>".to_string(),
-            ),
-        };
-        let file_err = |origin: &str, message: String| ConfigError::File {
-            origin: origin.to_string(),
-            message,
-        };
-        let local: toml::Table = toml::from_str(&text)
-            .map_err(|e| file_err(&origin, e.to_string().trim_end().to_string()))?;
-        let eff = layers
-            .effective(local)
-            .map_err(|m| file_err("(fleet layers)", m))?;
-        let merged =
-            toml::to_string(&eff.table).map_err(|e| file_err("(fleet layers)", e.to_string()))?;
-        let mut cfg = Config::from_toml_str(&merged, &format!("{origin} with the fleet layers"))?
-            .with_env(self.env.clone())?;
-        (self.overrides)(&mut cfg);
-        Ok(cfg)
-    }
-
-    /// At start, before anything connects: the effective config with the stored layers;
-    /// a layer whose effective config does not validate is dropped (marked `failed`),
-    /// highest first, until it does. A local file that is invalid on its own is the error.
-    pub fn at_start(&self, layers: &FleetLayers) -> Result<Config, ConfigError> {
-        loop {
-            match self.load(layers) {
-                Ok(cfg) => {
-                    layers.set_effective_sha(&config_sha256(&cfg));
-                    layers.write_report();
-                    return Ok(cfg);
-                }
-                Err(e) => match layers.drop_top(&e.to_string()) {
-                    Some(source) => tracing::error!(
-                        layer = %source, error = %e,
-                        "stored fleet layer not applied: the effective config with it is invalid"
-                    ),
-                    None => return Err(e),
-                },
+/// At start, before anything connects: the stored layers settled so the effective config
+/// validates. `load` loads the effective config through the layers as the agent does
+/// (`reload::Source::load`) and returns its sha256; a layer whose effective config does
+/// not validate is dropped (marked `failed`), highest first, until it does. A local file
+/// that is invalid on its own is the error.
+pub fn settle_at_start(
+    layers: &FleetLayers,
+    load: impl Fn(&dyn Layers) -> Result<String, String>,
+) -> Result<(), String> {
+    loop {
+        match load(layers) {
+            Ok(sha) => {
+                layers.set_effective_sha(&sha);
+                layers.write_report();
+                return Ok(());
             }
+            Err(e) => match layers.drop_top(&e) {
+                Some(source) => tracing::error!(
+                    layer = %source, error = %e,
+                    "stored fleet layer not applied: the effective config with it is invalid"
+                ),
+                None => return Err(e),
+            },
         }
     }
-}
-
-/// sha256 (hex) of a config as the agent prints it.
-pub fn config_sha256(cfg: &Config) -> String {
-    doc::sha256_hex(toml::to_string(cfg).unwrap_or_default().as_bytes())
 }
 
 fn failed(error: String) -> ReloadReport {
@@ -179,32 +131,4 @@ pub fn start(
         tasks.push(tokio::spawn(http::run(layers, cfg.clone(), reload, stop)));
     }
     tasks
-}
-
-/// Answers reload requests by validating the effective config with the candidate layer
-/// (the whole check `check-config` does) without changing the running agent: the layer is
-/// stored and runs from the next start. What answers until the in-place reloader is wired.
-pub async fn validate_only(
-    mut rx: tokio::sync::mpsc::Receiver<ReloadRequest>,
-    layers: Arc<FleetLayers>,
-    local: LocalSource,
-) {
-    while let Some(req) = rx.recv().await {
-        let report = match local.load(&*layers) {
-            Ok(cfg) => ReloadReport {
-                ok: true,
-                error: None,
-                sha256: config_sha256(&cfg),
-                applied: Vec::new(),
-                restart_required: vec![match &req.trigger {
-                    Trigger::Fleet { source } => format!("fleet layer {source}"),
-                    other => format!("{other:?}"),
-                }],
-            },
-            Err(e) => failed(e.to_string()),
-        };
-        if let Some(reply) = req.reply {
-            let _ = reply.send(report);
-        }
-    }
 }

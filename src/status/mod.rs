@@ -10,6 +10,8 @@
 //! Values that can be unknown are `Option` (JSON `null`), never a sentinel.
 
 mod cell;
+pub mod config;
+mod live;
 pub mod notify;
 pub mod rate;
 
@@ -18,6 +20,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use cell::StatusCell;
+pub use live::Live;
 pub use rate::WriteRate;
 
 /// The whole `/api/v1/status` document.
@@ -46,6 +49,9 @@ pub struct Status {
     /// (`null`: not evaluated yet). Declared beside its owner, `alert::view`.
     #[serde(default)]
     pub alerts: Option<crate::alert::view::AlertsStatus>,
+    /// The effective config and its reloads (`null`: not known, as from an older agent).
+    #[serde(default)]
+    pub config: Option<config::ConfigInfo>,
 }
 
 /// The agent itself.

@@ -8,7 +8,7 @@
 //! but loopback) needs a credential check or an explicit opt-in. HTTP: with no token nothing
 //! is checked, which is only allowed on loopback ([`Access::new`] refuses a non-loopback
 //! address without one). With a token, writes (any method but GET/HEAD, and the write paths)
-//! always need it; reads need it too when the server listens on a non-loopback address,
+//! always need it, as does `/api/v1/config`; reads need it too when the server listens on a non-loopback address,
 //! except `/health` and, with `metrics_open`, `/metrics`. The token is read from the
 //! `Authorization` header on every path, and from `p=` in the query string on `/write`
 //! only (InfluxDB 1.x clients). UDP carries no credential at all, so a non-loopback
@@ -121,7 +121,8 @@ impl Access {
         }
         let write = !(method == Method::GET || method == Method::HEAD)
             || path == "/write"
-            || path == "/api/v2/write";
+            || path == "/api/v2/write"
+            || path == CONFIG_PATH;
         if write {
             Need::Token
         } else if self.open_reads || (self.metrics_open && path == "/metrics") {
@@ -149,6 +150,10 @@ impl Access {
         }
     }
 }
+
+/// The effective config (secrets redacted, but the rest still says where the data goes):
+/// it needs the token even on loopback, like a write.
+pub const CONFIG_PATH: &str = "/api/v1/config";
 
 /// The only path that reads the token from the query string (`p=`, as InfluxDB 1.x
 /// clients send it); everywhere else a URL is too easily logged, bookmarked or shared.
@@ -272,6 +277,16 @@ mod tests {
             metrics_open,
             ..HttpConfig::default()
         })
+    }
+
+    #[test]
+    fn the_effective_config_needs_the_token_even_on_loopback() {
+        let a = access("127.0.0.1:9400", "t0k", false).unwrap();
+        assert_eq!(a.decide(&Method::GET, CONFIG_PATH), Need::Token);
+        assert_eq!(a.decide(&Method::GET, "/api/v1/status"), Need::Open);
+        assert_eq!(a.decide(&Method::POST, "/api/v1/reload"), Need::Token);
+        let open = access("127.0.0.1:9400", "", false).unwrap();
+        assert_eq!(open.decide(&Method::GET, CONFIG_PATH), Need::Open);
     }
 
     #[test]

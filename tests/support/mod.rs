@@ -110,6 +110,27 @@ impl Agent {
         format!("http://{}{}", self.http, path)
     }
 
+    /// The config file [`Agent::start`] wrote.
+    pub fn config_path(&self) -> PathBuf {
+        self.dir
+            .parent()
+            .expect("data dir has a parent")
+            .join("edgewatch.toml")
+    }
+
+    /// Rewrites the config file [`Agent::start`] wrote: the same base (ports, data dir)
+    /// with `extra` instead of what was there (for a reload to read).
+    pub fn rewrite_config(&self, extra: &str) {
+        let mut text = format!(
+            "[http]\nlisten = \"{}\"\n[udp]\nlisten = \"{}\"\n[storage]\ndata_dir = \"{}\"\n[health]\nenabled = false\n[kmsg]\nenabled = false\n",
+            self.http,
+            self.udp,
+            self.dir.display()
+        );
+        text.push_str(extra);
+        std::fs::write(self.config_path(), merge_sections(&text)).unwrap();
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

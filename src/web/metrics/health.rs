@@ -100,6 +100,28 @@ fn health(s: &mut Scrape, st: &Status) {
     }
     collectors(s, &st.collectors);
     notify(s, &st.notify);
+    if let Some(c) = &st.config {
+        config(s, c);
+    }
+}
+
+/// The effective config's identity and the reloads: `edgewatch_config_info{sha256}` and
+/// `edgewatch_config_reloads_total{result="applied|failed"}`.
+fn config(s: &mut Scrape, c: &status::config::ConfigInfo) {
+    s.gauge(
+        "edgewatch_config_info",
+        "The effective configuration running (1), by the sha256 of its canonical TOML.",
+        &[("sha256", c.sha256.as_str())],
+        1.0,
+    );
+    for (result, n) in [("applied", c.reloads_applied), ("failed", c.reloads_failed)] {
+        s.counter(
+            "edgewatch_config_reloads_total",
+            "Configuration reloads since start, applied or failed (invalid: nothing changed).",
+            &[("result", result)],
+            n as f64,
+        );
+    }
 }
 
 /// The alert notifiers: `edgewatch_notify_*{notifier="name", type="..."}`.

@@ -265,6 +265,26 @@ fn known_status() -> Status {
             process: status::ProcessWatch::default(),
         },
         alerts: None,
+        config: None,
+    }
+}
+
+#[test]
+fn the_config_hash_and_reload_counts_are_exported() {
+    let mut st = known_status();
+    st.config = Some(status::config::ConfigInfo {
+        sha256: "ab12".into(),
+        reloads_applied: 3,
+        reloads_failed: 2,
+        ..Default::default()
+    });
+    let text = render(&st, &[], None);
+    for want in [
+        "edgewatch_config_info{sha256=\"ab12\"} 1\n",
+        "edgewatch_config_reloads_total{result=\"applied\"} 3\n",
+        "edgewatch_config_reloads_total{result=\"failed\"} 2\n",
+    ] {
+        assert!(text.contains(want), "{want} missing in:\n{text}");
     }
 }
 
