@@ -228,7 +228,11 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
     }
     // The forwarders and notifiers stop on their own token, after the sources.
     let forward_stop = CancellationToken::new();
-    let config_state = crate::reload::Reloader::state_for(&boot.loaded, boot.reload_tx.clone());
+    let config_state = crate::reload::Reloader::state_for(
+        &boot.loaded,
+        boot.reload_tx.clone(),
+        boot.layers.clone(),
+    );
     let alerts_view = Arc::new(crate::alert::view::AlertsView::default());
     let api_ctx = crate::api::ApiCtx {
         notify: Default::default(),

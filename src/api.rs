@@ -551,7 +551,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
         notify: ctx.notify.get().snapshot(),
 
         alerts: Some(ctx.alerts.status()).filter(|a| a.evaluations > 0 || a.rules > 0),
-        config: Some(ctx.config.info.snapshot()),
+        config: Some(ctx.config.snapshot()),
     }
 }
 

@@ -179,6 +179,8 @@ fn published_layers_reach_an_agent_started_later_and_survive_a_restart_with_the_
     // Stored as received, mode 0600.
     let stored = std::fs::read_to_string(data.join("fleet/all.signed")).unwrap();
     assert!(stored.contains("FleetHot") && stored.contains("# signature = "));
+    // Applied in place: the layers arrived after start and the rule runs without a restart.
+    assert!(runs_rule(&agent, "FleetHot"), "{}", agent.log_text());
     let (code, _) = agent.terminate();
     assert_eq!(code, Some(0));
 
@@ -483,6 +485,25 @@ fn ten_agents_take_one_all_change_and_one_group_change() {
         })
         .collect();
     assert!(shas.iter().all(|s| s == &shas[0]), "{shas:?}");
+    // Applied in place on every agent: the fleet's rule runs without a restart, and the
+    // agent's own status lists both layers as applied.
+    for a in &agents {
+        assert!(runs_rule(a, "FleetHot"), "{}", a.log_text());
+        let (_, body) = get(&a.url("/api/v1/status")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let layers = v["config"]["layers"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for src in ["all", "group:edge"] {
+            assert!(
+                layers
+                    .iter()
+                    .any(|l| l["source"] == src && l["state"] == "applied"),
+                "{src} not applied in the status: {layers:?}"
+            );
+        }
+    }
     // Each device's status topic says so (its last message).
     for i in 0..AGENTS {
         let id = format!("fleet-{i}");

@@ -23,15 +23,15 @@ mod energy;
 /// A fleet of real agents draining a backlog into one real InfluxDB at once: exact counts
 /// per device (the full-size run is scripts/fleet.py).
 mod fleet;
-/// Incidents in the fleet's tools: the explanation in Alertmanager, incident points in InfluxDB,
-/// the snapshot on MQTT, `edgewatch incident show`, the retained inventory, `check-config`.
-mod fleet_incidents;
 /// Signed remote config: keygen/sign/publish, retained layers over real mosquitto, HTTP pull
 /// with ETag, every bad document refused, ten agents on the same layers.
 mod fleet_config;
 /// Fleet-true percentiles: ten agents' sketches as native histograms (real Prometheus) and
 /// vmrange counters (real VictoriaMetrics), live and after a backlog drain.
 mod fleet_hist;
+/// Incidents in the fleet's tools: the explanation in Alertmanager, incident points in InfluxDB,
+/// the snapshot on MQTT, `edgewatch incident show`, the retained inventory, `check-config`.
+mod fleet_incidents;
 /// Store-and-forward to real mosquitto and InfluxDB.
 mod forward;
 /// Alert incidents: each triage finding when its cause is staged (and none on a flat device),

@@ -157,8 +157,13 @@ impl Reloader {
     }
 
     /// The config state the API reads, for `loaded`.
-    pub fn state_for(loaded: &Loaded, reload: ReloadSender) -> Arc<ConfigState> {
+    pub fn state_for(
+        loaded: &Loaded,
+        reload: ReloadSender,
+        layers: Arc<dyn Layers>,
+    ) -> Arc<ConfigState> {
         Arc::new(ConfigState {
+            layers,
             info: Default::default(),
             effective: crate::status::StatusCell::new(Arc::new(effective_json(loaded))),
             reload,
@@ -252,7 +257,12 @@ impl Reloader {
             state: LayerState::Applied,
             error: None,
         }];
-        layers.extend(self.layers.status());
+        layers.extend(
+            self.layers
+                .status()
+                .into_iter()
+                .filter(|l| l.source != "file"),
+        );
         self.state.info.update(|i| {
             i.sha256 = l.sha256.clone();
             i.layers = layers;

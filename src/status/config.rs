@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::StatusCell;
-use crate::config::layers::{LayerStatus, ReloadSender};
+use crate::config::layers::{LayerStatus, Layers, ReloadSender};
 
 /// `config` in `/api/v1/status`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -54,4 +54,23 @@ pub struct ConfigState {
     pub effective: StatusCell<Arc<serde_json::Value>>,
     /// Where reload requests go.
     pub reload: ReloadSender,
+    /// The layers above the local file, whose states are read when the status is.
+    pub layers: Arc<dyn Layers>,
+}
+
+impl ConfigState {
+    /// The status part now. The layers' states are read live: a fleet layer is committed
+    /// (or marked failed) after the reload that applied it answered, so a copy taken at
+    /// the reload would show it one step behind.
+    pub fn snapshot(&self) -> ConfigInfo {
+        let mut info = self.info.snapshot();
+        info.layers.retain(|l| l.source == "file");
+        info.layers.extend(
+            self.layers
+                .status()
+                .into_iter()
+                .filter(|l| l.source != "file"),
+        );
+        info
+    }
 }
