@@ -199,6 +199,8 @@ impl Evaluator {
         let mut changes: Vec<Change> = Vec::new();
         // Tag-set lookups shared by every rule of this cycle.
         let mut cycle = super::observe::Cycle::default();
+        // Rules over the same field and window share one read.
+        cycle.prepare(&self.reader, &self.setup.rules);
         // A snapshot costs a few queries and a /proc sample (~0.3 s): a storm of instances
         // firing together (a new rule over a whole fleet of series) opens incidents for the
         // first few and fires the rest without one, rather than stalling the evaluation.
