@@ -101,10 +101,16 @@ struct Shared {
 #[derive(Default)]
 pub struct Cycle {
     tagsets: HashMap<String, Vec<Tagset>>,
+    /// Per measurement: tag key -> tag value -> its tag sets' indices in `tagsets`, in
+    /// order (a rule's tag filter finds its tag sets without scanning them all).
+    by_tag: HashMap<String, TagIndex>,
     series: HashMap<(i64, String), Option<i64>>,
     shared: HashMap<ReadKey, Shared>,
     reads: usize,
 }
+
+/// Tag key -> tag value -> tag set indices, ascending.
+type TagIndex = HashMap<String, HashMap<String, Vec<usize>>>;
 
 /// The need covering both `a` and `b`.
 fn union(a: Need, b: Need) -> Need {
@@ -194,11 +200,44 @@ impl Cycle {
         let (conn, path) = (reader.conn(), reader.path());
         if !self.tagsets.contains_key(&s.measurement) {
             let sets = dict::tagsets(conn, path, Some(&s.measurement))?;
+            let mut index = TagIndex::new();
+            for (i, set) in sets.iter().enumerate() {
+                for (k, v) in &set.tags {
+                    index
+                        .entry(k.clone())
+                        .or_default()
+                        .entry(v.clone())
+                        .or_default()
+                        .push(i);
+                }
+            }
+            self.by_tag.insert(s.measurement.clone(), index);
             self.tagsets.insert(s.measurement.clone(), sets);
         }
         let sets = &self.tagsets[&s.measurement];
+        // The candidates: the tag sets with the filter's rarest tag (all without a filter).
+        let index = &self.by_tag[&s.measurement];
+        let mut candidates: Option<&[usize]> = None;
+        for (k, v) in &s.tags {
+            let with = index
+                .get(k.as_str())
+                .and_then(|vals| vals.get(v.as_str()))
+                .map_or(&[][..], Vec::as_slice);
+            if candidates.map_or(true, |c| with.len() < c.len()) {
+                candidates = Some(with);
+            }
+        }
+        let all: Vec<usize>;
+        let candidates = match candidates {
+            Some(c) => c,
+            None => {
+                all = (0..sets.len()).collect();
+                &all
+            }
+        };
         let mut out = Vec::new();
-        for (i, set) in sets.iter().enumerate() {
+        for &i in candidates {
+            let set = &sets[i];
             if !s.tags.iter().all(|(k, v)| set.tags.get(k) == Some(v))
                 || s.exclude.iter().any(|(k, v)| set.tags.get(k) == Some(v))
             {
