@@ -207,6 +207,12 @@ impl Evaluator {
         let mut incident_budget = MAX_INCIDENTS_PER_CYCLE;
         let mut incidents_skipped = 0usize;
         let remembered = by_rule(&self.entries, self.setup.rules.len());
+        // The cycle's reads in one read transaction: one snapshot for every rule, the read
+        // lock taken once rather than per statement. Without it, each read takes its own.
+        let snapshot = self.reader.snapshot();
+        if let Err(e) = &snapshot {
+            tracing::debug!(error = %e, "alert evaluation reads without a snapshot");
+        }
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             let mine = remembered.get(ri).map_or(&[][..], Vec::as_slice);
             let observed = match observe(
@@ -318,6 +324,7 @@ impl Evaluator {
                 }
             }
         }
+        drop(snapshot);
         if incidents_skipped > 0 {
             tracing::warn!(
                 skipped = incidents_skipped,
