@@ -273,17 +273,17 @@ pub fn collect_window(
     let mut out: Vec<StepAcc> = series.iter().map(|_| StepAcc::default()).collect();
     if let Some(t) = tier {
         let lo = bucket_start(from, t.res_ns);
-        for (s, slot) in series.iter().zip(out.iter_mut()) {
-            tiers::read_range(conn, path, t.key(), s.sid, lo, to, need, |_, acc| {
-                let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
-                if slot.acc.count == 0 {
-                    slot.acc = acc;
-                } else {
-                    slot.acc.merge(&acc);
-                }
-                Ok::<_, EngineError>(())
-            })?;
-        }
+        let sids: Vec<i64> = series.iter().map(|s| s.sid).collect();
+        tiers::read_ranges(conn, path, t.key(), &sids, lo, to, need, |i, _, acc| {
+            let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
+            let slot = &mut out[i];
+            if slot.acc.count == 0 {
+                slot.acc = acc;
+            } else {
+                slot.acc.merge(&acc);
+            }
+            Ok::<_, EngineError>(())
+        })?;
     }
     let percentiles = matches!(need, Need::Sketch | Need::All);
     let (sketch, exact) = (percentiles && tier.is_some(), percentiles && tier.is_none());
@@ -331,16 +331,14 @@ pub fn collect_window(
         };
         chunks::scan(conn, path, &scan, &mut add)?;
     } else {
-        for &tagset in by_tagset.keys() {
-            let scan = Scan {
-                tagset: Some(tagset),
-                after: Some(cursor),
-                ts_from: Some(from),
-                ts_to: Some(to),
-                ..Scan::default()
-            };
-            chunks::scan(conn, path, &scan, &mut add)?;
-        }
+        let scan = Scan {
+            after: Some(cursor),
+            ts_from: Some(from),
+            ts_to: Some(to),
+            ..Scan::default()
+        };
+        let tagsets: Vec<i64> = by_tagset.keys().copied().collect();
+        chunks::scan_tagsets(conn, path, &scan, tagsets, &mut add)?;
     }
     Ok(out
         .into_iter()
