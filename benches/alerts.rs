@@ -12,12 +12,17 @@
 //! cycle runs `alert::task::Evaluator::evaluate` (queries, state machine, the state
 //! transaction with its outbox entries) exactly as the agent's task does.
 //!
-//! Prints the median and max wall time of one cycle and its CPU time (this thread's), and
-//! the CPU share of one core at a 15 s interval. Target: under 0.5 % of a core.
+//! Prints the median and max wall time of one cycle, its CPU time (this thread's) and its
+//! heap allocations (a counting global allocator), and the CPU share of one core at a 15 s
+//! interval. Target: under 0.5 % of a core.
 //!
-//! Run: `cargo bench --bench alerts` (`BENCH_RUNS=N` cycles, default 20).
+//! Run: `cargo bench --bench alerts` (`BENCH_RUNS=N` cycles, default 20). `BENCH_SCALE=K`
+//! multiplies the models (so the series) and the rules by K: `BENCH_SCALE=10` is 1,000 rules
+//! over 10,000 series (500 models x 20 hosts), to show how a cycle grows.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +42,30 @@ const EVERY_S: i64 = 5;
 const RULES: usize = 100;
 const INTERVAL_S: f64 = 15.0;
 const TARGET_PCT: f64 = 0.5;
+
+/// The system allocator, counting allocations (the cycle's allocations are the difference
+/// of two readings: the bench runs the evaluator on its own thread, nothing else allocates).
+struct Counting;
+
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to the system allocator unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
 
 /// The query bench's generator: xorshift uniforms, Box-Muller normal, log-normal latency.
 struct Gen {
@@ -69,8 +98,8 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn rule(i: usize) -> AlertRuleConfig {
-    let model = format!("m{}", i % MODELS);
+fn rule(i: usize, models: usize) -> AlertRuleConfig {
+    let model = format!("m{}", i % models);
     let agg = |s: &str| AggName::try_from(s.to_string()).expect("agg");
     let (a, ratio, window, threshold) = match i % 4 {
         0 => ("p99", None, 300, 20.0),
@@ -104,9 +133,15 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(20);
+    let scale: usize = std::env::var("BENCH_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    let models = MODELS * scale;
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("edgewatch");
-    let keys: Vec<(usize, String)> = (0..MODELS)
+    let keys: Vec<(usize, String)> = (0..models)
         .flat_map(|m| {
             (0..HOSTS).map(move |h| {
                 (
@@ -138,7 +173,8 @@ fn main() {
                 line_no: batch.lines.len() as u32 + 1,
             });
         }
-        if batch.lines.len() >= 5_000 {
+        // Five steps per write: chunks of 5 points per series, whatever the series count.
+        if batch.lines.len() >= 5 * keys.len() {
             points += w.write(&[&batch]).expect("write")[0].points;
             batch.lines.clear();
         }
@@ -163,9 +199,9 @@ fn main() {
     let user: usize = std::env::var("BENCH_RULES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(RULES);
+        .unwrap_or(RULES * scale);
     let mut cfg = Config {
-        alert: (0..user).map(rule).collect(),
+        alert: (0..user).map(|i| rule(i, models)).collect(),
         ..Config::default()
     };
     cfg.alerts.builtin = std::env::var("BENCH_BUILTIN").as_deref() != Ok("0");
@@ -190,11 +226,13 @@ fn main() {
     let mut ev = Evaluator::open(setup, edgewatch::now_ns()).expect("evaluator");
     let mut wall = Vec::new();
     let mut cpu = Vec::new();
+    let mut allocs = Vec::new();
     let mut firing = 0;
     for i in 0..runs {
-        let (t, c) = (Instant::now(), thread_cpu());
+        let (t, c, a) = (Instant::now(), thread_cpu(), ALLOCS.load(Ordering::Relaxed));
         let (items, status) = ev.evaluate(edgewatch::now_ns());
         let (dw, dc) = (t.elapsed(), thread_cpu() - c);
+        let da = ALLOCS.load(Ordering::Relaxed) - a;
         assert!(status.rule_errors.is_empty(), "{:?}", status.rule_errors);
         assert!(status.store_error.is_none(), "{:?}", status.store_error);
         if i == 0 {
@@ -206,6 +244,7 @@ fn main() {
         } else {
             wall.push(dw.as_secs_f64() * 1e3);
             cpu.push(dc.as_secs_f64() * 1e3);
+            allocs.push(da as f64);
         }
     }
     let med = |v: &mut Vec<f64>| {
@@ -213,10 +252,10 @@ fn main() {
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
     let max = wall.iter().copied().fold(0.0, f64::max);
-    let (wm, cm) = (med(&mut wall), med(&mut cpu));
+    let (wm, cm, am) = (med(&mut wall), med(&mut cpu), med(&mut allocs));
     let share = cm / 1e3 / INTERVAL_S * 100.0;
     println!(
-        "{n_rules} rules ({user} + {} built-in), {firing} instances firing: one cycle median {wm:.1} ms wall (max {max:.1}), {cm:.1} ms CPU over {} cycles",
+        "{n_rules} rules ({user} + {} built-in), {firing} instances firing: one cycle median {wm:.1} ms wall (max {max:.1}), {cm:.1} ms CPU, {am:.0} allocations over {} cycles",
         n_rules - user,
         wall.len()
     );

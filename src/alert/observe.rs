@@ -6,7 +6,7 @@
 //! rejected points), the forwarders' status (backlog age), the store's size against the
 //! budget, and the clock. Read-only; it never decides a state.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -74,36 +74,173 @@ pub fn step_for(window_ns: i64) -> i64 {
     }
 }
 
+/// What one series read covers: one field of a measurement over one window (its range,
+/// step and tier follow from the window and the cycle's time).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ReadKey {
+    measurement: String,
+    field: String,
+    window_ns: i64,
+}
+
+/// One read shared by the cycle's rules over the same [`ReadKey`]: the union of the series
+/// they match and of what their aggs need, read once (on first use) for all of them.
+struct Shared {
+    series: BTreeSet<SeriesRef>,
+    need: Need,
+    /// After the read: the series with data in the window.
+    read: Option<HashMap<SeriesRef, StepAcc>>,
+}
+
 /// What one evaluation cycle resolves once for all its rules: the tag sets of each
-/// measurement (read and parsed once, not once per rule) and each (tag set, field)'s numeric
-/// series id. Lives for one cycle only, so a tag set or field that appears is seen by the
-/// next cycle (measured: the per-rule lookup over the measurement's 1,000 tag sets was most
-/// of a cycle, benches/alerts.rs).
+/// measurement (read and parsed once, not once per rule), each (tag set, field)'s numeric
+/// series id, and (after [`Cycle::prepare`]) one read per measurement, field and window for
+/// every rule over it. Lives for one cycle only, so a tag set or field that appears is seen
+/// by the next cycle (measured: the per-rule lookup over the measurement's 1,000 tag sets
+/// was most of a cycle, benches/alerts.rs).
 #[derive(Default)]
 pub struct Cycle {
     tagsets: HashMap<String, Vec<Tagset>>,
+    /// Per measurement: tag key -> tag value -> its tag sets' indices in `tagsets`, in
+    /// order (a rule's tag filter finds its tag sets without scanning them all).
+    by_tag: HashMap<String, TagIndex>,
     series: HashMap<(i64, String), Option<i64>>,
+    shared: HashMap<ReadKey, Shared>,
+    reads: usize,
+}
+
+/// Tag key -> tag value -> tag set indices, ascending.
+type TagIndex = HashMap<String, HashMap<String, Vec<usize>>>;
+
+/// The need covering both `a` and `b`.
+fn union(a: Need, b: Need) -> Need {
+    if a == b {
+        a
+    } else {
+        Need::All
+    }
+}
+
+/// What a read for `s`'s aggs needs from each rollup row.
+fn need_of_spec(s: &SeriesSpec) -> Need {
+    match s.ratio_of {
+        Some(r) => union(need_of(s.agg), need_of(r)),
+        None => need_of(s.agg),
+    }
+}
+
+/// The built-in temperature margin reads the last `field` of each GPU over the window.
+fn gpu_spec(field: &str, window_ns: i64) -> SeriesSpec {
+    SeriesSpec {
+        measurement: "gpu".into(),
+        fields: vec![field.into()],
+        tags: Vec::new(),
+        group_by: vec!["gpu".into()],
+        exclude: Vec::new(),
+        agg: Agg::Last,
+        ratio_of: None,
+        window_ns,
+    }
+}
+
+/// The series specs a rule reads.
+fn specs_of(rule: &Rule) -> Vec<SeriesSpec> {
+    match &rule.watch {
+        Watch::Series(s) => vec![s.clone()],
+        Watch::GpuTempMargin { window_ns } => vec![
+            gpu_spec("temp_c", *window_ns),
+            gpu_spec("temp_slowdown_c", *window_ns),
+        ],
+        _ => Vec::new(),
+    }
 }
 
 impl Cycle {
-    /// The numeric series of `field` of every tag set of `measurement` whose tags include
-    /// `tags`, with the tag set's tags.
+    /// Groups the series reads of `rules` by measurement, field and window, so that each
+    /// is read once for all the rules over it (on first use, by [`series`]). A tag-set
+    /// lookup that fails here leaves its rules to read on their own (and report the error).
+    pub fn prepare(&mut self, reader: &Reader, rules: &[Rule]) {
+        for rule in rules {
+            for spec in specs_of(rule) {
+                let need = need_of_spec(&spec);
+                for field in &spec.fields {
+                    let Ok(found) = self.matching(reader, &spec, field) else {
+                        continue;
+                    };
+                    let key = ReadKey {
+                        measurement: spec.measurement.clone(),
+                        field: field.clone(),
+                        window_ns: spec.window_ns,
+                    };
+                    let shared = self.shared.entry(key).or_insert_with(|| Shared {
+                        series: BTreeSet::new(),
+                        need,
+                        read: None,
+                    });
+                    shared.need = union(shared.need, need);
+                    shared.series.extend(found.into_iter().map(|(r, _)| r));
+                }
+            }
+        }
+    }
+
+    /// Reads done so far (shared and not).
+    pub fn reads(&self) -> usize {
+        self.reads
+    }
+
+    /// The numeric series of `field` of every tag set of `s.measurement` whose tags include
+    /// `s.tags` and none of `s.exclude`, with the tag set's index in `self.tagsets`.
     fn matching(
         &mut self,
         reader: &Reader,
-        measurement: &str,
+        s: &SeriesSpec,
         field: &str,
-        tags: &[(String, String)],
-    ) -> Result<Vec<(SeriesRef, &Labels)>, EngineError> {
+    ) -> Result<Vec<(SeriesRef, usize)>, EngineError> {
         let (conn, path) = (reader.conn(), reader.path());
-        if !self.tagsets.contains_key(measurement) {
-            let sets = dict::tagsets(conn, path, Some(measurement))?;
-            self.tagsets.insert(measurement.to_string(), sets);
+        if !self.tagsets.contains_key(&s.measurement) {
+            let sets = dict::tagsets(conn, path, Some(&s.measurement))?;
+            let mut index = TagIndex::new();
+            for (i, set) in sets.iter().enumerate() {
+                for (k, v) in &set.tags {
+                    index
+                        .entry(k.clone())
+                        .or_default()
+                        .entry(v.clone())
+                        .or_default()
+                        .push(i);
+                }
+            }
+            self.by_tag.insert(s.measurement.clone(), index);
+            self.tagsets.insert(s.measurement.clone(), sets);
         }
-        let sets = &self.tagsets[measurement];
+        let sets = &self.tagsets[&s.measurement];
+        // The candidates: the tag sets with the filter's rarest tag (all without a filter).
+        let index = &self.by_tag[&s.measurement];
+        let mut candidates: Option<&[usize]> = None;
+        for (k, v) in &s.tags {
+            let with = index
+                .get(k.as_str())
+                .and_then(|vals| vals.get(v.as_str()))
+                .map_or(&[][..], Vec::as_slice);
+            if candidates.map_or(true, |c| with.len() < c.len()) {
+                candidates = Some(with);
+            }
+        }
+        let all: Vec<usize>;
+        let candidates = match candidates {
+            Some(c) => c,
+            None => {
+                all = (0..sets.len()).collect();
+                &all
+            }
+        };
         let mut out = Vec::new();
-        for set in sets {
-            if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
+        for &i in candidates {
+            let set = &sets[i];
+            if !s.tags.iter().all(|(k, v)| set.tags.get(k) == Some(v))
+                || s.exclude.iter().any(|(k, v)| set.tags.get(k) == Some(v))
+            {
                 continue;
             }
             let key = (set.id, field.to_string());
@@ -121,37 +258,107 @@ impl Cycle {
                         tagset: set.id,
                         sid,
                     },
-                    &set.tags,
+                    i,
                 ));
             }
         }
         Ok(out)
     }
+
+    /// The window's data of `refs`: from the shared read of `key` when it covers them and
+    /// `need` (read now if not yet), else read for them alone.
+    #[allow(clippy::too_many_arguments)]
+    fn window(
+        &mut self,
+        reader: &Reader,
+        plan: &Plan,
+        key: &ReadKey,
+        refs: &[SeriesRef],
+        need: Need,
+        now: i64,
+    ) -> Result<Window<'_>, EngineError> {
+        let from = now.saturating_sub(key.window_ns);
+        let step = step_for(key.window_ns);
+        let covered = self.shared.get(key).is_some_and(|sh| {
+            (sh.need == need || sh.need == Need::All) && refs.iter().all(|r| sh.series.contains(r))
+        });
+        if covered {
+            if let Some(sh) = self.shared.get_mut(key) {
+                if sh.read.is_none() {
+                    let all: Vec<SeriesRef> = sh.series.iter().copied().collect();
+                    self.reads += 1;
+                    // A failed shared read is not kept: each rule then reads on its own.
+                    if let Ok(accs) =
+                        collect_window(reader, plan, &all, from, now, step, sh.need, now)
+                    {
+                        sh.read = Some(
+                            all.into_iter()
+                                .zip(accs)
+                                .filter_map(|(r, a)| a.map(|a| (r, a)))
+                                .collect(),
+                        );
+                    }
+                }
+                if let Some(read) = &sh.read {
+                    return Ok(Window::Shared(read));
+                }
+            }
+        }
+        self.reads += 1;
+        let accs = collect_window(reader, plan, refs, from, now, step, need, now)?;
+        Ok(Window::Own(
+            refs.iter()
+                .copied()
+                .zip(accs)
+                .filter_map(|(r, a)| a.map(|a| (r, a)))
+                .collect(),
+        ))
+    }
 }
 
-/// One group's accumulated data.
+/// The data of a window, per series with data: borrowed from a shared read or read alone.
+enum Window<'a> {
+    Shared(&'a HashMap<SeriesRef, StepAcc>),
+    Own(HashMap<SeriesRef, StepAcc>),
+}
+
+impl Window<'_> {
+    fn get(&self, r: &SeriesRef) -> Option<&StepAcc> {
+        match self {
+            Window::Shared(m) => m.get(r),
+            Window::Own(m) => m.get(r),
+        }
+    }
+}
+
+/// One group's data: its series' accumulators and the sum of their rates.
 #[derive(Default)]
-struct Group {
-    acc: StepAcc,
+struct Group<'a> {
+    accs: Vec<&'a StepAcc>,
     rate: Option<f64>,
 }
 
-fn merge_into(dst: &mut StepAcc, src: StepAcc) {
-    if dst.acc.count == 0 && dst.exact.is_none() {
-        *dst = src;
-        return;
-    }
-    dst.acc.merge(&src.acc);
-    match (&mut dst.exact, src.exact) {
-        (Some(a), Some(b)) => a.extend(b),
-        _ => dst.exact = None,
-    }
-}
-
-fn agg_of(agg: Agg, g: &Group) -> Option<f64> {
-    match agg {
-        Agg::Rate => g.rate,
-        a => value(a, &g.acc),
+impl Group<'_> {
+    /// The value of `agg` over the group's series (merged in their order when several).
+    fn value(&self, agg: Agg) -> Option<f64> {
+        if agg == Agg::Rate {
+            return self.rate;
+        }
+        match self.accs.as_slice() {
+            [] => None,
+            [one] => value(agg, one),
+            [first, rest @ ..] => {
+                let mut m: StepAcc = (*first).clone();
+                for o in rest {
+                    m.acc.merge(&o.acc);
+                    match (&mut m.exact, &o.exact) {
+                        (Some(a), Some(b)) => a.extend_from_slice(b),
+                        _ => m.exact = None,
+                    }
+                }
+                value(agg, &m)
+            }
+        }
     }
 }
 
@@ -163,28 +370,36 @@ pub fn series(
     s: &SeriesSpec,
     now: i64,
 ) -> Result<Vec<(Labels, f64)>, EngineError> {
-    let from = now.saturating_sub(s.window_ns);
-    let step = step_for(s.window_ns);
-    let need = match s.ratio_of {
-        Some(r) if need_of(r) != need_of(s.agg) => Need::All,
-        _ => need_of(s.agg),
-    };
+    let need = need_of_spec(s);
     let mut best: BTreeMap<Labels, f64> = BTreeMap::new();
     for field in &s.fields {
-        let mut found = cycle.matching(reader, &s.measurement, field, &s.tags)?;
-        found.retain(|(_, tags)| !s.exclude.iter().any(|(k, v)| tags.get(k) == Some(v)));
-        let refs: Vec<SeriesRef> = found.iter().map(|(r, _)| *r).collect();
-        let accs = collect_window(reader, plan, &refs, from, now, step, need, now)?;
-        let mut groups: BTreeMap<Labels, Group> = BTreeMap::new();
-        for ((_, tags), one) in found.iter().zip(accs) {
-            let Some(one) = one else {
+        let found = cycle.matching(reader, s, field)?;
+        // Each series' group, from its tag set's tags.
+        let sets = &cycle.tagsets[&s.measurement];
+        let keyed: Vec<(SeriesRef, Labels)> = found
+            .into_iter()
+            .map(|(r, i)| {
+                let tags = &sets[i].tags;
+                let key: Labels = s
+                    .group_by
+                    .iter()
+                    .filter_map(|k| tags.get(k).map(|v| (k.clone(), v.clone())))
+                    .collect();
+                (r, key)
+            })
+            .collect();
+        let refs: Vec<SeriesRef> = keyed.iter().map(|(r, _)| *r).collect();
+        let key = ReadKey {
+            measurement: s.measurement.clone(),
+            field: field.clone(),
+            window_ns: s.window_ns,
+        };
+        let window = cycle.window(reader, plan, &key, &refs, need, now)?;
+        let mut groups: BTreeMap<&Labels, Group<'_>> = BTreeMap::new();
+        for (r, key) in &keyed {
+            let Some(one) = window.get(r) else {
                 continue;
             };
-            let key: Labels = s
-                .group_by
-                .iter()
-                .filter_map(|k| tags.get(k).map(|v| (k.clone(), v.clone())))
-                .collect();
             // A rate is per series (a counter each), summed over the group.
             let dt = one.acc.last.0 - one.acc.first.0;
             let rate = (one.acc.count > 0 && dt > 0)
@@ -193,14 +408,14 @@ pub fn series(
             if let Some(r) = rate {
                 *g.rate.get_or_insert(0.0) += r;
             }
-            merge_into(&mut g.acc, one);
+            g.accs.push(one);
         }
         for (key, g) in groups {
-            let Some(mut v) = agg_of(s.agg, &g) else {
+            let Some(mut v) = g.value(s.agg) else {
                 continue;
             };
             if let Some(r) = s.ratio_of {
-                match agg_of(r, &g) {
+                match g.value(r) {
                     Some(d) if d != 0.0 => v /= d,
                     _ => continue,
                 }
@@ -208,7 +423,9 @@ pub fn series(
             if !v.is_finite() {
                 continue;
             }
-            best.entry(key).and_modify(|b| *b = b.max(v)).or_insert(v);
+            best.entry(key.clone())
+                .and_modify(|b| *b = b.max(v))
+                .or_insert(v);
         }
     }
     Ok(best.into_iter().collect())
@@ -227,16 +444,7 @@ pub fn observe(
     Ok(match &rule.watch {
         Watch::Series(s) => series(cycle, reader, plan, s, now)?,
         Watch::GpuTempMargin { window_ns } => {
-            let spec = |field: &str| SeriesSpec {
-                measurement: "gpu".into(),
-                fields: vec![field.into()],
-                tags: Vec::new(),
-                group_by: vec!["gpu".into()],
-                exclude: Vec::new(),
-                agg: Agg::Last,
-                ratio_of: None,
-                window_ns: *window_ns,
-            };
+            let spec = |field: &str| gpu_spec(field, *window_ns);
             let temp: BTreeMap<Labels, f64> = series(cycle, reader, plan, &spec("temp_c"), now)?
                 .into_iter()
                 .collect();
@@ -288,6 +496,115 @@ pub fn observe(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use crate::alert::config::{NoData, Op};
+    use crate::config::{Config, Synchronous};
+    use crate::ingest::lineproto::{parse_body, Precision};
+    use crate::store::Writer;
+
+    fn rule(name: &str, agg: Agg, ratio_of: Option<Agg>, group_by: &[&str], window_s: i64) -> Rule {
+        Rule {
+            name: name.into(),
+            builtin: false,
+            watch: Watch::Series(SeriesSpec {
+                measurement: "m".into(),
+                fields: vec!["v".into()],
+                tags: Vec::new(),
+                group_by: group_by.iter().map(|g| g.to_string()).collect(),
+                exclude: Vec::new(),
+                agg,
+                ratio_of,
+                window_ns: window_s * NS,
+            }),
+            op: Op::Gt,
+            threshold: 0.0,
+            for_ns: 0,
+            keep_firing_for_ns: 0,
+            no_data: NoData::Ok,
+            severity: "warning".into(),
+            severity_from: None,
+            summary: String::new(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    fn spec(r: &Rule) -> &SeriesSpec {
+        match &r.watch {
+            Watch::Series(s) => s,
+            _ => unreachable!("a series rule"),
+        }
+    }
+
+    /// Rules over the same field and window share one read (each series read once for all
+    /// of them), and each gets what it would get reading alone; a rule over another window
+    /// reads on its own.
+    #[test]
+    fn rules_over_the_same_window_share_one_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        // Hosts a and b, one point every 10 s over the last 20 minutes; a tag set that no
+        // rule below reads (other = x) is left out of the shared read.
+        let mut body = String::new();
+        for i in 0..120 {
+            let ts = now - i * 10 * NS;
+            body.push_str(&format!("m,host=a v={} {ts}\n", i));
+            body.push_str(&format!("m,host=b v={} {ts}\n", 1000 - i));
+            body.push_str(&format!("n,host=a v=5 {ts}\n"));
+        }
+        let parsed = parse_body(&body, Precision::Nanos, now);
+        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+        Writer::open(dir.path(), 1_000, Synchronous::Normal)
+            .unwrap()
+            .write(&[&parsed.batch])
+            .unwrap();
+        let reader = Reader::open(dir.path()).unwrap();
+        let plan = Plan::from_config(&Config::default()).unwrap();
+        let mut only_b = rule("MaxB", Agg::Max, None, &["host"], 300);
+        if let Watch::Series(s) = &mut only_b.watch {
+            s.tags = vec![("host".into(), "b".into())];
+        }
+        let rules = vec![
+            rule(
+                "Ratio",
+                Agg::Quantile(0.99),
+                Some(Agg::Quantile(0.5)),
+                &["host"],
+                300,
+            ),
+            rule("Mean", Agg::Mean, None, &[], 300),
+            only_b,
+            rule("Count15", Agg::Count, None, &["host"], 900),
+        ];
+        let mut cycle = Cycle::default();
+        cycle.prepare(&reader, &rules);
+        let together: Vec<Vec<(Labels, f64)>> = rules
+            .iter()
+            .map(|r| series(&mut cycle, &reader, &plan, spec(r), now).unwrap())
+            .collect();
+        // The three 5-minute rules: one read; the 15-minute one: another.
+        assert_eq!(cycle.reads(), 2);
+        let alone: Vec<Vec<(Labels, f64)>> = rules
+            .iter()
+            .map(|r| {
+                let mut c = Cycle::default();
+                let out = series(&mut c, &reader, &plan, spec(r), now).unwrap();
+                assert_eq!(c.reads(), 1);
+                out
+            })
+            .collect();
+        assert_eq!(together, alone);
+        // And the values are the points': the last 5 minutes are i = 0..=30.
+        let host = |h: &str| Labels::from([("host".to_string(), h.to_string())]);
+        let mean = (0..=30).map(|i| (i + 1000 - i) as f64).sum::<f64>() / 62.0;
+        assert_eq!(together[1], vec![(Labels::new(), mean)]);
+        assert_eq!(together[2], vec![(host("b"), 1000.0)]);
+        // 15 minutes read whole 1-minute steps: from the minute holding the window's start.
+        let from = crate::store::bucket::bucket_start(now - 900 * NS, 60 * NS);
+        let n = (0..120).filter(|i| now - i * 10 * NS >= from).count() as f64;
+        assert_eq!(together[3], vec![(host("a"), n), (host("b"), n)]);
+        // p99 / p50 of a's 0..=30 (exact ranks 29 and 15).
+        assert_eq!(together[0][0], (host("a"), 29.0 / 15.0));
+    }
 
     #[test]
     fn steps_follow_the_window() {

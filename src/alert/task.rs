@@ -245,6 +245,8 @@ impl Evaluator {
         let mut changes: Vec<Change> = Vec::new();
         // Tag-set lookups shared by every rule of this cycle.
         let mut cycle = super::observe::Cycle::default();
+        // Rules over the same field and window share one read.
+        cycle.prepare(&self.reader, &self.setup.rules);
         // A snapshot costs a few queries and a /proc sample (~0.3 s): a storm of instances
         // firing together (a new rule over a whole fleet of series) opens incidents for the
         // first few and fires the rest without one, rather than stalling the evaluation.
@@ -252,12 +254,20 @@ impl Evaluator {
         let mut incidents_skipped = 0usize;
         // The stored explanation and threshold of each incident its alert's resolve closes.
         let mut closing: BTreeMap<i64, (Explanation, Option<f64>)> = BTreeMap::new();
+        let remembered = by_rule(&self.entries, self.setup.rules.len());
+        // The cycle's reads in one read transaction: one snapshot for every rule, the read
+        // lock taken once rather than per statement. Without it, each read takes its own.
+        let snapshot = self.reader.snapshot();
+        if let Err(e) = &snapshot {
+            tracing::debug!(error = %e, "alert evaluation reads without a snapshot");
+        }
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             if self.cancel.is_cancelled() {
                 // Stopped: nothing of this evaluation is recorded; the next evaluator, on the
                 // stored state, makes the same transitions.
                 return (self.items(), AlertsStatus::default());
             }
+            let mine = remembered.get(ri).map_or(&[][..], Vec::as_slice);
             let observed = match observe(
                 &mut cycle,
                 rule,
@@ -282,8 +292,8 @@ impl Evaluator {
                         error: e.to_string(),
                     });
                     // Keep its instances as they are until it evaluates again.
-                    for (k, e) in self.entries.iter().filter(|(_, e)| e.rule == ri) {
-                        next.insert(k.clone(), e.clone());
+                    for (k, e) in mine {
+                        next.insert((*k).clone(), (*e).clone());
                     }
                     continue;
                 }
@@ -300,10 +310,8 @@ impl Evaluator {
                 .map(|(l, v)| (l, Observation::Value(v)))
                 .collect();
             // Instances remembered but not seen this time: an empty window.
-            for ((name, _), e) in &self.entries {
-                if *name == rule.name && !seen.iter().any(|(l, _)| *l == e.labels) {
-                    seen.push((e.labels.clone(), Observation::NoData));
-                }
+            for labels in unseen(mine, &seen) {
+                seen.push((labels, Observation::NoData));
             }
             // No data at all under `no_data = "firing"`: the rule's own instance.
             if seen.is_empty() && rule.no_data == super::config::NoData::Firing {
@@ -378,6 +386,7 @@ impl Evaluator {
                 }
             }
         }
+        drop(snapshot);
         if incidents_skipped > 0 {
             tracing::warn!(
                 skipped = incidents_skipped,
@@ -594,9 +603,10 @@ impl Evaluator {
     /// has none.
     fn items(&self) -> Vec<AlertItem> {
         let mut out = Vec::new();
+        let remembered = by_rule(&self.entries, self.setup.rules.len());
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             let mut any = false;
-            for e in self.entries.values().filter(|e| e.rule == ri) {
+            for (_, e) in remembered.get(ri).map_or(&[][..], Vec::as_slice) {
                 any = true;
                 let mut labels = e.labels.clone();
                 labels.extend(rule.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
@@ -630,6 +640,32 @@ impl Evaluator {
         }
         out
     }
+}
+
+/// A remembered instance: its key (rule name, fingerprint) and entry.
+type Remembered<'a> = (&'a (String, String), &'a Entry);
+
+/// The remembered instances of each rule (by its index), in their key order: one pass over
+/// them per cycle, where filtering them per rule grew with rules x instances.
+fn by_rule(entries: &BTreeMap<(String, String), Entry>, rules: usize) -> Vec<Vec<Remembered<'_>>> {
+    let mut out: Vec<Vec<Remembered<'_>>> = (0..rules).map(|_| Vec::new()).collect();
+    for (k, e) in entries {
+        if let Some(v) = out.get_mut(e.rule) {
+            v.push((k, e));
+        }
+    }
+    out
+}
+
+/// The labels of the remembered instances (in their order) that are not among `seen`: one
+/// set lookup each, where scanning `seen` for each grew with the square of instances.
+fn unseen(remembered: &[Remembered<'_>], seen: &[(Labels, Observation)]) -> Vec<Labels> {
+    let have: std::collections::HashSet<&Labels> = seen.iter().map(|(l, _)| l).collect();
+    remembered
+        .iter()
+        .filter(|(_, e)| !have.contains(&e.labels))
+        .map(|(_, e)| e.labels.clone())
+        .collect()
 }
 
 /// The resolved event reports the instance as it fired (its start, its incident) with the
@@ -1020,6 +1056,58 @@ mod tests {
                 format!("http://127.0.0.1:9/#/incidents/{id}")
             );
         }
+    }
+
+    /// The instances each rule remembers come from one pass over them (in their key order,
+    /// an unknown rule's left out), and those not seen this time are found by lookup, in
+    /// that order.
+    #[test]
+    fn remembered_instances_are_found_by_rule_then_by_labels() {
+        use super::super::eval::Instance;
+        let l = |v: &str| Labels::from([("host".to_string(), v.to_string())]);
+        let mut entries = BTreeMap::new();
+        for (rule, name, v) in [
+            (0, "A", "a"),
+            (0, "A", "b"),
+            (1, "B", "a"),
+            (0, "A", "c"),
+            (7, "Gone", "x"),
+        ] {
+            entries.insert(
+                (name.to_string(), fingerprint(name, &l(v))),
+                Entry {
+                    rule,
+                    labels: l(v),
+                    instance: Instance::default(),
+                },
+            );
+        }
+        let by = by_rule(&entries, 2);
+        let hosts = |r: &[Remembered<'_>]| -> Vec<String> {
+            r.iter().map(|(_, e)| e.labels["host"].clone()).collect()
+        };
+        let in_key_order = |rule: &str| -> Vec<String> {
+            entries
+                .iter()
+                .filter(|((n, _), _)| n == rule)
+                .map(|(_, e)| e.labels["host"].clone())
+                .collect()
+        };
+        assert_eq!(by.len(), 2);
+        assert_eq!(hosts(&by[0]), in_key_order("A"));
+        assert_eq!(hosts(&by[0]).len(), 3);
+        assert_eq!(hosts(&by[1]), vec!["a".to_string()]);
+        let seen = vec![
+            (l("b"), Observation::Value(1.0)),
+            (l("z"), Observation::Value(2.0)),
+        ];
+        let missing: Vec<String> = unseen(&by[0], &seen)
+            .iter()
+            .map(|m| m["host"].clone())
+            .collect();
+        let want: Vec<String> = in_key_order("A").into_iter().filter(|h| h != "b").collect();
+        assert_eq!(missing, want);
+        assert!(unseen(&by[1], &[(l("a"), Observation::NoData)]).is_empty());
     }
 
     #[test]

@@ -328,6 +328,110 @@ mod agg_tests {
         }
     }
 
+    /// `collect_window` (one accumulator per series, each chunk decoded once for all the
+    /// series read, sketches and exact values only where a percentile is asked) gives every
+    /// agg of the window as the points do: from the 1-minute tier plus its raw tail (read in
+    /// one scan for all tag sets) and from raw points alone (read per tag set).
+    #[test]
+    fn window_reads_equal_the_points_for_every_agg() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let t0 = NOW - 2 * 3600 * NS;
+        let cut = t0 + 100 * 60 * NS;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut series: Vec<(&str, Vec<(i64, f64)>)> = Vec::new();
+        for (key, offset) in [("m,s=a", 0), ("m,s=b", 2 * NS), ("m,s=c", 4 * NS)] {
+            let pts: Vec<(i64, f64)> = (0..1_000)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    (t0 + offset + i * 7 * NS, -20.0 + (x % 10_000) as f64 / 50.0)
+                })
+                .collect();
+            series.push((key, pts));
+        }
+        for (key, pts) in &series {
+            let before: Vec<(i64, f64)> = pts.iter().copied().filter(|p| p.0 < cut).collect();
+            write(&mut w, key, &before);
+        }
+        let plan = Plan::new(
+            &RollupConfig {
+                tiers: vec!["1m".into()],
+                ..Default::default()
+            },
+            &RetentionConfig::default(),
+        )
+        .unwrap();
+        Job::open(dir.path(), plan.clone())
+            .unwrap()
+            .run_once(NOW, &|| false)
+            .unwrap();
+        for (key, pts) in &series {
+            let after: Vec<(i64, f64)> = pts.iter().copied().filter(|p| p.0 >= cut).collect();
+            write(&mut w, key, &after);
+        }
+        let reader = Reader::open(dir.path()).unwrap();
+        let (conn, path) = (reader.conn(), reader.path());
+        // Series a and c (b is not asked for), in that order.
+        let refs: Vec<SeriesRef> = ["a", "c"]
+            .iter()
+            .map(|s| {
+                let set = crate::store::dict::tagsets_matching(
+                    conn,
+                    path,
+                    "m",
+                    &[("s".to_string(), s.to_string())],
+                )
+                .unwrap()
+                .into_iter()
+                .find(|t| t.tags.get("s").map(String::as_str) == Some(*s))
+                .unwrap();
+                let sid = crate::store::dict::numeric_series(conn, path, set.id, "v")
+                    .unwrap()
+                    .unwrap();
+                SeriesRef {
+                    tagset: set.id,
+                    sid,
+                }
+            })
+            .collect();
+        let want = [&series[0].1, &series[2].1];
+        let aggs = ["mean", "min", "max", "sum", "count", "last", "p50", "p99"];
+        // 90 minutes in 1-minute steps: the tier plus the tail; 5 minutes in 1-second
+        // steps: raw points (exact percentiles).
+        for (window, step) in [(90 * 60 * NS, 60 * NS), (300 * NS, NS)] {
+            let from = bucket_start(NOW - window, step);
+            for name in aggs {
+                let agg = Agg::parse(name).unwrap();
+                let got = collect_window(&reader, &plan, &refs, from, NOW, step, need_of(agg), NOW)
+                    .unwrap();
+                assert_eq!(got.len(), 2);
+                for (acc, pts) in got.iter().zip(want) {
+                    let inside: Vec<(i64, f64)> =
+                        pts.iter().copied().filter(|p| p.0 >= from).collect();
+                    let acc = acc.as_ref().expect("data in the window");
+                    let v = value(agg, acc).unwrap();
+                    let e = expected(agg, &inside, None);
+                    let tol = if matches!(agg, Agg::Quantile(_)) && step > NS {
+                        0.01
+                    } else {
+                        1e-9
+                    };
+                    assert!(
+                        (v - e).abs() <= tol * e.abs().max(1.0),
+                        "{name} over {window}: {v} vs {e}"
+                    );
+                    // A sketch only where a tier's percentile needs one; every value only
+                    // where a raw percentile needs them.
+                    let q = matches!(agg, Agg::Quantile(_));
+                    assert_eq!(acc.exact.is_some(), q && step == NS, "{name}");
+                    assert_eq!(acc.acc.sketch.count() > 0, q && step > NS, "{name}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn every_agg_from_the_tier_and_the_raw_tail_equals_the_points() {
         let dir = tempfile::tempdir().unwrap();

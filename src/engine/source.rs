@@ -10,7 +10,7 @@ use super::{Agg, EngineError, StepAcc, Steps, MAX_STEPS};
 use crate::rollup::{Plan, Tier};
 use crate::store::bucket::{bucket_start, numeric};
 use crate::store::chunks::{self, Scan};
-use crate::store::{dict, tiers, Reader};
+use crate::store::{dict, tiers, Reader, StoreError};
 
 /// Where a query's data comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +212,7 @@ fn read_series(
 }
 
 /// A series resolved by the caller (once for many reads): its tag set and numeric series ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SeriesRef {
     /// `tagsets.id`.
     pub tagset: i64,
@@ -220,10 +220,21 @@ pub struct SeriesRef {
     pub sid: i64,
 }
 
+/// A tier's raw tail is read in one scan of the chunks after its cursor (all tag sets at
+/// once, each chunk decoded once) while it holds at most this many chunks per tag set read;
+/// a longer tail (rollups behind) is read per tag set through the `(tagset_id, ts_max)`
+/// index instead.
+const TAIL_SCAN_PER_TAGSET: i64 = 64;
+
 /// What [`collect`] would read for each of `series` from the same source and range (`from`
 /// rounded down to `step_ns`, the source picked for `step_ns`), folded into one [`StepAcc`]
 /// per series instead of one per step (for a caller that wants the window's total, e.g. an
 /// alert rule). `None` where a series has no data in the range.
+///
+/// Each chunk is decoded once for all the series of its tag set (and, for a tier's short
+/// raw tail, in one scan for all tag sets); a point adds to the sketch only when `need`
+/// reads percentiles from a tier, and is kept as an exact value only when `need` reads
+/// percentiles from raw points: a mean, min, max, sum, count, last or rate builds neither.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_window(
     reader: &Reader,
@@ -250,23 +261,89 @@ pub fn collect_window(
             (to - from) / step_ns
         )));
     }
+    let (conn, path) = (reader.conn(), reader.path());
     let tier = match choose_source(plan, step_ns, from, now) {
         Source::Raw => None,
         Source::Tier(i) => Some(&plan.tiers[i]),
     };
     let cursor: i64 = match tier {
-        Some(t) => tiers::state(reader.conn(), reader.path(), t.key())?.cursor,
+        Some(t) => tiers::state(conn, path, t.key())?.cursor,
         None => 0,
     };
-    let mut out = Vec::with_capacity(series.len());
-    for s in series {
-        let mut acc = StepAcc::default();
-        read_series(
-            reader, tier, cursor, s.tagset, s.sid, from, to, need, &mut acc,
-        )?;
-        out.push((acc.acc.count > 0 || acc.exact.is_some()).then_some(acc));
+    let mut out: Vec<StepAcc> = series.iter().map(|_| StepAcc::default()).collect();
+    if let Some(t) = tier {
+        let lo = bucket_start(from, t.res_ns);
+        let sids: Vec<i64> = series.iter().map(|s| s.sid).collect();
+        tiers::read_ranges(conn, path, t.key(), &sids, lo, to, need, |i, _, acc| {
+            let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
+            let slot = &mut out[i];
+            if slot.acc.count == 0 {
+                slot.acc = acc;
+            } else {
+                slot.acc.merge(&acc);
+            }
+            Ok::<_, EngineError>(())
+        })?;
     }
-    Ok(out)
+    let percentiles = matches!(need, Need::Sketch | Need::All);
+    let (sketch, exact) = (percentiles && tier.is_some(), percentiles && tier.is_none());
+    // The wanted series of each tag set (a chunk holds one tag set's fields): (sid, slot).
+    let mut by_tagset: BTreeMap<i64, Vec<(i64, usize)>> = BTreeMap::new();
+    for (i, s) in series.iter().enumerate() {
+        by_tagset.entry(s.tagset).or_default().push((s.sid, i));
+    }
+    let mut add = |c: &chunks::Chunk<'_>| -> Result<ControlFlow<()>, StoreError> {
+        let Some(want) = by_tagset.get(&c.tagset_id) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        c.decode(path, |ts, sid, v| {
+            if ts < from || ts > to {
+                return;
+            }
+            let Some(&(_, i)) = want.iter().find(|(s, _)| *s == sid) else {
+                return;
+            };
+            if let Some(f) = numeric(&v) {
+                let slot = &mut out[i];
+                if sketch {
+                    slot.acc.add(ts, f);
+                } else {
+                    slot.acc.add_plain(ts, f);
+                }
+                if exact {
+                    slot.exact.get_or_insert_with(Vec::new).push(f);
+                }
+            }
+        })?;
+        Ok(ControlFlow::Continue(()))
+    };
+    let one_scan = tier.is_some()
+        && chunks::count_after(conn, path, cursor)?
+            <= TAIL_SCAN_PER_TAGSET.saturating_mul(by_tagset.len() as i64);
+    // Raw points: all of them for the raw source, else only chunks the tier has not rolled
+    // up yet.
+    if one_scan {
+        let scan = Scan {
+            after: Some(cursor),
+            ts_from: Some(from),
+            ts_to: Some(to),
+            ..Scan::default()
+        };
+        chunks::scan(conn, path, &scan, &mut add)?;
+    } else {
+        let scan = Scan {
+            after: Some(cursor),
+            ts_from: Some(from),
+            ts_to: Some(to),
+            ..Scan::default()
+        };
+        let tagsets: Vec<i64> = by_tagset.keys().copied().collect();
+        chunks::scan_tagsets(conn, path, &scan, tagsets, &mut add)?;
+    }
+    Ok(out
+        .into_iter()
+        .map(|a| (a.acc.count > 0 || a.exact.is_some()).then_some(a))
+        .collect())
 }
 
 #[cfg(test)]

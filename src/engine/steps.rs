@@ -37,9 +37,10 @@ impl StepAcc {
     pub fn quantile(&self, q: f64) -> Option<f64> {
         match &self.exact {
             Some(v) if !v.is_empty() => {
+                // The value at the rank in sorted order, found without sorting them all.
                 let mut v = v.clone();
-                v.sort_by(f64::total_cmp);
-                Some(v[(q * (v.len() - 1) as f64).floor() as usize])
+                let rank = (q * (v.len() - 1) as f64).floor() as usize;
+                Some(*v.select_nth_unstable_by(rank, f64::total_cmp).1)
             }
             _ => self.acc.sketch.quantile(q),
         }

@@ -64,6 +64,13 @@ impl Default for Acc {
 impl Acc {
     /// Adds one finite value at `ts`.
     pub fn add(&mut self, ts: i64, v: f64) {
+        self.add_plain(ts, v);
+        self.sketch.add(v);
+    }
+
+    /// Adds one finite value at `ts` to everything but the sketch (for a reader that never
+    /// asks this accumulator for a percentile: it leaves the sketch empty).
+    pub fn add_plain(&mut self, ts: i64, v: f64) {
         self.count += 1;
         self.sum += v;
         self.min = self.min.min(v);
@@ -74,7 +81,6 @@ impl Acc {
         if ts >= self.last.0 {
             self.last = (ts, v);
         }
-        self.sketch.add(v);
     }
 
     /// Folds `other` (merged after `self`) into `self`.

@@ -122,24 +122,57 @@ pub fn scan(
     let mut st = conn.prepare_cached(&sql).ctx(path)?;
     let mut rows = st.query(params_from_iter(args)).ctx(path)?;
     while let Some(r) = rows.next().ctx(path)? {
-        let data = match r.get_ref(6).ctx(path)? {
-            rusqlite::types::ValueRef::Null => &[][..],
-            v => v.as_blob().ctx(path)?,
-        };
-        let c = Chunk {
-            id: r.get(0).ctx(path)?,
-            tagset_id: r.get(1).ctx(path)?,
-            ts_min: r.get(2).ctx(path)?,
-            ts_max: r.get(3).ctx(path)?,
-            n: r.get(4).ctx(path)?,
-            bytes: r.get::<_, Option<i64>>(5).ctx(path)?.unwrap_or(0),
-            data,
-        };
-        if f(&c)?.is_break() {
+        if f(&chunk_of(r, path)?)?.is_break() {
             break;
         }
     }
     Ok(())
+}
+
+/// [`scan`] of `s` for each tag set of `tagsets` in turn (`s.tagset` is replaced), with one
+/// prepared statement for all of them (a reader of many tag sets' windows: no statement
+/// text built and looked up per tag set). Stops at the first break.
+pub fn scan_tagsets(
+    conn: &Connection,
+    path: &Path,
+    s: &Scan,
+    tagsets: impl IntoIterator<Item = i64>,
+    mut f: impl FnMut(&Chunk<'_>) -> Result<ControlFlow<()>, StoreError>,
+) -> Result<(), StoreError> {
+    let s = Scan {
+        tagset: Some(0),
+        ..s.clone()
+    };
+    // The tag set is the statement's first parameter (see `Scan::sql`).
+    let (sql, mut args) = s.sql();
+    let mut st = conn.prepare_cached(&sql).ctx(path)?;
+    for t in tagsets {
+        args[0] = t;
+        let mut rows = st.query(params_from_iter(args.iter())).ctx(path)?;
+        while let Some(r) = rows.next().ctx(path)? {
+            if f(&chunk_of(r, path)?)?.is_break() {
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The chunk of a row of `Scan::sql`'s statement.
+fn chunk_of<'r>(r: &'r rusqlite::Row<'_>, path: &Path) -> Result<Chunk<'r>, StoreError> {
+    let data = match r.get_ref(6).ctx(path)? {
+        rusqlite::types::ValueRef::Null => &[][..],
+        v => v.as_blob().ctx(path)?,
+    };
+    Ok(Chunk {
+        id: r.get(0).ctx(path)?,
+        tagset_id: r.get(1).ctx(path)?,
+        ts_min: r.get(2).ctx(path)?,
+        ts_max: r.get(3).ctx(path)?,
+        n: r.get(4).ctx(path)?,
+        bytes: r.get::<_, Option<i64>>(5).ctx(path)?.unwrap_or(0),
+        data,
+    })
 }
 
 /// An owned copy of a chunk's identity and size (what eviction works from).

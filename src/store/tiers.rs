@@ -196,6 +196,30 @@ pub fn read_range<E: From<StoreError>>(
     Ok(())
 }
 
+/// [`read_range`] for each series of `sids` in turn, with one prepared statement for all of
+/// them: `f(index in sids, bucket, row)`.
+#[allow(clippy::too_many_arguments)]
+pub fn read_ranges<E: From<StoreError>>(
+    conn: &Connection,
+    path: &Path,
+    key: i64,
+    sids: &[i64],
+    lo: i64,
+    hi: i64,
+    need: Need,
+    mut f: impl FnMut(usize, i64, Result<Acc, ()>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut st = conn.prepare_cached(need.sql()).ctx(path)?;
+    for (i, sid) in sids.iter().enumerate() {
+        let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
+        while let Some(r) = rows.next().ctx(path)? {
+            let bucket: i64 = r.get(0).ctx(path)?;
+            f(i, bucket, need.read(r).ctx(path)?)?;
+        }
+    }
+    Ok(())
+}
+
 /// The stored rows of tier `key` (resolution `res_ns`) and series `sid` at `buckets`
 /// (ascending): one slot per bucket, `None` where there is no row yet, `Some(Err(()))` where
 /// its sketch is corrupt. One range read over the buckets (rows in the range that are not
