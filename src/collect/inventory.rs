@@ -30,6 +30,8 @@ pub struct Sources {
     pub device_id: String,
     /// The running config (its sha256 changes with each reload).
     pub config: Arc<crate::status::config::ConfigState>,
+    /// `[fleet] groups`, comma-separated (empty: none).
+    pub groups: String,
     /// The Jetson identity (`None`: `[jetson]` off).
     pub jetson: Option<Arc<crate::collect::jetson::JetsonStatus>>,
     /// The GPUs NVML sees (`None`: `[nvml]` off).
@@ -51,6 +53,8 @@ pub struct Info {
     pub gpus: Vec<crate::status::Gpu>,
     /// The config's hash.
     pub config_sha256: String,
+    /// The device's fleet groups, comma-separated.
+    pub groups: String,
     /// Unsent points of every sink.
     pub backlog_points: i64,
     /// Seconds since start.
@@ -73,7 +77,7 @@ impl Info {
             opt(&j.power_mode),
         );
         // Empty values are left out by `series_key`.
-        let tags: [(&str, &str); 9] = [
+        let tags: [(&str, &str); 10] = [
             ("version", &self.version),
             ("device_id", &self.device_id),
             ("module", &module),
@@ -83,6 +87,7 @@ impl Info {
             ("gpu_names", &names),
             ("gpu_archs", &archs),
             ("config_sha256", &self.config_sha256),
+            ("groups", &self.groups),
         ];
         Line {
             key: series_key(MEASUREMENT, &tags),
@@ -108,6 +113,7 @@ fn read(src: &Sources, started: Instant) -> Info {
             .map(|n| n.snapshot().gpus)
             .unwrap_or_default(),
         config_sha256: src.config.info.read(|i| i.sha256.clone()),
+        groups: src.groups.clone(),
         backlog_points: src
             .forward
             .get()
@@ -173,6 +179,7 @@ mod tests {
                 },
             ],
             config_sha256: "ab12".into(),
+            groups: "orin,lab".into(),
             backlog_points: 42,
             uptime_s: 1.5,
         };
@@ -180,7 +187,7 @@ mod tests {
         assert_eq!(
             l.key,
             "edgewatch_agent_info,config_sha256=ab12,device_id=jet-1,gpu_archs=Ampere\\,Turing,\
-             gpu_names=NVIDIA\\ A2\\,NVIDIA\\ T4,jetpack=6.0,l4t=36.3.0,\
+             gpu_names=NVIDIA\\ A2\\,NVIDIA\\ T4,groups=orin\\,lab,jetpack=6.0,l4t=36.3.0,\
              module=NVIDIA\\ Jetson\\ Orin\\ Nano,power_mode=15W,version=1.2.3"
         );
         assert_eq!(l.fields[0], ("backlog_points".into(), Value::I64(42)));
@@ -189,6 +196,7 @@ mod tests {
         let bare = Info {
             jetson: None,
             gpus: vec![],
+            groups: String::new(),
             ..info
         };
         assert_eq!(

@@ -373,6 +373,7 @@ fn spawn(
                 handle: src.handle.clone(),
                 device_id: crate::forward::identity(cfg).0,
                 config: sh.config.clone(),
+                groups: cfg.fleet.groups.join(","),
                 jetson: cfg.jetson.enabled.then(|| sh.jetson.clone()),
                 nvml: cfg.nvml.enabled.then(|| sh.nvml.clone()),
                 forward: sh.forward.clone(),
