@@ -120,9 +120,11 @@ fn nvml_status(agent: &Agent) -> J {
     agent.status()["collectors"]["nvml"].clone()
 }
 
-/// Waits until the collector has taken at least `n` samples.
+/// Waits until the collector has taken at least `n` samples and they are stored: collector
+/// batches wait up to `[ingest] flush_interval` for the writer's next commit, so two more
+/// commits after the count is reached mean every one of them is in the store.
 fn wait_samples(agent: &Agent, n: u64) -> J {
-    wait_for(Duration::from_secs(20), || {
+    let s = wait_for(Duration::from_secs(20), || {
         let s = nvml_status(agent);
         (s["samples"].as_u64().unwrap_or(0) >= n).then_some(s)
     })
@@ -132,7 +134,14 @@ fn wait_samples(agent: &Agent, n: u64) -> J {
             nvml_status(agent),
             agent.log_text()
         )
+    });
+    let commits = || agent.status()["ingest"]["commits"].as_u64().unwrap_or(0);
+    let c0 = commits();
+    wait_for(Duration::from_secs(20), || {
+        (commits() >= c0 + 2).then_some(())
     })
+    .unwrap_or_else(|| panic!("the writer stopped committing\n{}", agent.log_text()));
+    s
 }
 
 /// Every stored point of `measurement`: (tags as `k=v,...`, field) -> [(ts, value)].
