@@ -19,6 +19,20 @@ use crate::support::*;
 const S: i64 = 1_000_000_000;
 const MIN: i64 = 60 * S;
 
+/// The staged data's "now": half past the current minute's start, 30 s back at most. The
+/// triage window starts on a minute boundary where the latency left its baseline, so a spike
+/// that began a second before a minute ended shows in that minute with one point: its first
+/// minute must hold the same points whatever second the test runs at.
+fn staged_now() -> i64 {
+    let n = edgewatch::now_ns();
+    let half = n - n.rem_euclid(MIN) + 30 * S;
+    if half <= n {
+        half
+    } else {
+        half - MIN
+    }
+}
+
 /// What a staged store's spike coincides with.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Cause {
@@ -170,7 +184,7 @@ fn snapshot_of(cause: Cause, rollup: bool) -> J {
 /// returns the snapshot and `now`.
 fn snapshot_at(cause: Cause, rollup: bool, spike: i64, fire: impl Fn(i64) -> Firing) -> (J, i64) {
     let dir = tempfile::tempdir().unwrap();
-    let now = edgewatch::now_ns();
+    let now = staged_now();
     let body = stage_spike(now, cause, spike);
     let parsed = parse_body(&body, Precision::Nanos, now);
     assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
@@ -558,7 +572,7 @@ fn device_events(now: i64) -> String {
 /// its store while it runs; returns the agent, the incident id and `now`.
 fn agent_with_incident(dir: &Path) -> (Agent, i64, i64) {
     let agent = Agent::start(dir, FED);
-    let now = edgewatch::now_ns();
+    let now = staged_now();
     let mut body = stage_lines(now, Cause::Inputs);
     body.push_str(&device_events(now));
     for chunk in body.lines().collect::<Vec<_>>().chunks(2_000) {
