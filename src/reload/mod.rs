@@ -164,7 +164,11 @@ impl Reloader {
     ) -> Arc<ConfigState> {
         Arc::new(ConfigState {
             layers,
-            info: Default::default(),
+            // The sha256 from the start: the inventory may report before the first publish.
+            info: crate::status::StatusCell::new(crate::status::config::ConfigInfo {
+                sha256: loaded.sha256.clone(),
+                ..Default::default()
+            }),
             effective: crate::status::StatusCell::new(Arc::new(effective_json(loaded))),
             reload,
         })
