@@ -94,6 +94,37 @@ pub fn line(out: &mut Vec<u8>, p: &Point, uint_as_int: bool) {
     out.extend_from_slice(s.as_bytes());
 }
 
+/// A point's tags and fields as JSON objects (the one JSON shape of a point's members, used
+/// by the JSON batch and the retained inventory message).
+pub fn json_maps(
+    p: &Point,
+) -> (
+    serde_json::Map<String, serde_json::Value>,
+    serde_json::Map<String, serde_json::Value>,
+) {
+    let tags = p
+        .series
+        .tags
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into()))
+        .collect();
+    let fields = p
+        .fields
+        .iter()
+        .map(|(k, v)| {
+            let j = match v {
+                Value::F64(f) => serde_json::json!(f),
+                Value::I64(i) => (*i).into(),
+                Value::U64(u) => (*u).into(),
+                Value::Bool(b) => (*b).into(),
+                Value::Str(s) => s.clone().into(),
+            };
+            (k.to_string(), j)
+        })
+        .collect();
+    (tags, fields)
+}
+
 /// The JSON form of (part `part.0` of `part.1` of) a batch: `{"device_id", "seq", "part",
 /// "parts", "points": [{"measurement", "tags", "fields", "time"}]}`; `time` is ns since the
 /// epoch. A batch's parts share its `seq`: consumers drop duplicates by `(seq, part)`.
@@ -101,26 +132,7 @@ pub fn json(device_id: &str, seq: i64, part: (usize, usize), points: &[&Point]) 
     let pts: Vec<serde_json::Value> = points
         .iter()
         .map(|p| {
-            let tags: serde_json::Map<String, serde_json::Value> = p
-                .series
-                .tags
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone().into()))
-                .collect();
-            let fields: serde_json::Map<String, serde_json::Value> = p
-                .fields
-                .iter()
-                .map(|(k, v)| {
-                    let j = match v {
-                        Value::F64(f) => serde_json::json!(f),
-                        Value::I64(i) => (*i).into(),
-                        Value::U64(u) => (*u).into(),
-                        Value::Bool(b) => (*b).into(),
-                        Value::Str(s) => s.clone().into(),
-                    };
-                    (k.to_string(), j)
-                })
-                .collect();
+            let (tags, fields) = json_maps(p);
             serde_json::json!({
                 "measurement": p.series.measurement,
                 "tags": tags,

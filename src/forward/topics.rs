@@ -39,26 +39,7 @@ pub fn info(device_id: &str, points: &[Point]) -> Option<Extra> {
         .iter()
         .filter(|p| p.series.measurement == crate::collect::inventory::MEASUREMENT)
         .max_by_key(|p| p.ts)?;
-    let tags: serde_json::Map<String, serde_json::Value> = p
-        .series
-        .tags
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone().into()))
-        .collect();
-    let fields: serde_json::Map<String, serde_json::Value> = p
-        .fields
-        .iter()
-        .map(|(k, v)| {
-            let j = match v {
-                Value::F64(x) => serde_json::json!(x),
-                Value::I64(x) => serde_json::json!(x),
-                Value::U64(x) => serde_json::json!(x),
-                Value::Bool(x) => serde_json::json!(x),
-                Value::Str(x) => serde_json::json!(x),
-            };
-            (k.to_string(), j)
-        })
-        .collect();
+    let (tags, fields) = super::encode::json_maps(p);
     let doc = serde_json::json!({
         "device_id": device_id,
         "ts": crate::alert::notify::payload::rfc3339(p.ts),
