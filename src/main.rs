@@ -57,15 +57,24 @@ enum Command {
     Reload(cli::reload::ReloadArgs),
 }
 
+/// Logs to stderr, filtered by `RUST_LOG` when it is set and valid, else by `[log] level`
+/// (`edgewatch::config::log`); an invalid `RUST_LOG` is said once, as a warning.
 fn init_logging(level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let (filter, ignored) = edgewatch::config::log::effective_filter(rust_log.as_deref(), level);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+        )
         .init();
+    if let Some(e) = ignored {
+        tracing::warn!("RUST_LOG ignored, logging with [log] level = {level:?}: {e}");
+    }
 }
 
 fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Config> {

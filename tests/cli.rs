@@ -606,3 +606,83 @@ fn a_command_whose_reader_goes_away_ends_quietly() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn a_bad_log_filter_is_refused_by_check_config_and_run_and_keeps_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[rollup]\nenabled = false\n",
+    );
+    let (code, _) = post(&agent.url("/write"), b"m v=1 1000", &[]).unwrap();
+    assert_eq!(code, 204);
+    let data = agent.dir.clone();
+    assert_eq!(agent.terminate().0, Some(0));
+
+    let f = dir.path().join("bad-log.toml");
+    for (level, says) in [
+        ("edgewatch=loud", "invalid log filter"),
+        ("edgewatch[{peer}]=debug", "not supported"),
+        (" , ", "empty log filter"),
+    ] {
+        std::fs::write(
+            &f,
+            format!(
+                "[storage]\ndata_dir = \"{}\"\n[log]\nlevel = \"{level}\"\n",
+                data.display()
+            ),
+        )
+        .unwrap();
+        let (code, _, err) = run(&["check-config", f.to_str().unwrap()]);
+        assert_ne!(code, 0, "{level}");
+        assert!(
+            err.contains("line 4") && err.contains("level") && err.contains(says),
+            "{level}: {err}"
+        );
+        let (code, _, err) = run(&["run", "--config", f.to_str().unwrap()]);
+        assert_ne!(code, 0, "{level}");
+        assert!(err.contains(says), "{level}: {err}");
+    }
+    // The point stored before is intact.
+    let (code, out, err) = run(&[
+        "query",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--measurement",
+        "m",
+        "--from",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(",m,,v,1"), "{out}");
+}
+
+#[test]
+fn rust_log_and_the_log_level_choose_what_the_agent_logs() {
+    // A fresh store logs its migrations (target edgewatch::store) before the agent logs
+    // "http listening" (edgewatch::agent), both at INFO.
+    const MIGRATION: &str = "applying database migration";
+    const LISTENING: &str = "http listening";
+    let cases: [(&str, &str, bool, bool, bool); 3] = [
+        ("warn,edgewatch::agent=info", "info", true, false, false),
+        ("edgewatch::store=info,warn", "info", false, true, false),
+        // An invalid RUST_LOG is said, and the config's level applies.
+        ("edgewatch=loud", "warn,edgewatch::agent=info", true, false, true),
+    ];
+    for (rust_log, level, listening, migration, ignored) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let agent = Agent::start_with_env(
+            dir.path(),
+            &format!("[host]\nenabled = false\n[log]\nlevel = \"{level}\"\n"),
+            &[("RUST_LOG", rust_log)],
+        );
+        let log = agent.log_text();
+        assert_eq!(agent.terminate().0, Some(0), "{rust_log}");
+        assert_eq!(log.contains(LISTENING), listening, "{rust_log}: {log}");
+        assert_eq!(log.contains(MIGRATION), migration, "{rust_log}: {log}");
+        assert_eq!(log.contains("RUST_LOG ignored"), ignored, "{rust_log}: {log}");
+        if ignored {
+            assert!(log.contains("edgewatch=loud") && log.contains(" WARN "), "{log}");
+        }
+    }
+}

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod digest;
 pub mod layers;
 pub mod load;
+pub mod log;
 pub mod values;
 
 pub use digest::config_sha256;
@@ -250,7 +251,8 @@ pub struct ConfigFileConfig {
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct LogConfig {
-    /// tracing EnvFilter directive.
+    /// Log filter: a level or `target=level` pairs (`log::parse_filter`); checked when read.
+    #[serde(deserialize_with = "log::deserialize_level")]
     pub level: String,
 }
 
