@@ -667,7 +667,13 @@ fn rust_log_and_the_log_level_choose_what_the_agent_logs() {
         ("warn,edgewatch::agent=info", "info", true, false, false),
         ("edgewatch::store=info,warn", "info", false, true, false),
         // An invalid RUST_LOG is said, and the config's level applies.
-        ("edgewatch=loud", "warn,edgewatch::agent=info", true, false, true),
+        (
+            "edgewatch=loud",
+            "warn,edgewatch::agent=info",
+            true,
+            false,
+            true,
+        ),
     ];
     for (rust_log, level, listening, migration, ignored) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -680,9 +686,16 @@ fn rust_log_and_the_log_level_choose_what_the_agent_logs() {
         assert_eq!(agent.terminate().0, Some(0), "{rust_log}");
         assert_eq!(log.contains(LISTENING), listening, "{rust_log}: {log}");
         assert_eq!(log.contains(MIGRATION), migration, "{rust_log}: {log}");
-        assert_eq!(log.contains("RUST_LOG ignored"), ignored, "{rust_log}: {log}");
+        assert_eq!(
+            log.contains("RUST_LOG ignored"),
+            ignored,
+            "{rust_log}: {log}"
+        );
         if ignored {
-            assert!(log.contains("edgewatch=loud") && log.contains(" WARN "), "{log}");
+            assert!(
+                log.contains("edgewatch=loud") && log.contains(" WARN "),
+                "{log}"
+            );
         }
     }
 }

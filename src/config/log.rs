@@ -73,8 +73,8 @@ pub fn effective_filter(rust_log: Option<&str>, level: &str) -> (Targets, Option
             Err(e) => ignored = Some(e),
         }
     }
-    let filter = parse_filter(level)
-        .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
+    let filter =
+        parse_filter(level).unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO));
     (filter, ignored)
 }
 
@@ -108,7 +108,9 @@ mod tests {
 
         let f = parse_filter("off").unwrap();
         assert!(!f.would_enable("edgewatch", &Level::ERROR));
-        assert!(parse_filter("WARN").unwrap().would_enable("x", &Level::WARN));
+        assert!(parse_filter("WARN")
+            .unwrap()
+            .would_enable("x", &Level::WARN));
     }
 
     #[test]
