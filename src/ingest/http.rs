@@ -169,11 +169,8 @@ where
     let max = ctx.max_body;
     let now = crate::now_ns();
     let parsed = tokio::task::spawn_blocking(move || -> Result<_, BodyError> {
-        let text = if gzip {
-            gunzip(&raw, max)?
-        } else {
-            raw.to_vec()
-        };
+        // The body is parsed where it lies: a plain body is not copied.
+        let text = if gzip { gunzip(&raw, max)? } else { raw };
         let text = match String::from_utf8(text) {
             Ok(s) => s,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),

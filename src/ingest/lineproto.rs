@@ -79,6 +79,13 @@ pub fn parse_body(body: &str, precision: Precision, now_ns: i64) -> Parsed {
     let bytes = body.as_bytes();
     let mut pos = 0usize;
     let mut line_no: u32 = 1;
+    // One parser for the whole body: its tag scratch is allocated once, not per line.
+    let mut p = LineParser {
+        s: body,
+        b: bytes,
+        pos,
+        tags: Vec::new(),
+    };
     while pos < bytes.len() {
         // Skip leading whitespace and blank lines.
         match bytes[pos] {
@@ -100,11 +107,7 @@ pub fn parse_body(body: &str, precision: Precision, now_ns: i64) -> Parsed {
             _ => {}
         }
         let start = pos;
-        let mut p = LineParser {
-            s: body,
-            b: bytes,
-            pos,
-        };
+        p.pos = pos;
         let result = p.line(mult, now_ns);
         let end = match result {
             Ok(_) => p.pos,
@@ -157,9 +160,23 @@ struct LineParser<'a> {
     s: &'a str,
     b: &'a [u8],
     pos: usize,
+    /// The current line's raw `(key, value)` tags (reused from line to line).
+    tags: Vec<(&'a str, &'a str)>,
 }
 
 type PResult<T> = Result<T, String>;
+
+/// The bytes that may end or escape an identifier: every byte `ident` is ever asked to stop
+/// at (`,` `=` space), a newline and the backslash.
+const SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b',' as usize] = true;
+    t[b'=' as usize] = true;
+    t[b' ' as usize] = true;
+    t[b'\n' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
 
 impl<'a> LineParser<'a> {
     fn peek(&self) -> Option<u8> {
@@ -172,6 +189,11 @@ impl<'a> LineParser<'a> {
         let start = self.pos;
         let mut escaped = false;
         while let Some(c) = self.peek() {
+            // Most bytes of a name are none of the few that matter: one table look-up each.
+            if !SPECIAL[c as usize] {
+                self.pos += 1;
+                continue;
+            }
             if c == b'\\' {
                 escaped = true;
                 // A backslash escapes the next ASCII byte (never a newline; a multi-byte
@@ -197,7 +219,22 @@ impl<'a> LineParser<'a> {
         if measurement.is_empty() {
             return Err("missing measurement".into());
         }
-        let mut tags: Vec<(&'a str, &'a str)> = Vec::new();
+        let mut tags = std::mem::take(&mut self.tags);
+        tags.clear();
+        let result = self.line_with(mult, now_ns, series_start, measurement, m_esc, &mut tags);
+        self.tags = tags;
+        result
+    }
+
+    fn line_with(
+        &mut self,
+        mult: i64,
+        now_ns: i64,
+        series_start: usize,
+        measurement: &'a str,
+        m_esc: bool,
+        tags: &mut Vec<(&'a str, &'a str)>,
+    ) -> PResult<Line> {
         let mut any_escape = m_esc;
         while self.peek() == Some(b',') {
             self.pos += 1;

@@ -11,7 +11,6 @@
 //!
 //! [`Writer`]: super::Writer
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -20,6 +19,9 @@ use super::bucket::numeric;
 use super::chunks::{self, Scan};
 use super::{Reader, StoreError};
 use crate::model::Value;
+
+/// Series id -> newest `(ts, value)`; foldhash: every committed number passes here.
+type HashMap<K, V> = foldhash::HashMap<K, V>;
 
 /// The newest `(timestamp ns, value)` of each numeric series, by series id.
 #[derive(Debug, Default)]

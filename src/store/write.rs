@@ -4,7 +4,6 @@
 //!
 //! Never reads the ingest queue (the writer task hands it batches) and never deletes.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection};
@@ -13,6 +12,10 @@ use super::open::{open, Ctx, Mode};
 use super::{codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
 use crate::model::{split_series_key, Batch, Kind, Rejection};
+
+/// Maps keyed on every point's path: foldhash, several times cheaper per lookup than
+/// `std`'s SipHash (the keys are the writer's own, no one picks them to collide).
+type HashMap<K, V> = foldhash::HashMap<K, V>;
 
 /// Everything the writer caches about the series dictionary.
 #[derive(Default)]
@@ -131,18 +134,20 @@ impl Writer {
             }
             // Points of this transaction grouped by tag set, in arrival order per tag set.
             let mut open: Vec<ChunkBuilder> = Vec::new();
-            let mut open_index: HashMap<i64, usize> = HashMap::new();
+            let mut open_index: HashMap<i64, usize> = HashMap::default();
             for batch in batches {
                 let mut sum = WriteSummary::default();
                 'lines: for line in &batch.lines {
                     // Check the whole line before storing any of it (InfluxDB semantics:
                     // a line is stored entirely or not at all).
+                    // The known fields' series ids are collected on the way (one lookup
+                    // per field when the line adds no series, the common case).
                     let tagset_id = dict.tagsets.get(line.key.as_str()).copied();
+                    let known_fields = tagset_id.and_then(|t| dict.series.get(&t));
                     let mut new_series = 0usize;
+                    values.clear();
                     for (field, value) in &line.fields {
-                        let known = tagset_id
-                            .and_then(|t| dict.series.get(&t))
-                            .and_then(|m| m.get(field.as_str()));
+                        let known = known_fields.and_then(|m| m.get(field.as_str()));
                         match known {
                             Some((_, kind)) if *kind != value.kind() => {
                                 sum.rejected.push(Rejection {
@@ -156,7 +161,7 @@ impl Writer {
                                 });
                                 continue 'lines;
                             }
-                            Some(_) => {}
+                            Some((sid, _)) => values.push(*sid),
                             None => new_series += 1,
                         }
                     }
@@ -187,23 +192,29 @@ impl Writer {
                             id
                         }
                     };
-                    values.clear();
-                    let fields = dict.series.entry(tagset_id).or_default();
-                    for (field, value) in &line.fields {
-                        let sid = match fields.get(field.as_str()) {
-                            Some((sid, _)) => *sid,
-                            None => {
-                                let sid =
-                                    ins.series(tagset_id, field, value.kind(), now).ctx(&path)?;
-                                fields.insert(field.clone(), (sid, value.kind()));
-                                dict.series_count += 1;
-                                sid
+                    if new_series > 0 {
+                        values.clear();
+                        let fields = dict.series.entry(tagset_id).or_default();
+                        for (field, value) in &line.fields {
+                            let sid = match fields.get(field.as_str()) {
+                                Some((sid, _)) => *sid,
+                                None => {
+                                    let sid = ins
+                                        .series(tagset_id, field, value.kind(), now)
+                                        .ctx(&path)?;
+                                    fields.insert(field.clone(), (sid, value.kind()));
+                                    dict.series_count += 1;
+                                    sid
+                                }
+                            };
+                            values.push(sid);
+                        }
+                    }
+                    if let Some(n) = newest.as_mut() {
+                        for (&sid, (_, value)) in values.iter().zip(&line.fields) {
+                            if let Some(x) = super::bucket::numeric(value) {
+                                n.push((sid, line.ts, x));
                             }
-                        };
-                        values.push(sid);
-                        if let (Some(n), Some(x)) = (newest.as_mut(), super::bucket::numeric(value))
-                        {
-                            n.push((sid, line.ts, x));
                         }
                     }
                     let slot = *open_index.entry(tagset_id).or_insert_with(|| {

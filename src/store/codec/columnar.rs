@@ -15,8 +15,6 @@
 //! behind [`POINTS_MARKER`] instead (the writer never produces one). Pure; the decoder
 //! never panics on corrupt input.
 
-use std::collections::HashMap;
-
 use super::bits::{get_u8, get_varint, put_varint, unzigzag, zigzag};
 use super::{floats, ints, legacy, CodecError};
 use crate::model::Value;
@@ -54,6 +52,18 @@ impl Vals {
             Value::Bool(_) => Vals::Bool(Vec::new()),
             Value::Str(_) => Vals::Str(Vec::new()),
         }
+    }
+
+    /// True when `v` is of this column's kind.
+    fn holds(&self, v: &Value) -> bool {
+        matches!(
+            (self, v),
+            (Vals::F64(_), Value::F64(_))
+                | (Vals::I64(_), Value::I64(_))
+                | (Vals::U64(_), Value::U64(_))
+                | (Vals::Bool(_), Value::Bool(_))
+                | (Vals::Str(_), Value::Str(_))
+        )
     }
 
     /// Appends `v`; false when it is of another kind.
@@ -115,7 +125,9 @@ pub struct Encoded {
 pub struct ChunkEncoder {
     ts: Vec<i64>,
     cols: Vec<Column>,
-    index: HashMap<i64, usize>,
+    /// Series id -> column (foldhash: looked up for points that name their series in
+    /// another order than the columns').
+    index: foldhash::HashMap<i64, usize>,
     /// Points kept in the legacy form once a point did not fit columns: (time, packed
     /// values, value count).
     legacy: Option<Vec<(i64, Vec<u8>, usize)>>,
@@ -159,9 +171,9 @@ impl ChunkEncoder {
         }
         let row = self.ts.len() as u32;
         self.ts.push(ts);
-        for (sid, v) in values {
-            let slot = match self.index.get(&sid) {
-                Some(&i) => i,
+        for (i, (sid, v)) in values.into_iter().enumerate() {
+            let slot = match self.slot(i, sid) {
+                Some(i) => i,
                 None => {
                     self.cols.push(Column {
                         sid,
@@ -181,18 +193,27 @@ impl ChunkEncoder {
     /// True when the point's values can join the columns: no series twice, no type change.
     fn fits<'v>(&mut self, values: impl IntoIterator<Item = (i64, &'v Value)>) -> bool {
         self.seen.clear();
-        for (sid, v) in values {
+        for (i, (sid, v)) in values.into_iter().enumerate() {
             if self.seen.contains(&sid) {
                 return false;
             }
             self.seen.push(sid);
-            if let Some(&i) = self.index.get(&sid) {
-                if Vals::for_value(v).kind() != self.cols[i].vals.kind() {
+            if let Some(c) = self.slot(i, sid) {
+                if !self.cols[c].vals.holds(v) {
                     return false;
                 }
             }
         }
         true
+    }
+
+    /// The column of series `sid`, the `i`-th value of a point: a point usually names its
+    /// series in the order of the chunk's columns, so column `i` is tried before the index.
+    fn slot(&self, i: usize, sid: i64) -> Option<usize> {
+        match self.cols.get(i) {
+            Some(c) if c.sid == sid => Some(i),
+            _ => self.index.get(&sid).copied(),
+        }
     }
 
     /// Moves the pending points to the legacy form (values of a point in column order).
