@@ -16,6 +16,10 @@
 //! heap allocations (a counting global allocator), and the CPU share of one core at a 15 s
 //! interval. Target: under 0.5 % of a core.
 //!
+//! Between cycles (untimed), 15 s of new points arrive (3 per series) and every second cycle
+//! the rollup job runs, as in the agent (`BENCH_LIVE=0`: a static store). `BENCH_CACHE=0`
+//! turns the evaluator's cross-cycle row cache off, to compare in the same build.
+//!
 //! Run: `cargo bench --bench alerts` (`BENCH_RUNS=N` cycles, default 20). `BENCH_SCALE=K`
 //! multiplies the models (so the series) and the rules by K: `BENCH_SCALE=10` is 1,000 rules
 //! over 10,000 series (500 models x 20 hosts), to show how a cycle grows.
@@ -224,13 +228,54 @@ fn main() {
         points: None,
     };
     let mut ev = Evaluator::open(setup, edgewatch::now_ns()).expect("evaluator");
+    // BENCH_CACHE=0 turns the cross-cycle row cache off (the same run's "before").
+    let cache = std::env::var("BENCH_CACHE").as_deref() != Ok("0");
+    if !cache {
+        ev = ev.without_row_cache();
+    }
+    // BENCH_LIVE=0: no data arrives between cycles (every cycle reads the same store).
+    // Default: as in the agent, 15 s of points (3 per series) arrive before each cycle and
+    // the rollup job runs every second cycle (its 30 s default), untimed.
+    let live = std::env::var("BENCH_LIVE").as_deref() != Ok("0");
+    let mut w = Writer::open(&dir, 100_000, Synchronous::Normal).expect("open writer");
+    let mut job = Job::open(&dir, plan.clone()).expect("rollup job");
     let mut wall = Vec::new();
     let mut cpu = Vec::new();
     let mut allocs = Vec::new();
     let mut firing = 0;
+    // Live: a clock that advances one interval per cycle from now (the cycles run back to
+    // back; the store, the rollup job and the evaluator all take this time).
+    let t_start = edgewatch::now_ns();
+    let clock = |i: usize| {
+        if live {
+            t_start + i as i64 * INTERVAL_S as i64 * NS
+        } else {
+            edgewatch::now_ns()
+        }
+    };
     for i in 0..runs {
+        if live && i > 0 {
+            let now = clock(i);
+            for k in 0..3 {
+                let ts = now - (2 - k) * EVERY_S * NS;
+                for (m, key) in &keys {
+                    batch.lines.push(Line {
+                        key: key.clone(),
+                        fields: vec![("wall_ms".into(), Value::F64(gen.wall_ms(*m)))],
+                        ts,
+                        line_no: batch.lines.len() as u32 + 1,
+                    });
+                }
+            }
+            w.write(&[&batch]).expect("write");
+            batch.lines.clear();
+            if i % 2 == 0 {
+                job.run_once(now, &|| false).expect("rollup");
+            }
+        }
         let (t, c, a) = (Instant::now(), thread_cpu(), ALLOCS.load(Ordering::Relaxed));
-        let (items, status) = ev.evaluate(edgewatch::now_ns());
+        let now = clock(i);
+        let (items, status) = ev.evaluate(now);
         let (dw, dc) = (t.elapsed(), thread_cpu() - c);
         let da = ALLOCS.load(Ordering::Relaxed) - a;
         assert!(status.rule_errors.is_empty(), "{:?}", status.rule_errors);
@@ -254,6 +299,15 @@ fn main() {
     let max = wall.iter().copied().fold(0.0, f64::max);
     let (wm, cm, am) = (med(&mut wall), med(&mut cpu), med(&mut allocs));
     let share = cm / 1e3 / INTERVAL_S * 100.0;
+    println!(
+        "row cache {}, data {}",
+        if cache { "on" } else { "off (BENCH_CACHE=0)" },
+        if live {
+            "arriving between cycles, rolled up every second cycle"
+        } else {
+            "static (BENCH_LIVE=0)"
+        }
+    );
     println!(
         "{n_rules} rules ({user} + {} built-in), {firing} instances firing: one cycle median {wm:.1} ms wall (max {max:.1}), {cm:.1} ms CPU, {am:.0} allocations over {} cycles",
         n_rules - user,

@@ -11,7 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::rules::{Rule, SeriesSpec, Watch};
-use crate::engine::{collect_window, need_of, value, Agg, EngineError, SeriesRef, StepAcc};
+use crate::engine::rowcache::RowCache;
+use crate::engine::{
+    collect_window, collect_window_cached, need_of, value, Agg, EngineError, SeriesRef, StepAcc,
+};
 use crate::rollup::Plan;
 use crate::stats::Stats;
 use crate::store::dict::{self, Tagset};
@@ -107,6 +110,9 @@ pub struct Cycle {
     series: HashMap<(i64, String), Option<i64>>,
     shared: HashMap<ReadKey, Shared>,
     reads: usize,
+    /// The rollup rows kept across cycles (the evaluator's, lent for the cycle): a shared
+    /// read takes from the store only the rows it does not hold (`None`: reads them all).
+    rows: Option<RowCache>,
 }
 
 /// Tag key -> tag value -> tag set indices, ascending.
@@ -182,6 +188,22 @@ impl Cycle {
                 }
             }
         }
+    }
+
+    /// A cycle that reads through `rows` (the previous cycle's, see [`Cycle::finish`]).
+    pub fn with_rows(rows: Option<RowCache>) -> Cycle {
+        Cycle {
+            rows,
+            ..Cycle::default()
+        }
+    }
+
+    /// Ends the cycle: the row cache for the next one.
+    pub fn finish(mut self) -> Option<RowCache> {
+        if let Some(r) = &mut self.rows {
+            r.finish_cycle();
+        }
+        self.rows
     }
 
     /// Reads done so far (shared and not).
@@ -288,9 +310,17 @@ impl Cycle {
                     let all: Vec<SeriesRef> = sh.series.iter().copied().collect();
                     self.reads += 1;
                     // A failed shared read is not kept: each rule then reads on its own.
-                    if let Ok(accs) =
-                        collect_window(reader, plan, &all, from, now, step, sh.need, now)
-                    {
+                    if let Ok(accs) = collect_window_cached(
+                        reader,
+                        plan,
+                        &all,
+                        from,
+                        now,
+                        step,
+                        sh.need,
+                        now,
+                        self.rows.as_mut(),
+                    ) {
                         sh.read = Some(
                             all.into_iter()
                                 .zip(accs)

@@ -109,6 +109,8 @@ pub struct Evaluator {
     /// Cancelled when the evaluator is stopped (a reload): an evaluation in progress stops
     /// between rules and records nothing.
     cancel: CancellationToken,
+    /// Rollup rows kept across evaluations ([`crate::engine::rowcache`]); `None`: off.
+    rows: Option<crate::engine::rowcache::RowCache>,
 }
 
 impl Evaluator {
@@ -192,7 +194,15 @@ impl Evaluator {
             incident_opts,
             pending_points,
             cancel: CancellationToken::new(),
+            rows: Some(Default::default()),
         })
+    }
+
+    /// Turns the cross-evaluation row cache off (every evaluation reads all its rows): what
+    /// `benches/alerts.rs` compares against (`BENCH_CACHE=0`); results are the same.
+    pub fn without_row_cache(mut self) -> Evaluator {
+        self.rows = None;
+        self
     }
 
     /// The labels a receiver sees for an instance of `rule`.
@@ -244,7 +254,7 @@ impl Evaluator {
         let mut next: BTreeMap<(String, String), Entry> = BTreeMap::new();
         let mut changes: Vec<Change> = Vec::new();
         // Tag-set lookups shared by every rule of this cycle.
-        let mut cycle = super::observe::Cycle::default();
+        let mut cycle = super::observe::Cycle::with_rows(std::mem::take(&mut self.rows));
         // Rules over the same field and window share one read.
         cycle.prepare(&self.reader, &self.setup.rules);
         // A snapshot costs a few queries and a /proc sample (~0.3 s): a storm of instances
@@ -387,6 +397,7 @@ impl Evaluator {
             }
         }
         drop(snapshot);
+        self.rows = cycle.finish();
         if incidents_skipped > 0 {
             tracing::warn!(
                 skipped = incidents_skipped,

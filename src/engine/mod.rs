@@ -40,6 +40,7 @@ pub mod energy;
 mod inference;
 mod llm;
 pub mod request;
+pub mod rowcache;
 mod source;
 mod steps;
 
@@ -48,7 +49,8 @@ pub use inference::{inference, knee, ratio, InferenceQuery};
 pub use llm::{llm, prompt_curve, PromptBucket};
 pub use request::{parse_step, DEFAULT_LIMIT, DEFAULT_RANGE_NS};
 pub use source::{
-    choose_source, collect, collect_window, need_of, Collected, Need, SeriesRef, Source,
+    choose_source, collect, collect_window, collect_window_cached, need_of, Collected, Need,
+    SeriesRef, Source,
 };
 pub use steps::{rates, value, StepAcc, Steps};
 

@@ -6,9 +6,10 @@
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
+use super::rowcache::{self, RowCache};
 use super::{Agg, EngineError, StepAcc, Steps, MAX_STEPS};
 use crate::rollup::{Plan, Tier};
-use crate::store::bucket::{bucket_start, numeric};
+use crate::store::bucket::{bucket_start, numeric, Acc};
 use crate::store::chunks::{self, Scan};
 use crate::store::{dict, tiers, Reader, StoreError};
 
@@ -246,6 +247,23 @@ pub fn collect_window(
     need: Need,
     now: i64,
 ) -> Result<Vec<Option<StepAcc>>, EngineError> {
+    collect_window_cached(reader, plan, series, from, to, step_ns, need, now, None)
+}
+
+/// [`collect_window`], reading the tier's rows through `cache` (kept across calls, see
+/// [`RowCache`]) when it is given and `need` is cacheable; the results are the same.
+#[allow(clippy::too_many_arguments)]
+pub fn collect_window_cached(
+    reader: &Reader,
+    plan: &Plan,
+    series: &[SeriesRef],
+    from: i64,
+    to: i64,
+    step_ns: i64,
+    need: Need,
+    now: i64,
+    cache: Option<&mut RowCache>,
+) -> Result<Vec<Option<StepAcc>>, EngineError> {
     if step_ns <= 0 {
         return Err(EngineError::BadQuery("`step` must be positive".into()));
     }
@@ -266,15 +284,16 @@ pub fn collect_window(
         Source::Raw => None,
         Source::Tier(i) => Some(&plan.tiers[i]),
     };
-    let cursor: i64 = match tier {
-        Some(t) => tiers::state(conn, path, t.key())?.cursor,
-        None => 0,
+    let state = match tier {
+        Some(t) => tiers::state(conn, path, t.key())?,
+        None => tiers::State::default(),
     };
+    let cursor = if tier.is_some() { state.cursor } else { 0 };
     let mut out: Vec<StepAcc> = series.iter().map(|_| StepAcc::default()).collect();
     if let Some(t) = tier {
         let lo = bucket_start(from, t.res_ns);
         let sids: Vec<i64> = series.iter().map(|s| s.sid).collect();
-        tiers::read_ranges(conn, path, t.key(), &sids, lo, to, need, |i, _, acc| {
+        let mut merge = |i: usize, acc: Result<Acc, ()>| {
             let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
             let slot = &mut out[i];
             if slot.acc.count == 0 {
@@ -283,7 +302,24 @@ pub fn collect_window(
                 slot.acc.merge(&acc);
             }
             Ok::<_, EngineError>(())
-        })?;
+        };
+        match cache {
+            Some(c) if rowcache::cacheable(need) => c.read_ranges(
+                conn,
+                path,
+                (t.key(), t.res_ns),
+                plan.lateness_ns,
+                &state,
+                &sids,
+                lo,
+                to,
+                need,
+                merge,
+            )?,
+            _ => tiers::read_ranges(conn, path, t.key(), &sids, lo, to, need, |i, _, acc| {
+                merge(i, acc)
+            })?,
+        }
     }
     let percentiles = matches!(need, Need::Sketch | Need::All);
     let (sketch, exact) = (percentiles && tier.is_some(), percentiles && tier.is_none());

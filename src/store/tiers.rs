@@ -196,6 +196,14 @@ pub fn read_range<E: From<StoreError>>(
     Ok(())
 }
 
+/// The oldest bucket of tier `key` (`None`: no rows); eviction deletes a tier's oldest
+/// buckets, so a row cache compares it between reads.
+pub fn oldest_bucket(conn: &Connection, path: &Path, key: i64) -> Result<Option<i64>, StoreError> {
+    conn.prepare_cached("SELECT MIN(bucket) FROM rollups WHERE tier = ?1")
+        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)))
+        .ctx(path)
+}
+
 /// [`read_range`] for each series of `sids` in turn, with one prepared statement for all of
 /// them: `f(index in sids, bucket, row)`.
 #[allow(clippy::too_many_arguments)]
