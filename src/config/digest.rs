@@ -10,7 +10,15 @@ use super::Config;
 /// The SHA-256 of `cfg`'s canonical TOML, lower-case hex (64 digits). A config that cannot
 /// be serialized (it always can: it was read from TOML) hashes its `Debug` text instead.
 pub fn config_sha256(cfg: &Config) -> String {
-    sha256_hex(super::load::canonical(cfg).as_bytes())
+    sha256_hex(canonical(cfg).as_bytes())
+}
+
+/// The canonical text of a config: every key, sorted, as TOML (secrets as themselves, so a
+/// changed password changes it). Two configs are equal exactly when their texts are.
+pub fn canonical(cfg: &Config) -> String {
+    toml::Table::try_from(cfg)
+        .and_then(|t| toml::to_string(&t))
+        .unwrap_or_else(|e| format!("<unserializable: {e}>"))
 }
 
 /// SHA-256 of `bytes`, lower-case hex: the one hash of configs and fleet documents
@@ -39,7 +47,7 @@ mod tests {
         assert_eq!(h, config_sha256(&b));
         assert_ne!(h, config_sha256(&c));
         // The hash of the canonical text; the hash itself against FIPS 180-2's "abc" vector.
-        assert_eq!(h, sha256_hex(super::super::load::canonical(&a).as_bytes()));
+        assert_eq!(h, sha256_hex(canonical(&a).as_bytes()));
         assert_eq!(
             sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

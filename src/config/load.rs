@@ -86,15 +86,7 @@ impl Config {
     }
 }
 
-/// The canonical text of a config: every key, sorted, as TOML (secrets as themselves, so a
-/// changed password changes it). Two configs are equal exactly when their texts are.
-pub fn canonical(cfg: &Config) -> String {
-    toml::Table::try_from(cfg)
-        .and_then(|t| toml::to_string(&t))
-        .unwrap_or_else(|e| format!("<unserializable: {e}>"))
-}
-
-pub use super::digest::sha256_hex;
+pub use super::digest::{canonical, sha256_hex};
 
 /// The config as a table with every non-empty secret as `"<redacted>"`.
 pub fn redacted_table(cfg: &Config) -> toml::Table {
