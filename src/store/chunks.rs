@@ -80,24 +80,40 @@ pub struct Scan {
 }
 
 impl Scan {
+    /// The statement and its parameters. With a tag set, two parts: the indexed chunks
+    /// through the partial index on `(tagset_id, ts_max)`, and the unindexed tail (ids above
+    /// `chunk_tail.indexed_through`, at most ~30 s of commits, see [`TAIL_ROWS`]) by rowid.
+    /// The tag set is always `?1`.
     fn sql(&self) -> (String, Vec<i64>) {
-        let mut sql = String::from("SELECT id, tagset_id, ts_min, ts_max, n, length(data), ");
-        sql.push_str(if self.without_data { "NULL" } else { "data" });
-        sql.push_str(" FROM chunks WHERE 1");
+        let mut cols = String::from("SELECT id, tagset_id, ts_min, ts_max, n, length(data), ");
+        cols.push_str(if self.without_data { "NULL" } else { "data" });
+        cols.push_str(" FROM chunks WHERE ");
         let mut args = Vec::new();
+        let mut conds = String::new();
+        if let Some(t) = self.tagset {
+            args.push(t);
+        }
         let mut cond = |c: &str, v: Option<i64>| {
             if let Some(v) = v {
                 args.push(v);
-                sql.push_str(&format!(" AND {c} ?{}", args.len()));
+                conds.push_str(&format!(" AND {c} ?{}", args.len()));
             }
         };
-        cond("tagset_id =", self.tagset);
         cond("id >", self.after);
         cond("id <", self.before);
         cond("id <=", self.through);
         cond("ts_max >=", self.ts_from);
         cond("ts_min <=", self.ts_to);
         cond("ts_max <", self.older_than);
+        let mut sql = if self.tagset.is_some() {
+            format!(
+                "{cols}tagset_id = ?1 AND indexed = 1{conds} UNION ALL \
+                 {cols}id > (SELECT indexed_through FROM chunk_tail) AND indexed = 0 \
+                 AND tagset_id = ?1{conds}"
+            )
+        } else {
+            format!("{cols}1{conds}")
+        };
         sql.push_str(if self.newest_first {
             " ORDER BY ts_max DESC"
         } else {
@@ -109,6 +125,33 @@ impl Scan {
         }
         (sql, args)
     }
+}
+
+/// Unindexed chunks the writer lets accumulate before it indexes them (see
+/// `migrations/0012_chunk_tail.sql`), or [`TAIL_SECONDS`] of them, whichever comes first.
+pub const TAIL_ROWS: i64 = 1_000;
+
+/// Seconds the writer lets unindexed chunks accumulate before it indexes them.
+pub const TAIL_SECONDS: u64 = 30;
+
+/// Indexes every chunk above `through` (the writer's periodic step, inside its
+/// transaction). Returns the new `indexed_through`: the newest chunk id.
+pub fn index_tail(tx: &Connection, path: &Path, through: i64) -> Result<i64, StoreError> {
+    tx.prepare_cached("UPDATE chunks SET indexed = 1 WHERE id > ?1 AND indexed = 0")
+        .and_then(|mut st| st.execute([through]))
+        .ctx(path)?;
+    let newest = newest_id(tx, path)?.max(through);
+    tx.prepare_cached("UPDATE chunk_tail SET indexed_through = ?1 WHERE id = 1")
+        .and_then(|mut st| st.execute([newest]))
+        .ctx(path)?;
+    Ok(newest)
+}
+
+/// The id through which every chunk is indexed (see [`index_tail`]).
+pub fn indexed_through(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT indexed_through FROM chunk_tail WHERE id = 1")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .ctx(path)
 }
 
 /// Reads the chunks `s` selects, handing each to `f` until it breaks or they run out.
