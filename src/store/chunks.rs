@@ -80,24 +80,40 @@ pub struct Scan {
 }
 
 impl Scan {
+    /// The statement and its parameters. With a tag set, two parts: the indexed chunks
+    /// through the partial index on `(tagset_id, ts_max)`, and the unindexed tail (ids above
+    /// `chunk_tail.indexed_through`, at most ~30 s of commits, see [`TAIL_ROWS`]) by rowid.
+    /// The tag set is always `?1`.
     fn sql(&self) -> (String, Vec<i64>) {
-        let mut sql = String::from("SELECT id, tagset_id, ts_min, ts_max, n, length(data), ");
-        sql.push_str(if self.without_data { "NULL" } else { "data" });
-        sql.push_str(" FROM chunks WHERE 1");
+        let mut cols = String::from("SELECT id, tagset_id, ts_min, ts_max, n, length(data), ");
+        cols.push_str(if self.without_data { "NULL" } else { "data" });
+        cols.push_str(" FROM chunks WHERE ");
         let mut args = Vec::new();
+        let mut conds = String::new();
+        if let Some(t) = self.tagset {
+            args.push(t);
+        }
         let mut cond = |c: &str, v: Option<i64>| {
             if let Some(v) = v {
                 args.push(v);
-                sql.push_str(&format!(" AND {c} ?{}", args.len()));
+                conds.push_str(&format!(" AND {c} ?{}", args.len()));
             }
         };
-        cond("tagset_id =", self.tagset);
         cond("id >", self.after);
         cond("id <", self.before);
         cond("id <=", self.through);
         cond("ts_max >=", self.ts_from);
         cond("ts_min <=", self.ts_to);
         cond("ts_max <", self.older_than);
+        let mut sql = if self.tagset.is_some() {
+            format!(
+                "{cols}tagset_id = ?1 AND indexed = 1{conds} UNION ALL \
+                 {cols}id > (SELECT indexed_through FROM chunk_tail) AND indexed = 0 \
+                 AND tagset_id = ?1{conds}"
+            )
+        } else {
+            format!("{cols}1{conds}")
+        };
         sql.push_str(if self.newest_first {
             " ORDER BY ts_max DESC"
         } else {
@@ -109,6 +125,33 @@ impl Scan {
         }
         (sql, args)
     }
+}
+
+/// Unindexed chunks the writer lets accumulate before it indexes them (see
+/// `migrations/0012_chunk_tail.sql`), or [`TAIL_SECONDS`] of them, whichever comes first.
+pub const TAIL_ROWS: i64 = 1_000;
+
+/// Seconds the writer lets unindexed chunks accumulate before it indexes them.
+pub const TAIL_SECONDS: u64 = 30;
+
+/// Indexes every chunk above `through` (the writer's periodic step, inside its
+/// transaction). Returns the new `indexed_through`: the newest chunk id.
+pub fn index_tail(tx: &Connection, path: &Path, through: i64) -> Result<i64, StoreError> {
+    tx.prepare_cached("UPDATE chunks SET indexed = 1 WHERE id > ?1 AND indexed = 0")
+        .and_then(|mut st| st.execute([through]))
+        .ctx(path)?;
+    let newest = newest_id(tx, path)?.max(through);
+    tx.prepare_cached("UPDATE chunk_tail SET indexed_through = ?1 WHERE id = 1")
+        .and_then(|mut st| st.execute([newest]))
+        .ctx(path)?;
+    Ok(newest)
+}
+
+/// The id through which every chunk is indexed (see [`index_tail`]).
+pub fn indexed_through(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT indexed_through FROM chunk_tail WHERE id = 1")
+        .and_then(|mut st| st.query_row([], |r| r.get(0)))
+        .ctx(path)
 }
 
 /// Reads the chunks `s` selects, handing each to `f` until it breaks or they run out.
@@ -453,10 +496,15 @@ mod tests {
             ..Scan::default()
         }
         .sql();
+        let cols = "SELECT id, tagset_id, ts_min, ts_max, n, length(data), data FROM chunks WHERE ";
+        let conds = " AND id > ?2 AND ts_max >= ?3 AND ts_min <= ?4";
         assert_eq!(
             sql,
-            "SELECT id, tagset_id, ts_min, ts_max, n, length(data), data FROM chunks WHERE 1 \
-             AND tagset_id = ?1 AND id > ?2 AND ts_max >= ?3 AND ts_min <= ?4 ORDER BY id"
+            format!(
+                "{cols}tagset_id = ?1 AND indexed = 1{conds} UNION ALL {cols}id > \
+                 (SELECT indexed_through FROM chunk_tail) AND indexed = 0 AND tagset_id = ?1\
+                 {conds} ORDER BY id"
+            )
         );
         assert_eq!(args, vec![3, 7, 1, 9]);
         let (sql, args) = Scan {
@@ -471,5 +519,101 @@ mod tests {
             "{sql}"
         );
         assert_eq!(args, vec![4]);
+    }
+
+    /// Chunks go in unindexed and are read by tag set all the same, before and after the
+    /// writer indexes its tail (every `TAIL_ROWS` chunks here); the indexed part is read
+    /// through the partial index, not by a scan of the table.
+    #[test]
+    fn the_unindexed_tail_is_read_by_tag_set_and_indexed_every_tail_rows() {
+        use crate::config::Synchronous;
+        use crate::model::{Batch, Line, Value};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = super::super::Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let commit = |w: &mut super::super::Writer, i: i64| {
+            let line = |s: &str| Line {
+                key: format!("m,s={s}"),
+                fields: vec![("v".to_string(), Value::F64(i as f64))],
+                ts: i,
+                line_no: 0,
+            };
+            let batch = Batch {
+                lines: vec![line("a"), line("b")],
+            };
+            w.write(&[&batch]).unwrap();
+        };
+        let conn = Connection::open(super::super::db_path(dir.path())).unwrap();
+        let path = dir.path();
+        let points_of = |tagset: i64| {
+            let mut n = 0;
+            scan(
+                &conn,
+                path,
+                &Scan {
+                    tagset: Some(tagset),
+                    ..Scan::default()
+                },
+                |c| {
+                    n += c.n;
+                    Ok(ControlFlow::Continue(()))
+                },
+            )
+            .unwrap();
+            n
+        };
+        let tagset_a: i64 = conn
+            .query_row("SELECT id FROM tagsets WHERE key = 'm,s=a'", [], |r| {
+                r.get(0)
+            })
+            .unwrap_or(0);
+        assert_eq!(tagset_a, 0, "no tag set before the first write");
+        commit(&mut w, 1);
+        let tagset_a: i64 = conn
+            .query_row("SELECT id FROM tagsets WHERE key = 'm,s=a'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(indexed_through(&conn, path).unwrap(), 0);
+        assert_eq!(points_of(tagset_a), 1, "the unindexed chunk is read");
+        // Two chunks a commit: the tail is indexed at the commit that reaches TAIL_ROWS.
+        let commits = TAIL_ROWS / 2 + 10;
+        for i in 2..=commits {
+            commit(&mut w, i);
+        }
+        let through = indexed_through(&conn, path).unwrap();
+        assert!((TAIL_ROWS..TAIL_ROWS + 2).contains(&through), "{through}");
+        let unindexed: i64 = conn
+            .query_row("SELECT COUNT(*) FROM chunks WHERE indexed = 0", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(unindexed, commits * 2 - through);
+        assert_eq!(
+            points_of(tagset_a),
+            commits,
+            "indexed part and tail together"
+        );
+        let (sql, args) = Scan {
+            tagset: Some(tagset_a),
+            ..Scan::default()
+        }
+        .sql();
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(rusqlite::params_from_iter(args), |r| r.get::<_, String>(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("USING INDEX chunks_tagset_ts_max")),
+            "{plan:?}"
+        );
+        assert!(
+            plan.iter()
+                .any(|p| p.contains("INTEGER PRIMARY KEY (rowid>?)")),
+            "the tail is read by rowid: {plan:?}"
+        );
     }
 }

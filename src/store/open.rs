@@ -179,6 +179,9 @@ pub fn schema_version(conn: &Connection, path: &Path) -> Result<u32, StoreError>
 
 /// The one schema-version check: never newer than this binary; exactly current for the
 /// connections that do not migrate but write.
+/// The oldest schema a read-only connection can read.
+const READ_VERSION: u32 = 12;
+
 fn check_version(conn: &Connection, path: &Path, mode: Mode) -> Result<(), StoreError> {
     let found = schema_version(conn, path)?;
     let latest = latest_version();
@@ -189,7 +192,13 @@ fn check_version(conn: &Connection, path: &Path, mode: Mode) -> Result<(), Store
             supported: latest,
         });
     }
-    if matches!(mode, Mode::Job | Mode::Cursor) && found != latest {
+    // Readers need the unindexed-tail table (`0012_chunk_tail.sql`) to read one tag set.
+    let stale = match mode {
+        Mode::Job | Mode::Cursor => found != latest,
+        Mode::ReadOnly => found < READ_VERSION,
+        Mode::Writer(_) => false,
+    };
+    if stale {
         return Err(StoreError::NotMigrated {
             path: path.to_path_buf(),
             found,

@@ -97,6 +97,12 @@ pub fn downgrade_to_v3(dir: &Path) {
     // Migration 0011's column (the outbox bound).
     c.execute("ALTER TABLE notifiers DROP COLUMN pruned_unsent", [])
         .unwrap();
+    // Migration 0012's unindexed tail: back to one full index.
+    c.execute_batch(
+        "DROP INDEX chunks_tagset_ts_max; ALTER TABLE chunks DROP COLUMN indexed; \
+         DROP TABLE chunk_tail; CREATE INDEX chunks_tagset_ts_max ON chunks (tagset_id, ts_max);",
+    )
+    .unwrap();
     c.pragma_update(None, "user_version", 3).unwrap();
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection};
 
 use super::open::{open, Ctx, Mode};
-use super::{codec, dict, LatestValues, StoreError};
+use super::{chunks, codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
 use crate::model::{split_series_key, Batch, Kind, Rejection};
 
@@ -36,6 +36,29 @@ pub struct Writer {
     latest: Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
     /// The current line's series ids, one per field.
     sids: Vec<i64>,
+    /// The unindexed tail: every chunk above `through` is unindexed (see
+    /// `migrations/0012_chunk_tail.sql`).
+    tail: Tail,
+}
+
+/// The writer's view of the unindexed tail of `chunks`.
+#[derive(Clone, Copy)]
+struct Tail {
+    /// `chunk_tail.indexed_through`.
+    through: i64,
+    /// Chunks inserted since (an estimate after open: the newest id minus `through`).
+    rows: i64,
+    /// When the tail was last indexed (or the writer opened).
+    since: std::time::Instant,
+}
+
+impl Tail {
+    /// Whether this commit should index the tail too.
+    fn due(&self) -> bool {
+        self.rows > 0
+            && (self.rows >= chunks::TAIL_ROWS
+                || self.since.elapsed() >= std::time::Duration::from_secs(chunks::TAIL_SECONDS))
+    }
 }
 
 /// `(series id, ts, value)` of a committed number.
@@ -56,7 +79,14 @@ impl Writer {
     /// Opens (creating and migrating if needed) the database in `dir`.
     pub fn open(dir: &Path, max_series: usize, sync: Synchronous) -> Result<Writer, StoreError> {
         let (conn, path) = open(dir, Mode::Writer(sync))?;
+        let through = chunks::indexed_through(&conn, &path)?;
+        let tail = Tail {
+            through,
+            rows: chunks::newest_id(&conn, &path)?.saturating_sub(through),
+            since: std::time::Instant::now(),
+        };
         let mut w = Writer {
+            tail,
             conn,
             path,
             dict: Dictionary::default(),
@@ -119,10 +149,12 @@ impl Writer {
         let now = crate::now_ns();
         let tx = self.conn.transaction().ctx(&path)?;
         let mut out = Vec::with_capacity(batches.len());
+        let mut rows = 0i64;
         {
             let mut ins_chunk = tx
                 .prepare_cached(
-                    "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data, indexed) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, 0)",
                 )
                 .ctx(&path)?;
             let mut ins = dict::Inserts::prepare(&tx, &path)?;
@@ -230,7 +262,7 @@ impl Writer {
                             .zip(line.fields.iter().map(|(_, v)| v)),
                     );
                     if chunk.enc.len() >= MAX_CHUNK_POINTS {
-                        chunk.flush(&mut ins_chunk).ctx(&path)?;
+                        rows += chunk.flush(&mut ins_chunk).ctx(&path)?;
                     }
                     sum.points += 1;
                     sum.values += line.fields.len();
@@ -238,10 +270,29 @@ impl Writer {
                 out.push(sum);
             }
             for chunk in &mut open {
-                chunk.flush(&mut ins_chunk).ctx(&path)?;
+                rows += chunk.flush(&mut ins_chunk).ctx(&path)?;
             }
         }
+        // Index the tail every TAIL_SECONDS or TAIL_ROWS chunks, in this commit: one leaf
+        // of the index per tag set then, instead of one per tag set and commit.
+        let tail = Tail {
+            rows: self.tail.rows + rows,
+            ..self.tail
+        };
+        let indexed = if tail.due() {
+            Some(chunks::index_tail(&tx, &path, tail.through)?)
+        } else {
+            None
+        };
         tx.commit().ctx(&path)?;
+        self.tail = match indexed {
+            Some(through) => Tail {
+                through,
+                rows: 0,
+                since: std::time::Instant::now(),
+            },
+            None => tail,
+        };
         if let Some((latest, newest)) = &self.latest {
             latest.record(newest);
         }
@@ -266,10 +317,11 @@ impl ChunkBuilder {
         }
     }
 
-    /// Writes the pending points as one row and starts a new chunk.
-    fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<()> {
+    /// Writes the pending points as one (unindexed) row and starts a new chunk; returns
+    /// the rows written (0 or 1).
+    fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<i64> {
         let Some(e) = self.enc.finish() else {
-            return Ok(());
+            return Ok(0);
         };
         insert.execute(params![
             self.tagset_id,
@@ -278,6 +330,6 @@ impl ChunkBuilder {
             e.n as i64,
             &e.data[..]
         ])?;
-        Ok(())
+        Ok(1)
     }
 }
