@@ -19,7 +19,8 @@ with one part off at a time, so each part's share is the difference.
 For each phase: CPU share of one core (user + system from /proc/PID/stat), steady RSS
 (median of the second half of the samples) and peak RSS (VmHWM since the phase started),
 wakeups per second (voluntary context switches summed over the agent's threads), bytes
-written to disk per hour (/proc/PID/io write_bytes) against the bytes the data dir grew by,
+written to disk per hour (/proc/PID/io write_bytes) against the bytes the store grew by
+(pages in use, WAL included: see `store_bytes`),
 and fsync/fdatasync calls per second (counted by `strace -c` attached for the last
 `--strace` seconds of the full phase only: strace slows the agent, so no other figure is
 taken while it is attached).
@@ -275,6 +276,25 @@ def dir_bytes(path):
     return n
 
 
+def store_bytes(data):
+    """The store's logical size: pages in use ((page_count - freelist_count) * page_size)
+    as a reader sees it, WAL included. The files' size is no measure of growth over minutes:
+    the WAL grows and is truncated in steps of megabytes, and freed pages are reused."""
+    import sqlite3
+
+    db = os.path.join(data, "edgewatch.db")
+    if not os.path.exists(db):
+        return 0
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        pages = c.execute("PRAGMA page_count").fetchone()[0]
+        free = c.execute("PRAGMA freelist_count").fetchone()[0]
+        size = c.execute("PRAGMA page_size").fetchone()[0]
+        return (pages - free) * size
+    finally:
+        c.close()
+
+
 def reset_peak(pid):
     try:
         with open(f"/proc/{pid}/clear_refs", "w") as f:
@@ -370,14 +390,16 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     time.sleep(args.warmup)
     reset_peak(pid)
     t0 = time.monotonic()
-    c0, v0, w0, d0 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), dir_bytes(data)
+    c0, v0, w0, d0 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), store_bytes(data)
+    f0 = dir_bytes(data)
     rss = []
     end = t0 + secs
     while time.monotonic() < end - (strace_s if strace_s else 0):
         time.sleep(min(5.0, max(0.0, end - time.monotonic())))
         rss.append(status_kb(pid, "VmRSS"))
     elapsed = time.monotonic() - t0
-    c1, v1, w1, d1 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), dir_bytes(data)
+    c1, v1, w1, d1 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), store_bytes(data)
+    f1 = dir_bytes(data)
     hwm = status_kb(pid, "VmHWM")
     fsyncs = None
     io = None
@@ -417,6 +439,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
         "wakeups_per_s": (v1 - v0) / elapsed,
         "written_mb_per_h": (w1 - w0) / 1e6 / hours,
         "store_growth_mb_per_h": (d1 - d0) / 1e6 / hours,
+        "files_growth_mb_per_h": (f1 - f0) / 1e6 / hours,
         "fsyncs_per_s": fsyncs,
         "io_by_thread": io,
         "points_written": st_json.get("ingest", {}).get("points_written"),
