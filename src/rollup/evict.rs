@@ -11,8 +11,15 @@ use crate::store::chunks::{self, ChunkSize, Scan};
 use crate::store::open::space;
 use crate::store::{counters, sinks, tiers, Ctx};
 
-/// WAL size above which a rollup run truncates it even when nothing was evicted.
-const WAL_SHRINK_BYTES: u64 = 16 << 20;
+/// WAL size above which a rollup run truncates it even when nothing was evicted: past what
+/// the connections' own checkpoints keep it at (`WAL_CHECKPOINT_PAGES`, 16 MiB and the
+/// frame headers), i.e. a WAL a long read kept from restarting.
+const WAL_SHRINK_BYTES: u64 = 24 << 20;
+
+/// Free pages (bytes) that make giving them back to the file system worth a checkpoint.
+/// Below it they are reused by the next inserts: returning them only to grow the file
+/// again costs a WAL checkpoint (every hot page rewritten into the database) per run.
+const FREE_SHRINK_BYTES: u64 = 4 << 20;
 
 impl Job {
     /// Deletes raw chunks (rolled up by every tier) and tier rows past their retention.
@@ -43,7 +50,9 @@ impl Job {
             let last_bucket = now.saturating_sub(ret).saturating_sub(tier.res_ns);
             while self.evict_rows(&tier, last_bucket, 5000, report)? > 0 {}
         }
-        self.shrink()?;
+        if self.plan.checkpoint_each_run || self.worth_shrinking()? {
+            self.shrink()?;
+        }
         Ok(())
     }
 
@@ -104,6 +113,15 @@ impl Job {
         Ok(n)
     }
 
+    /// Whether shrinking gives enough back: free pages past [`FREE_SHRINK_BYTES`] or a WAL
+    /// past [`WAL_SHRINK_BYTES`].
+    fn worth_shrinking(&self) -> Result<bool, RollupError> {
+        Ok(
+            space::free_bytes(&self.conn, &self.path)? >= FREE_SHRINK_BYTES
+                || space::wal_bytes(&self.path) > WAL_SHRINK_BYTES,
+        )
+    }
+
     /// Returns free pages to the file system and truncates the WAL (best effort: a reader
     /// holding an old snapshot can keep the WAL until the next run).
     fn shrink(&mut self) -> Result<(), RollupError> {
@@ -132,11 +150,10 @@ impl Job {
         }
         // Shrinking holds the write lock while the checkpoint copies the WAL into the
         // database and syncs both: on a slow disk that is time ingest waits. So only when it
-        // gives something back: pages this run's evictions freed, a store over its budget,
-        // or a WAL grown past WAL_SHRINK_BYTES (the writer's own checkpoints restart it at
-        // ~4 MB otherwise). `benches/slow_disk.py` measures the difference.
-        let freed = report.evicted_chunks + report.evicted_rows > 0;
-        if freed || space::wal_bytes(&self.path) > WAL_SHRINK_BYTES || self.db_bytes()? > max {
+        // gives something back: a store over its budget, free pages past FREE_SHRINK_BYTES
+        // or a WAL grown past WAL_SHRINK_BYTES (the connections' own checkpoints restart it
+        // at ~16 MB otherwise). `benches/slow_disk.py` measures the difference.
+        if self.worth_shrinking()? || self.db_bytes()? > max {
             self.shrink()?;
         }
         let mut tier_idx = 0usize;

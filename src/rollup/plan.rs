@@ -46,6 +46,12 @@ pub struct Plan {
     pub enabled: bool,
     /// The earliest time a set clock can read (`[clock] min_valid`), ns.
     pub clock_floor_ns: i64,
+    /// Whether every run checkpoints and truncates the WAL. Set for `[storage] synchronous =
+    /// "normal"`, where that checkpoint is what syncs acknowledged writes within a run
+    /// interval (docs/storage.md). In `full` every commit is synced already, and a
+    /// checkpoint each run only rewrites the same hot pages into the database file again:
+    /// write wear for nothing, so the job shrinks only when it gives space back.
+    pub checkpoint_each_run: bool,
 }
 
 fn dur_ns(d: Duration) -> i64 {
@@ -97,6 +103,7 @@ impl Plan {
             interval: rollup.interval.0,
             enabled: rollup.enabled,
             clock_floor_ns: crate::clock::ClockConfig::default().floor_ns(),
+            checkpoint_each_run: false,
         })
     }
 
@@ -104,6 +111,7 @@ impl Plan {
     pub fn from_config(cfg: &crate::config::Config) -> Result<Plan, RollupError> {
         let mut plan = Plan::new(&cfg.rollup, &cfg.retention)?;
         plan.clock_floor_ns = cfg.clock.floor_ns();
+        plan.checkpoint_each_run = cfg.storage.synchronous == crate::config::Synchronous::Normal;
         Ok(plan)
     }
 }

@@ -318,6 +318,57 @@ fn retention_never_deletes_raw_data_that_is_not_rolled_up() {
     assert_eq!(counts, vec![2, 1]);
 }
 
+/// Write wear: in `full` a run that frees next to nothing leaves the WAL to the writer's
+/// own checkpoints (a checkpoint per run rewrites the same hot pages into the database
+/// file every interval); in `normal` every run checkpoints, which is what syncs the
+/// acknowledged writes within a run interval.
+#[test]
+fn a_run_checkpoints_the_wal_only_in_normal_mode_or_when_it_gives_space_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Full).unwrap();
+    let wal = |d: &Path| crate::store::open::space::wal_bytes(&db_path(d));
+    let now = 100 * MIN;
+    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, 0)).unwrap();
+    let mut t = 0;
+    for each_run in [false, true, false] {
+        job.plan.checkpoint_each_run = each_run;
+        let pts: Vec<(i64, f64)> = (0..600).map(|i| (t + i * NS / 10, i as f64)).collect();
+        t += 60 * NS;
+        write(&mut w, "m,s=a", &pts);
+        let before = wal(dir.path());
+        assert!(before > 0);
+        job.run_once(now, &|| false).unwrap();
+        if each_run {
+            assert_eq!(wal(dir.path()), 0, "normal mode: the run truncates the WAL");
+        } else {
+            assert!(
+                wal(dir.path()) >= before,
+                "full mode: the WAL is left to the writer"
+            );
+        }
+    }
+    // Space worth giving back is still given back: retention evicts every raw chunk.
+    let mut r = rng(3);
+    for s in 0..40 {
+        let pts: Vec<(i64, f64)> = (0..20_000).map(|i| (i * NS, r() * 1e6)).collect();
+        write(&mut w, &format!("m,s={s}"), &pts);
+    }
+    let later = 10 * HOUR;
+    let rep = job.run_once(later, &|| false).unwrap();
+    assert_eq!(rep.evicted_chunks, 0);
+    let file = |d: &Path| crate::store::disk_bytes(&db_path(d));
+    let grown = file(dir.path());
+    job.plan.raw_retention_ns = 1;
+    let rep = job.run_once(later + MIN, &|| false).unwrap();
+    assert!(rep.evicted_chunks > 0, "{rep:?}");
+    assert!(
+        file(dir.path()) + (4 << 20) < grown,
+        "{} -> {}: the freed pages went back to the file system",
+        grown,
+        file(dir.path())
+    );
+}
+
 #[test]
 fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data() {
     let dir = tempfile::tempdir().unwrap();
@@ -332,7 +383,10 @@ fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data()
     let newest = *before_ids.last().unwrap();
     let now = 60_000 * NS;
     let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, 0)).unwrap();
+    // This run truncates the WAL, so `full` is the database's pages.
+    job.plan.checkpoint_each_run = true;
     let full = job.run_once(now, &|| false).unwrap().db_bytes;
+    job.plan.checkpoint_each_run = false;
     // A budget that evicting part of the raw data meets (columnar raw chunks are a smaller
     // share of the file than the tiers' rows).
     let raw: u64 = {

@@ -15,6 +15,10 @@ use rusqlite::{params, Connection, OpenFlags};
 use super::{db_path, latest_version, StoreError, MIGRATIONS};
 use crate::config::Synchronous;
 
+/// WAL pages past which a commit checkpoints (SQLite's default is 1,000): 16 MiB of WAL at
+/// 4 KiB pages. Measured by `scripts/device_budget.py --io-trace` (docs/performance.md).
+pub const WAL_CHECKPOINT_PAGES: i64 = 4_096;
+
 /// What a connection is for; decides its flags, pragmas and which schema versions it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -107,6 +111,15 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
     // Refuse a newer database before anything below could modify it (the one-time VACUUM,
     // the journal mode, migrations).
     check_version(&conn, &path, mode)?;
+    if mode != Mode::ReadOnly {
+        // Whichever read-write connection commits past this many WAL pages checkpoints.
+        // A checkpoint writes every page the WAL holds into the database file once, however
+        // often it changed: the rarer, the fewer times the hot pages (the chunk tail, the
+        // dictionary's last leaf, counters, cursors) are rewritten. Durability does not
+        // depend on it (see `Synchronous`); the WAL's size does (WAL_CHECKPOINT_PAGES pages).
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
+            .ctx(&path)?;
+    }
     match mode {
         Mode::ReadOnly => {
             conn.pragma_update(None, "cache_size", -1024).ctx(&path)?;
@@ -271,6 +284,17 @@ pub mod space {
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .ctx(path)?;
         Ok((pages.max(0) * size.max(0)) as u64 + wal_bytes(path))
+    }
+
+    /// Bytes in the database's free pages (`freelist_count` × `page_size`).
+    pub fn free_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
+        let pages: i64 = conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .ctx(path)?;
+        let size: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .ctx(path)?;
+        Ok((pages.max(0) * size.max(0)) as u64)
     }
 
     /// Bytes in the WAL file (0 when there is none).
