@@ -91,20 +91,25 @@ def test_usage_is_asked_for_and_its_chunk_kept_from_the_caller(
     chunks = list(client.completions.create(model=model, prompt="hello", max_tokens=12, stream=True))
     assert all(c.choices for c in chunks)  # no usage-only chunk: the caller did not ask
     content = [c for c in chunks if is_content(c)]
-    # Without usage the content chunks are counted.
-    list(client.completions.create(
+    # Without usage the content chunks are counted. The server samples, and its streamer
+    # holds text back to a word boundary, so 9 tokens can arrive in fewer chunks: the
+    # chunks the caller saw are what the client can count.
+    second_content = [c for c in client.completions.create(
         model=model, prompt="the quick", max_tokens=9, stream=True,
         stream_options={"include_usage": False},
-    ))
+    ) if is_content(c)]
+    assert 2 <= len(second_content) <= 9
     assert rec.flush(10)
-    reqs, itl = split(agent.wait_points(len(content) + 9, "llm", model=model, server="transformers"))
+    reqs, itl = split(agent.wait_points(
+        len(content) + len(second_content), "llm", model=model, server="transformers"
+    ))
     assert [r["tags"]["pool"] for r in reqs] == ["a", "a"]
     first, second = (r["fields"] for r in reqs)
     assert (first["output_tokens"], first["tokens_counted"]) == (12, False)
     assert first["prompt_tokens"] > 0
-    assert (second["output_tokens"], second["tokens_counted"]) == (9, True)
+    assert (second["output_tokens"], second["tokens_counted"]) == (len(second_content), True)
     assert "prompt_tokens" not in second
-    assert len(itl) == len(content) - 1 + 8
+    assert len(itl) == len(content) - 1 + len(second_content) - 1
     rec.close()
 
 
