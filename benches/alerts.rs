@@ -90,6 +90,18 @@ impl Gen {
         let mu = (4.0 + (model % 20) as f64).ln();
         (mu + 0.35 * z).exp()
     }
+
+    /// One `wall_ms` point at `ts` for every `(model, series key)` of `keys`, into `batch`.
+    fn push_step(&mut self, batch: &mut Batch, keys: &[(usize, String)], ts: i64) {
+        for (m, key) in keys {
+            batch.lines.push(Line {
+                key: key.clone(),
+                fields: vec![("wall_ms".into(), Value::F64(self.wall_ms(*m)))],
+                ts,
+                line_no: batch.lines.len() as u32 + 1,
+            });
+        }
+    }
 }
 
 fn thread_cpu() -> Duration {
@@ -168,15 +180,7 @@ fn main() {
     let mut batch = Batch::default();
     let mut points = 0usize;
     for step in 0..SPAN_S / EVERY_S {
-        let ts = start + step * EVERY_S * NS;
-        for (m, key) in &keys {
-            batch.lines.push(Line {
-                key: key.clone(),
-                fields: vec![("wall_ms".into(), Value::F64(gen.wall_ms(*m)))],
-                ts,
-                line_no: batch.lines.len() as u32 + 1,
-            });
-        }
+        gen.push_step(&mut batch, &keys, start + step * EVERY_S * NS);
         // Five steps per write: chunks of 5 points per series, whatever the series count.
         if batch.lines.len() >= 5 * keys.len() {
             points += w.write(&[&batch]).expect("write")[0].points;
@@ -257,15 +261,7 @@ fn main() {
         if live && i > 0 {
             let now = clock(i);
             for k in 0..3 {
-                let ts = now - (2 - k) * EVERY_S * NS;
-                for (m, key) in &keys {
-                    batch.lines.push(Line {
-                        key: key.clone(),
-                        fields: vec![("wall_ms".into(), Value::F64(gen.wall_ms(*m)))],
-                        ts,
-                        line_no: batch.lines.len() as u32 + 1,
-                    });
-                }
+                gen.push_step(&mut batch, &keys, now - (2 - k) * EVERY_S * NS);
             }
             w.write(&[&batch]).expect("write");
             batch.lines.clear();

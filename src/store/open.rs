@@ -277,19 +277,18 @@ pub mod space {
 
     /// Bytes the store occupies: live pages plus the WAL file.
     pub fn db_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
-        let pages: i64 = conn
-            .query_row("PRAGMA page_count", [], |r| r.get(0))
-            .ctx(path)?;
-        let size: i64 = conn
-            .query_row("PRAGMA page_size", [], |r| r.get(0))
-            .ctx(path)?;
-        Ok((pages.max(0) * size.max(0)) as u64 + wal_bytes(path))
+        Ok(pages_bytes(conn, path, "page_count")? + wal_bytes(path))
     }
 
     /// Bytes in the database's free pages (`freelist_count` × `page_size`).
     pub fn free_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
+        pages_bytes(conn, path, "freelist_count")
+    }
+
+    /// The page count `PRAGMA count_pragma` reports, in bytes (× `page_size`).
+    fn pages_bytes(conn: &Connection, path: &Path, count_pragma: &str) -> Result<u64, StoreError> {
         let pages: i64 = conn
-            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .query_row(&format!("PRAGMA {count_pragma}"), [], |r| r.get(0))
             .ctx(path)?;
         let size: i64 = conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))
