@@ -344,3 +344,59 @@ def test_the_batch_size_grows_back_after_a_413(monkeypatch: pytest.MonkeyPatch) 
         assert sum(c[1] for c in server.calls if c[2] == 204) == recorded
     finally:
         server.close()
+
+
+class SlowEvent:
+    """A CUDA event whose work completes 0.3 s after it is recorded: the sender polls the
+    pending spans every ``gpu_poll_interval`` (5 ms), which must not make it send that
+    often."""
+
+    def __init__(self, enable_timing: bool = True) -> None:
+        self.done_at: Optional[float] = None
+
+    def record(self, stream: object = None) -> None:
+        self.done_at = time.monotonic() + 0.3
+
+    def query(self) -> bool:
+        return self.done_at is not None and time.monotonic() >= self.done_at
+
+    def elapsed_time(self, end: "SlowEvent") -> float:
+        return 2.5
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_http_sends_at_most_once_a_second_by_default_and_flush_sends_at_once(gpu: bool) -> None:
+    # Each HTTP request is a synced commit on the device: ten inferences a second go as
+    # about one request a second, none held longer than the interval, and flush() does
+    # not wait for the cadence. With GPU spans the sender wakes every poll interval to
+    # read them; it still sends once a second.
+    server = ScriptedServer(lambda i, _: None)
+    try:
+        rec = edgewatch.Recorder(server.url, gpu_events=SlowEvent if gpu else None)
+        start = time.monotonic()
+        for i in range(30):
+            with rec.infer("m") as t:
+                with t.gpu():
+                    pass
+            time.sleep(max(0.0, start + (i + 1) * 0.1 - time.monotonic()))
+        deadline = time.monotonic() + 3
+        while sum(c[1] for c in server.calls) < 30:
+            assert time.monotonic() < deadline, server.calls
+            time.sleep(0.02)
+        sent_at = [c[0] for c in server.calls]
+        assert 2 <= len(sent_at) <= 4, server.calls
+        gaps = [b - a for a, b in zip(sent_at, sent_at[1:])]
+        assert min(gaps) >= 0.9, gaps
+        # The last point waited at most about one interval after it was recorded (and its
+        # GPU work completed).
+        assert sent_at[-1] - (start + 2.9) < (1.6 if gpu else 1.3), sent_at
+        before = len(server.calls)
+        t0 = time.monotonic()
+        with rec.infer("m") as t:
+            with t.gpu():
+                pass
+        assert rec.flush(5)
+        assert len(server.calls) == before + 1 and server.calls[-1][0] - t0 < 0.5, server.calls
+        rec.close(timeout=1)
+    finally:
+        server.close()

@@ -119,6 +119,10 @@ class Pipeline:
         self._first_failure: Optional[float] = None
         self._retry_at: Optional[float] = None
         self._stop_deadline: Optional[float] = None
+        # Sends go out at most once a flush interval (a full batch, a flush or the close
+        # send at once): each HTTP request is one synced commit on the device.
+        self._last_send = time.monotonic()
+        self._flush_wanted = False
         self._progress = threading.Condition()
         self._warned: Dict[str, Tuple[float, int]] = {}
         self._thread = self._start_thread()
@@ -160,11 +164,13 @@ class Pipeline:
         """Waits until every point recorded so far was sent (or given up); ``False`` when
         ``timeout_s`` passed first."""
         end = time.monotonic() + timeout_s
+        self._flush_wanted = True
         with self._progress:
             while self.queued() > 0 and self._thread.is_alive():
                 left = end - time.monotonic()
                 if left <= 0:
                     return False
+                self._flush_wanted = True
                 self.wake.set()
                 self._progress.wait(min(left, 0.05))
         return self.queued() == 0
@@ -194,6 +200,8 @@ class Pipeline:
                 except Exception as e:  # never let the thread die on a bug or a bad value
                     self.errors += 1
                     self._warn("internal", f"edgewatch sender step failed: {e!r}")
+                if self._flush_wanted and self.queued() == 0:
+                    self._flush_wanted = False
                 with self._progress:
                     self._progress.notify_all()
                 if stopping and (self.queued() == 0 or time.monotonic() >= deadline):  # type: ignore[operator]
@@ -214,6 +222,8 @@ class Pipeline:
 
     def _wait_s(self, now: float) -> float:
         wait = self._flush_interval
+        if self._ready:
+            wait = min(wait, max(0.0, self._last_send + self._flush_interval - now))
         if self._pending:
             wait = min(wait, self._gpu_poll)
         if self._retry_at is not None:
@@ -306,6 +316,16 @@ class Pipeline:
     def _send(self, now: float, deadline: Optional[float]) -> None:
         if not self._ready:
             return
+        due = (
+            deadline is not None
+            or self._flush_wanted
+            or self._retry_at is not None
+            or len(self._ready) >= self._batch_points
+            or now - self._last_send >= self._flush_interval
+        )
+        if not due:
+            return
+        self._last_send = now
         if self._udp:
             self._send_udp()
             return
