@@ -259,8 +259,11 @@ fn d_max_points() -> usize {
 fn d_max_bytes() -> usize {
     1024 * 1024
 }
+/// 5 s: each batch is an upstream request and two synced cursor commits on the device
+/// (marked in flight, then acknowledged); at 1 s those were most of a live sink's writes
+/// to flash. Prometheus' remote write waits as long for a partial batch.
 fn d_max_delay() -> Delay {
-    Interval(Duration::from_secs(1))
+    Interval(Duration::from_secs(5))
 }
 fn is_raw(m: &ForwardMode) -> bool {
     *m == ForwardMode::Raw
