@@ -75,13 +75,24 @@ impl Job {
         if self.plan.tiers.is_empty() {
             return Ok(());
         }
+        let due = self.due_tiers(now);
+        if !due.contains(&true) {
+            return Ok(());
+        }
         loop {
             if stop() {
                 report.interrupted = true;
                 return Ok(());
             }
-            match self.rollup_step(now)? {
-                None => return Ok(()),
+            match self.rollup_step(now, &due)? {
+                None => {
+                    for (at, d) in self.folded_at.iter_mut().zip(&due) {
+                        if *d {
+                            *at = Some(now);
+                        }
+                    }
+                    return Ok(());
+                }
                 Some((chunks, points)) => {
                     report.chunks += chunks;
                     report.points += points;
@@ -94,6 +105,27 @@ impl Job {
         }
     }
 
+    /// The tiers this run folds. Without a cadence (`edgewatch maintain`, tests) every tier.
+    /// With one (the agent's periodic job) a tier folds once every [`Tier::fold_every_ns`]:
+    /// a fold rewrites the open bucket of every active series, and the rows are keyed by
+    /// series, so each fold writes about one page per active series and tier. Queries lose
+    /// nothing (they read the raw chunks past a tier's cursor); a coarse tier's rows are
+    /// just written less often.
+    fn due_tiers(&mut self, now: i64) -> Vec<bool> {
+        self.folded_at.resize(self.plan.tiers.len(), None);
+        self.plan
+            .tiers
+            .iter()
+            .zip(&self.folded_at)
+            .map(|(t, at)| {
+                !self.fold_cadence
+                    || at.map_or(true, |at| {
+                        now < at || now.saturating_sub(at) >= t.fold_every_ns()
+                    })
+            })
+            .collect()
+    }
+
     /// The lowest cursor of all tiers (`i64::MAX` without tiers): chunks above it are not
     /// rolled up everywhere yet.
     pub(super) fn min_cursor(&self) -> Result<i64, RollupError> {
@@ -104,9 +136,9 @@ impl Job {
         Ok(states.iter().map(|s| s.cursor).min().unwrap_or(0))
     }
 
-    /// One transaction: the next chunks (up to `batch_points` points) into every tier that
-    /// has not seen them. `None` when every tier is caught up.
-    fn rollup_step(&mut self, now: i64) -> Result<Option<(u64, u64)>, RollupError> {
+    /// One transaction: the next chunks (up to `batch_points` points) into every `due` tier
+    /// that has not seen them. `None` when every due tier is caught up.
+    fn rollup_step(&mut self, now: i64, due: &[bool]) -> Result<Option<(u64, u64)>, RollupError> {
         let path = self.path.clone();
         let plan = &self.plan;
         // Reading and folding run under a read snapshot, without the write lock: ingest
@@ -118,7 +150,13 @@ impl Job {
         let read = self.conn.transaction().ctx(&path)?;
         let mut states = load_states(&read, &path, plan)?;
         let read_cursors: Vec<i64> = states.iter().map(|s| s.cursor).collect();
-        let min_cursor = states.iter().map(|s| s.cursor).min().unwrap_or(i64::MAX);
+        let min_cursor = states
+            .iter()
+            .zip(due)
+            .filter(|(_, d)| **d)
+            .map(|(s, _)| s.cursor)
+            .min()
+            .unwrap_or(i64::MAX);
         // Chunks stamped by a clock that is not set yet wait (see crate::clock).
         let hold = crate::clock::hold_from(&read)
             .ctx(&path)?
@@ -159,7 +197,7 @@ impl Job {
             })?;
             for (ti, tier) in plan.tiers.iter().enumerate() {
                 let state = &mut states[ti];
-                if *id <= state.cursor {
+                if *id <= state.cursor || !due[ti] {
                     continue;
                 }
                 for &(ts, sid, f) in &values {
@@ -192,6 +230,9 @@ impl Job {
             return Ok(Some((0, 0)));
         }
         for (ti, tier) in plan.tiers.iter().enumerate() {
+            if !due[ti] {
+                continue;
+            }
             let key = tier.key();
             let mut inserted = 0i64;
             // Sorted, so the write order (and the file) is the same on every run.

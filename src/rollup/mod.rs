@@ -115,6 +115,11 @@ pub struct Job {
     /// Test aid for the crash test (`edgewatch maintain --debug-pause-ms`): sleep this long
     /// after each committed rollup step. Zero in production.
     pub pause_between_steps: Duration,
+    /// Whether a run folds only the tiers whose [`Tier::fold_every_ns`] passed since this job
+    /// last folded them (the agent's periodic job); off, every run folds every tier.
+    pub fold_cadence: bool,
+    /// When each tier was last folded by this job (`now` of the run, ns).
+    folded_at: Vec<Option<i64>>,
 }
 
 /// Opens a read-write connection to the migrated store in `dir` (it must exist, at this
@@ -132,6 +137,8 @@ impl Job {
             path,
             plan,
             pause_between_steps: Duration::ZERO,
+            fold_cadence: false,
+            folded_at: Vec::new(),
         })
     }
 
@@ -211,7 +218,10 @@ pub async fn run(dir: PathBuf, plan: Plan, shutdown: CancellationToken) {
     })
     .await
     {
-        Ok(Ok(j)) => Some(j),
+        Ok(Ok(mut j)) => {
+            j.fold_cadence = true;
+            Some(j)
+        }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "rollup job cannot open the store; rollups are off");
             return;

@@ -25,6 +25,13 @@ impl Tier {
     pub fn key(&self) -> i64 {
         self.res_ns / NS
     }
+
+    /// How often the agent's periodic job folds this tier: a twelfth of its resolution, at
+    /// most 10 minutes (1m: every run; 1h: every 5 minutes; 1d: every 10 minutes). Each
+    /// fold rewrites the open bucket of every active series, about a page per series.
+    pub fn fold_every_ns(&self) -> i64 {
+        (self.res_ns / 12).min(600 * NS)
+    }
 }
 
 /// Everything the job and the query engine need from the config, validated.

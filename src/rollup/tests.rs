@@ -515,3 +515,57 @@ fn failed_runs_wait_doubling_intervals_up_to_32() {
         );
     }
 }
+
+/// The agent's periodic job folds the 1h tier every 5 minutes, not every run (each fold
+/// rewrites a page per active series), and ends with the rows of a job that folds every
+/// tier every run.
+#[test]
+fn the_periodic_job_folds_a_coarse_tier_less_often_to_the_same_rows() {
+    let plan = plan_with(&["1m", "1h"], 100_000, 0);
+    assert!(plan.tiers[0].fold_every_ns() <= 30 * NS);
+    assert_eq!(plan.tiers[1].fold_every_ns(), 5 * MIN);
+    let (paced, every) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut writers =
+        [paced.path(), every.path()].map(|d| Writer::open(d, 100, Synchronous::Full).unwrap());
+    let mut jobs = [paced.path(), every.path()].map(|d| Job::open(d, plan.clone()).unwrap());
+    jobs[0].fold_cadence = true;
+    let cursors = |d: &Path| {
+        let (c, p) = crate::store::open(d, crate::store::Mode::ReadOnly).unwrap();
+        let at = |key| crate::store::tiers::state(&c, &p, key).unwrap().cursor;
+        (at(60), at(3600))
+    };
+    let t0 = 100 * MIN;
+    let mut step = |k: i64, run_at: i64| -> i64 {
+        for w in writers.iter_mut() {
+            let pts: Vec<(i64, f64)> = (0..100)
+                .map(|i| (t0 + k * 30 * NS + i * NS / 4, (i % 7) as f64))
+                .collect();
+            write(w, "m,s=a", &pts);
+        }
+        for j in jobs.iter_mut() {
+            j.run_once(run_at, &|| false).unwrap();
+        }
+        *chunk_ids(paced.path()).last().unwrap()
+    };
+    let first = step(0, t0 + 30 * NS);
+    assert_eq!(
+        cursors(paced.path()),
+        (first, first),
+        "the first run folds every tier"
+    );
+    let mut newest = first;
+    for k in 1..10 {
+        newest = step(k, t0 + (k + 1) * 30 * NS);
+        assert_eq!(
+            cursors(paced.path()),
+            (newest, first),
+            "run {k}: 1m folded, 1h waits"
+        );
+        assert_eq!(cursors(every.path()), (newest, newest));
+    }
+    // Five minutes after the first fold the 1h tier catches up.
+    let last = step(10, t0 + 30 * NS + 5 * MIN);
+    assert!(last > newest);
+    assert_eq!(cursors(paced.path()), (last, last));
+    assert_eq!(dump(paced.path()), dump(every.path()));
+}

@@ -131,6 +131,11 @@ impl Scan {
 /// `migrations/0012_chunk_tail.sql`), or [`TAIL_SECONDS`] of them, whichever comes first.
 pub const TAIL_ROWS: i64 = 1_000;
 
+/// Unindexed chunks per tag set in the tail the writer waits for (beside [`TAIL_ROWS`])
+/// before it indexes them: indexing writes about one index leaf per tag set, so this many
+/// chunks share each leaf written.
+pub const TAIL_ROWS_PER_TAGSET: i64 = 16;
+
 /// Seconds the writer lets unindexed chunks accumulate before it indexes them.
 pub const TAIL_SECONDS: u64 = 30;
 
@@ -615,5 +620,56 @@ mod tests {
                 .any(|p| p.contains("INTEGER PRIMARY KEY (rowid>?)")),
             "the tail is read by rowid: {plan:?}"
         );
+    }
+
+    /// With many tag sets a commit (a scrape, many models) the tail waits for
+    /// `TAIL_ROWS_PER_TAGSET` chunks per tag set, not `TAIL_ROWS`: indexing writes a leaf
+    /// per tag set, which a row count alone would do every commit or two.
+    #[test]
+    fn a_tail_of_many_tag_sets_is_indexed_once_it_holds_enough_chunks_of_each() {
+        use crate::config::Synchronous;
+        use crate::model::{Batch, Line, Value};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = super::super::Writer::open(dir.path(), 10_000, Synchronous::Normal).unwrap();
+        let tagsets = 100i64;
+        let commit = |w: &mut super::super::Writer, i: i64| {
+            let batch = Batch {
+                lines: (0..tagsets)
+                    .map(|s| Line {
+                        key: format!("m,s={s}"),
+                        fields: vec![("v".to_string(), Value::F64(i as f64))],
+                        ts: i,
+                        line_no: 0,
+                    })
+                    .collect(),
+            };
+            w.write(&[&batch]).unwrap();
+        };
+        let conn = Connection::open(super::super::db_path(dir.path())).unwrap();
+        let per_tagset = TAIL_ROWS_PER_TAGSET;
+        assert!(
+            tagsets * per_tagset > TAIL_ROWS + tagsets,
+            "the test needs more tag sets"
+        );
+        for i in 1..per_tagset {
+            commit(&mut w, i);
+        }
+        assert!((per_tagset - 1) * tagsets > TAIL_ROWS);
+        assert_eq!(
+            indexed_through(&conn, dir.path()).unwrap(),
+            0,
+            "past TAIL_ROWS chunks but fewer than TAIL_ROWS_PER_TAGSET of each tag set"
+        );
+        commit(&mut w, per_tagset);
+        assert_eq!(
+            indexed_through(&conn, dir.path()).unwrap(),
+            per_tagset * tagsets
+        );
+        let unindexed: i64 = conn
+            .query_row("SELECT COUNT(*) FROM chunks WHERE indexed = 0", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(unindexed, 0);
     }
 }

@@ -42,21 +42,27 @@ pub struct Writer {
 }
 
 /// The writer's view of the unindexed tail of `chunks`.
-#[derive(Clone, Copy)]
 struct Tail {
     /// `chunk_tail.indexed_through`.
     through: i64,
     /// Chunks inserted since (an estimate after open: the newest id minus `through`).
     rows: i64,
+    /// The tag sets of the chunks this writer inserted since (empty after open).
+    tagsets: foldhash::HashSet<i64>,
     /// When the tail was last indexed (or the writer opened).
     since: std::time::Instant,
 }
 
 impl Tail {
-    /// Whether this commit should index the tail too.
-    fn due(&self) -> bool {
-        self.rows > 0
-            && (self.rows >= chunks::TAIL_ROWS
+    /// Whether a commit that brings the tail to `rows` chunks of `tagsets` tag sets should
+    /// index it too: after [`chunks::TAIL_SECONDS`], or once it holds [`chunks::TAIL_ROWS`]
+    /// chunks and [`chunks::TAIL_ROWS_PER_TAGSET`] per tag set. Indexing writes about one
+    /// index leaf per tag set in the tail, so with hundreds of tag sets a commit (a scrape,
+    /// many models) a row count alone would index every commit or two.
+    fn due(&self, rows: i64, tagsets: usize) -> bool {
+        let per_tagset = chunks::TAIL_ROWS_PER_TAGSET.saturating_mul(tagsets as i64);
+        rows > 0
+            && (rows >= chunks::TAIL_ROWS.max(per_tagset)
                 || self.since.elapsed() >= std::time::Duration::from_secs(chunks::TAIL_SECONDS))
     }
 }
@@ -83,6 +89,7 @@ impl Writer {
         let tail = Tail {
             through,
             rows: chunks::newest_id(&conn, &path)?.saturating_sub(through),
+            tagsets: foldhash::HashSet::default(),
             since: std::time::Instant::now(),
         };
         let mut w = Writer {
@@ -150,6 +157,8 @@ impl Writer {
         let tx = self.conn.transaction().ctx(&path)?;
         let mut out = Vec::with_capacity(batches.len());
         let mut rows = 0i64;
+        // The tag sets this commit adds chunks of.
+        let mut touched: Vec<i64> = Vec::new();
         {
             let mut ins_chunk = tx
                 .prepare_cached(
@@ -271,28 +280,35 @@ impl Writer {
             }
             for chunk in &mut open {
                 rows += chunk.flush(&mut ins_chunk).ctx(&path)?;
+                touched.push(chunk.tagset_id);
             }
         }
-        // Index the tail every TAIL_SECONDS or TAIL_ROWS chunks, in this commit: one leaf
-        // of the index per tag set then, instead of one per tag set and commit.
-        let tail = Tail {
-            rows: self.tail.rows + rows,
-            ..self.tail
-        };
-        let indexed = if tail.due() {
-            Some(chunks::index_tail(&tx, &path, tail.through)?)
+        // Index the tail in this commit when due (see `Tail::due`): one leaf of the index
+        // per tag set then, instead of one per tag set and commit.
+        let tail_rows = self.tail.rows + rows;
+        let tail_tagsets = self.tail.tagsets.len()
+            + touched
+                .iter()
+                .filter(|t| !self.tail.tagsets.contains(t))
+                .count();
+        let indexed = if self.tail.due(tail_rows, tail_tagsets) {
+            Some(chunks::index_tail(&tx, &path, self.tail.through)?)
         } else {
             None
         };
         tx.commit().ctx(&path)?;
-        self.tail = match indexed {
-            Some(through) => Tail {
-                through,
-                rows: 0,
-                since: std::time::Instant::now(),
-            },
-            None => tail,
-        };
+        match indexed {
+            Some(through) => {
+                self.tail.through = through;
+                self.tail.rows = 0;
+                self.tail.tagsets.clear();
+                self.tail.since = std::time::Instant::now();
+            }
+            None => {
+                self.tail.rows = tail_rows;
+                self.tail.tagsets.extend(touched);
+            }
+        }
         if let Some((latest, newest)) = &self.latest {
             latest.record(newest);
         }
