@@ -79,6 +79,7 @@ impl Job {
         if !due.contains(&true) {
             return Ok(());
         }
+        let mut folded = false;
         loop {
             if stop() {
                 report.interrupted = true;
@@ -86,14 +87,19 @@ impl Job {
             }
             match self.rollup_step(now, &due)? {
                 None => {
-                    for (at, d) in self.folded_at.iter_mut().zip(&due) {
-                        if *d {
-                            *at = Some(now);
+                    // The cadence starts at a fold that wrote something: a tier with nothing
+                    // to fold yet folds the first points at the next run.
+                    if folded {
+                        for (at, d) in self.folded_at.iter_mut().zip(&due) {
+                            if *d {
+                                *at = Some(now);
+                            }
                         }
                     }
                     return Ok(());
                 }
                 Some((chunks, points)) => {
+                    folded = true;
                     report.chunks += chunks;
                     report.points += points;
                     report.steps += 1;
