@@ -112,13 +112,15 @@ impl Job {
     }
 
     /// The tiers this run folds. Without a cadence (`edgewatch maintain`, tests) every tier.
-    /// With one (the agent's periodic job) a tier folds once every [`Tier::fold_every_ns`]:
+    /// With one (the agent's periodic job) a tier folds once every [`Tier::fold_every_ns`]
+    /// of the run interval:
     /// a fold rewrites the open bucket of every active series, and the rows are keyed by
     /// series, so each fold writes about one page per active series and tier. Queries lose
     /// nothing (they read the raw chunks past a tier's cursor); a coarse tier's rows are
     /// just written less often.
     fn due_tiers(&mut self, now: i64) -> Vec<bool> {
         self.folded_at.resize(self.plan.tiers.len(), None);
+        let interval_ns = i64::try_from(self.plan.interval.as_nanos()).unwrap_or(i64::MAX);
         self.plan
             .tiers
             .iter()
@@ -126,7 +128,7 @@ impl Job {
             .map(|(t, at)| {
                 !self.fold_cadence
                     || at.map_or(true, |at| {
-                        now < at || now.saturating_sub(at) >= t.fold_every_ns()
+                        now < at || now.saturating_sub(at) >= t.fold_every_ns(interval_ns)
                     })
             })
             .collect()

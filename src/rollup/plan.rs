@@ -26,11 +26,16 @@ impl Tier {
         self.res_ns / NS
     }
 
-    /// How often the agent's periodic job folds this tier: a twelfth of its resolution, at
-    /// most 10 minutes (1m: every run; 1h: every 5 minutes; 1d: every 10 minutes). Each
-    /// fold rewrites the open bucket of every active series, about a page per series.
-    pub fn fold_every_ns(&self) -> i64 {
-        (self.res_ns / 12).min(600 * NS)
+    /// How often the agent's periodic job, running every `interval_ns`, folds this tier: a
+    /// twelfth of its resolution but at least two runs, never longer than the resolution, at
+    /// most 10 minutes (at the default 30 s: 10s every run, 1m every minute, 1h every 5
+    /// minutes, 1d every 10 minutes). Each fold rewrites the open bucket of every active
+    /// series, about a page per series.
+    pub fn fold_every_ns(&self, interval_ns: i64) -> i64 {
+        (self.res_ns / 12)
+            .max(interval_ns.saturating_mul(2))
+            .min(self.res_ns)
+            .min(600 * NS)
     }
 }
 

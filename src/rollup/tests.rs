@@ -516,28 +516,37 @@ fn failed_runs_wait_doubling_intervals_up_to_32() {
     }
 }
 
-/// The agent's periodic job folds the 1h tier every 5 minutes, not every run (each fold
-/// rewrites a page per active series), and ends with the rows of a job that folds every
-/// tier every run.
+/// The agent's periodic job folds the 1m tier every minute and the 1h tier every 5 minutes,
+/// not every 30 s run (each fold rewrites a page per active series), and ends with the rows
+/// of a job that folds every tier every run.
 #[test]
-fn the_periodic_job_folds_a_coarse_tier_less_often_to_the_same_rows() {
-    let plan = plan_with(&["1m", "1h"], 100_000, 0);
-    assert!(plan.tiers[0].fold_every_ns() <= 30 * NS);
-    assert_eq!(plan.tiers[1].fold_every_ns(), 5 * MIN);
-    let (paced, every) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
+    let plan = plan_with(&["10s", "1m", "1h"], 100_000, 0);
+    assert_eq!(plan.interval, std::time::Duration::from_secs(30));
+    let every = |interval_ns: i64| -> Vec<i64> {
+        plan.tiers
+            .iter()
+            .map(|t| t.fold_every_ns(interval_ns))
+            .collect()
+    };
+    assert_eq!(every(30 * NS), vec![10 * NS, MIN, 5 * MIN]);
+    // A short interval (tests, a user who wants fresh tiers) folds fine tiers sooner.
+    assert_eq!(every(NS), vec![2 * NS, 5 * NS, 5 * MIN]);
+    let (paced, each) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut writers =
-        [paced.path(), every.path()].map(|d| Writer::open(d, 100, Synchronous::Full).unwrap());
-    let mut jobs = [paced.path(), every.path()].map(|d| Job::open(d, plan.clone()).unwrap());
+        [paced.path(), each.path()].map(|d| Writer::open(d, 100, Synchronous::Full).unwrap());
+    let mut jobs = [paced.path(), each.path()].map(|d| Job::open(d, plan.clone()).unwrap());
     jobs[0].fold_cadence = true;
     let cursors = |d: &Path| {
         let (c, p) = crate::store::open(d, crate::store::Mode::ReadOnly).unwrap();
         let at = |key| crate::store::tiers::state(&c, &p, key).unwrap().cursor;
-        (at(60), at(3600))
+        (at(10), at(60), at(3600))
     };
     let t0 = 100 * MIN;
     // A run with nothing to fold does not start the cadence.
     jobs[0].run_once(t0, &|| false).unwrap();
-    let mut step = |k: i64, run_at: i64| -> i64 {
+    // Runs every 30 s, each after a write.
+    let mut run = |k: i64| -> i64 {
         for w in writers.iter_mut() {
             let pts: Vec<(i64, f64)> = (0..100)
                 .map(|i| (t0 + k * 30 * NS + i * NS / 4, (i % 7) as f64))
@@ -545,29 +554,32 @@ fn the_periodic_job_folds_a_coarse_tier_less_often_to_the_same_rows() {
             write(w, "m,s=a", &pts);
         }
         for j in jobs.iter_mut() {
-            j.run_once(run_at, &|| false).unwrap();
+            j.run_once(t0 + 30 * NS + k * 30 * NS, &|| false).unwrap();
         }
         *chunk_ids(paced.path()).last().unwrap()
     };
-    let first = step(0, t0 + 30 * NS);
+    let first = run(0);
     assert_eq!(
         cursors(paced.path()),
-        (first, first),
+        (first, first, first),
         "the first fold folds every tier"
     );
-    let mut newest = first;
+    let mut minute = first;
     for k in 1..10 {
-        newest = step(k, t0 + (k + 1) * 30 * NS);
+        let newest = run(k);
+        if k % 2 == 0 {
+            minute = newest;
+        }
         assert_eq!(
             cursors(paced.path()),
-            (newest, first),
-            "run {k}: 1m folded, 1h waits"
+            (newest, minute, first),
+            "run {k} (+{} s): 10s every run, 1m every minute, 1h waits",
+            k * 30
         );
-        assert_eq!(cursors(every.path()), (newest, newest));
+        assert_eq!(cursors(each.path()), (newest, newest, newest));
     }
-    // Five minutes after the first fold the 1h tier catches up.
-    let last = step(10, t0 + 30 * NS + 5 * MIN);
-    assert!(last > newest);
-    assert_eq!(cursors(paced.path()), (last, last));
-    assert_eq!(dump(paced.path()), dump(every.path()));
+    // Five minutes after the first fold every tier catches up.
+    let last = run(10);
+    assert_eq!(cursors(paced.path()), (last, last, last));
+    assert_eq!(dump(paced.path()), dump(each.path()));
 }
