@@ -31,22 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
-import fleet  # noqa: E402  (free_port, wait_until, http_get)
+import fleet  # noqa: E402  (free_port, wait_until, http_get, post_all)
+from device_budget import write_bytes  # noqa: E402
 
 
-def post(base, lines):
-    req = urllib.request.Request(base + "/write", data="\n".join(lines).encode(), method="POST")
-    with urllib.request.urlopen(req, timeout=60) as r:
-        r.read()
-
-
-def write_bytes(pid):
-    with open(f"/proc/{pid}/io") as f:
-        fields = dict(line.split(": ") for line in f.read().splitlines() if line)
-    return int(fields["write_bytes"])
+def post(port, lines):
+    fleet.post_all(port, "/write", ["\n".join(lines).encode()])
 
 
 def wal_frames(data):
@@ -106,17 +98,17 @@ def main():
             for s in range(a.series):
                 lines.append(f"inference,model=m{s:04d} wall_ms={rnd.uniform(5, 25):.3f} {ts}")
             if len(lines) >= 5000:
-                post(base, lines)
+                post(port, lines)
                 lines = []
         if lines:
-            post(base, lines)
+            post(port, lines)
         print(f"history: {a.series} series x {minutes} minutes posted; settling {a.settle} s", flush=True)
         time.sleep(a.settle)
         w0, t0 = write_bytes(agent.pid), time.monotonic()
         k = 0
         while time.monotonic() - t0 < a.seconds:
             ts = time.time_ns()
-            post(base, [f"inference,model=m{s:04d} wall_ms={rnd.uniform(5, 25):.3f} {ts}" for s in range(a.series)])
+            post(port, [f"inference,model=m{s:04d} wall_ms={rnd.uniform(5, 25):.3f} {ts}" for s in range(a.series)])
             k += 1
             time.sleep(max(0.0, t0 + k - time.monotonic()))
         written = (write_bytes(agent.pid) - w0) * 3600 / (time.monotonic() - t0) / 1e6

@@ -112,8 +112,7 @@ impl Job {
     }
 
     /// The tiers this run folds. Without a cadence (`edgewatch maintain`, tests) every tier.
-    /// With one (the agent's periodic job) a tier folds once every [`Tier::fold_every_ns`]
-    /// of the run interval:
+    /// With one (the agent's periodic job) a tier folds once every [`Tier::fold_every_ns`]:
     /// a fold rewrites the open bucket of every active series, and the rows are keyed by
     /// series, so each fold writes about one page per active series and tier. Queries lose
     /// nothing (they read the raw chunks past a tier's cursor); a coarse tier's rows are

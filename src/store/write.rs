@@ -54,13 +54,13 @@ struct Tail {
 }
 
 impl Tail {
-    /// Whether a commit that brings the tail to `rows` chunks of `tagsets` tag sets should
-    /// index it too: after [`chunks::TAIL_SECONDS`], or once it holds [`chunks::TAIL_ROWS`]
-    /// chunks and [`chunks::TAIL_ROWS_PER_TAGSET`] per tag set. Indexing writes about one
-    /// index leaf per tag set in the tail, so with hundreds of tag sets a commit (a scrape,
-    /// many models) a row count alone would index every commit or two.
-    fn due(&self, rows: i64, tagsets: usize) -> bool {
-        let per_tagset = chunks::TAIL_ROWS_PER_TAGSET.saturating_mul(tagsets as i64);
+    /// Whether a commit that brings the tail to `rows` chunks (of the tag sets in
+    /// `self.tagsets`) should index it too: after [`chunks::TAIL_SECONDS`], or once it holds
+    /// [`chunks::TAIL_ROWS`] chunks and [`chunks::TAIL_ROWS_PER_TAGSET`] per tag set.
+    /// Indexing writes about one index leaf per tag set in the tail, so with hundreds of tag
+    /// sets a commit (a scrape, many models) a row count alone would index every commit or two.
+    fn due(&self, rows: i64) -> bool {
+        let per_tagset = chunks::TAIL_ROWS_PER_TAGSET.saturating_mul(self.tagsets.len() as i64);
         rows > 0
             && (rows >= chunks::TAIL_ROWS.max(per_tagset)
                 || self.since.elapsed() >= std::time::Duration::from_secs(chunks::TAIL_SECONDS))
@@ -157,8 +157,6 @@ impl Writer {
         let tx = self.conn.transaction().ctx(&path)?;
         let mut out = Vec::with_capacity(batches.len());
         let mut rows = 0i64;
-        // The tag sets this commit adds chunks of.
-        let mut touched: Vec<i64> = Vec::new();
         {
             let mut ins_chunk = tx
                 .prepare_cached(
@@ -280,18 +278,15 @@ impl Writer {
             }
             for chunk in &mut open {
                 rows += chunk.flush(&mut ins_chunk).ctx(&path)?;
-                touched.push(chunk.tagset_id);
+                // Before the commit: a failed one leaves its tag sets counted, which only
+                // brings the next indexing a little closer.
+                self.tail.tagsets.insert(chunk.tagset_id);
             }
         }
         // Index the tail in this commit when due (see `Tail::due`): one leaf of the index
         // per tag set then, instead of one per tag set and commit.
         let tail_rows = self.tail.rows + rows;
-        let tail_tagsets = self.tail.tagsets.len()
-            + touched
-                .iter()
-                .filter(|t| !self.tail.tagsets.contains(t))
-                .count();
-        let indexed = if self.tail.due(tail_rows, tail_tagsets) {
+        let indexed = if self.tail.due(tail_rows) {
             Some(chunks::index_tail(&tx, &path, self.tail.through)?)
         } else {
             None
@@ -304,10 +299,7 @@ impl Writer {
                 self.tail.tagsets.clear();
                 self.tail.since = std::time::Instant::now();
             }
-            None => {
-                self.tail.rows = tail_rows;
-                self.tail.tagsets.extend(touched);
-            }
+            None => self.tail.rows = tail_rows,
         }
         if let Some((latest, newest)) = &self.latest {
             latest.record(newest);

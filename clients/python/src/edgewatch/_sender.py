@@ -164,7 +164,6 @@ class Pipeline:
         """Waits until every point recorded so far was sent (or given up); ``False`` when
         ``timeout_s`` passed first."""
         end = time.monotonic() + timeout_s
-        self._flush_wanted = True
         with self._progress:
             while self.queued() > 0 and self._thread.is_alive():
                 left = end - time.monotonic()
