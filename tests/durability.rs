@@ -369,7 +369,7 @@ impl Drop for Tmpfs {
 /// retries) to the InfluxDB on `port`, database `edge`.
 fn rollup_and_influx_sink(data: &Path, port: u16) -> String {
     format!(
-        "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
+        "{QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\nfold_every = \"1s\"\n[storage]\ndata_dir = \"{}\"\n\
          [[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
          version = 1\ndatabase = \"edge\"\nmax_delay = \"20ms\"\nmin_backoff = \"50ms\"\n\
          max_backoff = \"200ms\"\n",

@@ -335,7 +335,7 @@ impl Rig {
         };
         let config = format!(
             "[udp]\nenabled = false\n[storage]\ndata_dir = \"{}\"\nsynchronous = \"{synchronous}\"\n\
-             {QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\n{sink}",
+             {QUIET}[rollup]\nenabled = true\ninterval = \"1s\"\nfold_every = \"1s\"\n{sink}",
             mnt.join("data").display()
         );
         Rig {

@@ -326,10 +326,11 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
                 .iter()
                 .map(|t| {
                     format!(
-                        "{} lag {} ({} chunks pending)",
+                        "{} lag {} ({} chunks pending, folded every {})",
                         t.name,
                         t.lag_s.map_or_else(|| "not run yet".into(), human_age),
-                        t.pending_chunks
+                        t.pending_chunks,
+                        human_age(t.fold_every_s as f64)
                     )
                 })
                 .collect();

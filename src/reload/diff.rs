@@ -221,6 +221,15 @@ pub fn changes(old: &Config, new: &Config) -> Changes {
             other => c.restart_required.push(other.to_string()),
         }
     }
+    // A sink that starts or stops reading a tier's rows changes how often the job folds it.
+    let forwarded = |cfg: &Config| {
+        crate::rollup::Plan::from_config(cfg)
+            .map(|p| p.tiers.iter().map(|t| t.forwarded).collect::<Vec<_>>())
+            .ok()
+    };
+    if forwarded(old) != forwarded(new) {
+        c.parts.insert(Part::Rollup);
+    }
     // The rollup plan is also what the evaluator's disk-budget rule reads.
     if c.parts.contains(&Part::Rollup) {
         c.parts.insert(Part::Alerts);
@@ -311,6 +320,23 @@ mod tests {
         );
         // The retention change itself applies.
         assert!(c.parts.contains(&Part::Rollup));
+    }
+
+    /// The job folds a tier a sink reads promptly: a sink that starts reading one restarts
+    /// the job; another sink change does not.
+    #[test]
+    fn a_sink_that_reads_a_tier_restarts_the_rollup_job() {
+        let sink = |extra: &str| {
+            cfg(&format!(
+                "[[sink]]\nname = \"a\"\ntype = \"influxdb\"\nurl = \"http://127.0.0.1:1\"\n\
+                 version = 1\ndatabase = \"e\"\n{extra}"
+            ))
+        };
+        let c = changes(&sink(""), &sink("forward = \"rollup:1m\"\n"));
+        assert!(c.parts.contains(&Part::Rollup), "{c:?}");
+        assert_eq!(c.sinks.restart, vec!["a".to_string()]);
+        let c = changes(&sink(""), &sink("max_points = 10\n"));
+        assert!(!c.parts.contains(&Part::Rollup), "{c:?}");
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct RollupConfig {
     pub tiers: Vec<String>,
     /// Most raw points folded per transaction.
     pub batch_points: usize,
+    /// How often a tier no sink reads is folded (see [`super::Plan::fold_every_ns`]).
+    pub fold_every: Interval,
 }
 
 impl Default for RollupConfig {
@@ -34,6 +36,7 @@ impl Default for RollupConfig {
             lateness: Interval(Duration::from_secs(600)),
             tiers: vec!["1m".into(), "1h".into()],
             batch_points: 100_000,
+            fold_every: Interval(Duration::from_secs(3600)),
         }
     }
 }

@@ -66,16 +66,19 @@ fn load_states(
 
 impl Job {
     /// Folds every chunk not yet rolled up, step by step.
+    ///
+    /// `all` folds every tier whatever its cadence (see [`Job::due_tiers`]).
     pub fn rollup(
         &mut self,
         now: i64,
+        all: bool,
         stop: &dyn Fn() -> bool,
         report: &mut Report,
     ) -> Result<(), RollupError> {
         if self.plan.tiers.is_empty() {
             return Ok(());
         }
-        let due = self.due_tiers(now);
+        let due = self.due_tiers(now, all);
         if !due.contains(&true) {
             return Ok(());
         }
@@ -112,22 +115,25 @@ impl Job {
     }
 
     /// The tiers this run folds. Without a cadence (`edgewatch maintain`, tests) every tier.
-    /// With one (the agent's periodic job) a tier folds once every [`Tier::fold_every_ns`]:
-    /// a fold rewrites the open bucket of every active series, and the rows are keyed by
-    /// series, so each fold writes about one page per active series and tier. Queries lose
-    /// nothing (they read the raw chunks past a tier's cursor); a coarse tier's rows are
-    /// just written less often.
-    fn due_tiers(&mut self, now: i64) -> Vec<bool> {
+    /// With one (the agent's periodic job) a tier folds once every [`Plan::fold_every_ns`]
+    /// (every tier when `all`: a store near its budget, whose raw chunks may be evicted only
+    /// once every tier has folded them): a fold rewrites the open bucket of every active
+    /// series, and the rows are keyed by series, so each fold writes about one page per
+    /// active series and tier. Queries lose nothing (they read the raw chunks past a tier's
+    /// cursor); a tier's rows are just written less often.
+    ///
+    /// [`Plan::fold_every_ns`]: super::Plan::fold_every_ns
+    pub(super) fn due_tiers(&mut self, now: i64, all: bool) -> Vec<bool> {
         self.folded_at.resize(self.plan.tiers.len(), None);
-        let interval_ns = i64::try_from(self.plan.interval.as_nanos()).unwrap_or(i64::MAX);
         self.plan
             .tiers
             .iter()
             .zip(&self.folded_at)
             .map(|(t, at)| {
                 !self.fold_cadence
+                    || all
                     || at.map_or(true, |at| {
-                        now < at || now.saturating_sub(at) >= t.fold_every_ns(interval_ns)
+                        now < at || now.saturating_sub(at) >= self.plan.fold_every_ns(t)
                     })
             })
             .collect()

@@ -115,7 +115,7 @@ pub struct Job {
     /// Test aid for the crash test (`edgewatch maintain --debug-pause-ms`): sleep this long
     /// after each committed rollup step. Zero in production.
     pub pause_between_steps: Duration,
-    /// Whether a run folds only the tiers whose [`Tier::fold_every_ns`] passed since this job
+    /// Whether a run folds only the tiers whose [`Plan::fold_every_ns`] passed since this job
     /// last folded them (the agent's periodic job); off, every run folds every tier.
     pub fold_cadence: bool,
     /// When each tier was last folded by this job (`now` of the run, ns).
@@ -155,7 +155,12 @@ impl Job {
         if report.clock_held {
             self.enforce_budget(stop, &mut report)?;
         } else {
-            self.rollup(now, stop, &mut report)?;
+            // Near the budget every tier folds now: raw chunks are evicted only once every
+            // tier has them, and a tier on a long cadence would otherwise leave the budget
+            // nothing but tier rows to take.
+            let max = self.plan.max_bytes;
+            let near_budget = max > 0 && self.db_bytes()? >= max / 10 * 9;
+            self.rollup(now, near_budget, stop, &mut report)?;
             if !report.interrupted {
                 self.enforce_retention(now, &mut report)?;
                 // Runs of small chunks every consumer has passed become full columnar

@@ -18,6 +18,11 @@ pub struct Tier {
     pub res_ns: i64,
     /// Retention, ns; `None` keeps rows until the budget needs the space.
     pub retention_ns: Option<i64>,
+    /// Whether a sink reads this tier's rows as they become final (`forward =
+    /// "rollup:1m"`, or `histograms = true` for the 1-minute sketches): such a tier is
+    /// folded promptly ([`Tier::prompt_fold_every_ns`]), the others every `[rollup]
+    /// fold_every` ([`Plan::fold_every_ns`]).
+    pub forwarded: bool,
 }
 
 impl Tier {
@@ -26,12 +31,12 @@ impl Tier {
         self.res_ns / NS
     }
 
-    /// How often the agent's periodic job, running every `interval_ns`, folds this tier: a
-    /// twelfth of its resolution but at least two runs, never longer than the resolution, at
-    /// most 10 minutes (at the default 30 s: 10s every run, 1m every minute, 1h every 5
-    /// minutes, 1d every 10 minutes). Each fold rewrites the open bucket of every active
-    /// series, about a page per series.
-    pub fn fold_every_ns(&self, interval_ns: i64) -> i64 {
+    /// How often the agent's periodic job, running every `interval_ns`, folds this tier when
+    /// a sink waits for its rows: a twelfth of its resolution but at least two runs, never
+    /// longer than the resolution, at most 10 minutes (at the default 30 s: 10s every run,
+    /// 1m every minute, 1h every 5 minutes, 1d every 10 minutes). Each fold rewrites the
+    /// open bucket of every active series, about a page per series.
+    pub fn prompt_fold_every_ns(&self, interval_ns: i64) -> i64 {
         (self.res_ns / 12)
             .max(interval_ns.saturating_mul(2))
             .min(self.res_ns)
@@ -54,6 +59,8 @@ pub struct Plan {
     pub max_bytes: u64,
     /// Run interval.
     pub interval: Duration,
+    /// `[rollup] fold_every`, ns.
+    pub fold_every_ns: i64,
     /// Whether the agent runs the job.
     pub enabled: bool,
     /// The earliest time a set clock can read (`[clock] min_valid`), ns.
@@ -71,6 +78,24 @@ fn dur_ns(d: Duration) -> i64 {
 }
 
 impl Plan {
+    /// How often the agent's periodic job folds `tier`. A tier a sink reads: promptly
+    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every` (default 1
+    /// h), at most every quarter of the raw retention (so the raw points are still there),
+    /// never more often than promptly. Rows are keyed by series, so a fold writes at least a
+    /// page per active series and tier whatever span it covers: an hour at once writes each
+    /// leaf about once where a fold a minute rewrote it sixty times. Nothing is lost by
+    /// waiting: queries, alert rules and the UI read the raw chunks past a tier's cursor, and
+    /// the rows end up the same.
+    pub fn fold_every_ns(&self, tier: &Tier) -> i64 {
+        let prompt = tier.prompt_fold_every_ns(dur_ns(self.interval));
+        if tier.forwarded {
+            return prompt;
+        }
+        self.fold_every_ns
+            .min(self.raw_retention_ns / 4)
+            .max(prompt)
+    }
+
     /// Validates `[rollup]` and `[retention]`.
     pub fn new(rollup: &RollupConfig, retention: &RetentionConfig) -> Result<Plan, RollupError> {
         let mut tiers = Vec::new();
@@ -87,6 +112,7 @@ impl Plan {
                 name: name.clone(),
                 res_ns: dur_ns(d),
                 retention_ns: retention.tiers.get(name).map(|i| dur_ns(i.0)),
+                forwarded: false,
             });
         }
         let defaults = RetentionConfig::default();
@@ -113,6 +139,7 @@ impl Plan {
             batch_points: rollup.batch_points.max(1),
             max_bytes: retention.max_bytes,
             interval: rollup.interval.0,
+            fold_every_ns: dur_ns(rollup.fold_every.0),
             enabled: rollup.enabled,
             clock_floor_ns: crate::clock::ClockConfig::default().floor_ns(),
             checkpoint_each_run: false,
@@ -124,6 +151,18 @@ impl Plan {
         let mut plan = Plan::new(&cfg.rollup, &cfg.retention)?;
         plan.clock_floor_ns = cfg.clock.floor_ns();
         plan.checkpoint_each_run = cfg.storage.synchronous == crate::config::Synchronous::Normal;
+        for s in cfg.sink.iter().filter(|s| s.enabled) {
+            let tiers = [
+                s.forward.tier_s(),
+                s.histograms()
+                    .then_some(crate::forward::rollup::SKETCH_TIER_S),
+            ];
+            for key in tiers.into_iter().flatten() {
+                if let Some(t) = plan.tiers.iter_mut().find(|t| t.key() == key) {
+                    t.forwarded = true;
+                }
+            }
+        }
         Ok(plan)
     }
 }
@@ -132,6 +171,34 @@ impl Plan {
 mod tests {
     use super::*;
     use crate::config::values::Interval;
+
+    /// A tier some enabled sink reads (`forward = "rollup:..."`, or the 1-minute sketches
+    /// of `histograms = true`) is folded promptly; a disabled sink does not count.
+    #[test]
+    fn tiers_a_sink_reads_are_marked_forwarded() {
+        let forwarded = |toml: &str| -> Vec<bool> {
+            let cfg = crate::config::Config::from_toml_str(toml, "test").unwrap();
+            let plan = Plan::from_config(&cfg).unwrap();
+            plan.tiers.iter().map(|t| t.forwarded).collect()
+        };
+        assert_eq!(forwarded(""), vec![false, false]);
+        let sink = |extra: &str| {
+            format!(
+                "[[sink]]\nname = \"a\"\ntype = \"prometheus_remote_write\"\n\
+                 url = \"http://127.0.0.1:1/api/v1/write\"\n{extra}"
+            )
+        };
+        assert_eq!(forwarded(&sink("")), vec![false, false]);
+        assert_eq!(
+            forwarded(&sink("forward = \"rollup:1h\"\n")),
+            vec![false, true]
+        );
+        assert_eq!(forwarded(&sink("histograms = true\n")), vec![true, false]);
+        assert_eq!(
+            forwarded(&sink("histograms = true\nenabled = false\n")),
+            vec![false, false]
+        );
+    }
 
     #[test]
     fn plan_validates_tiers_and_retention() {

@@ -34,6 +34,7 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<Rollup, StoreErr
             cursor_chunk_id: s.cursor,
             pending_chunks: pending,
             lag_s,
+            fold_every_s: plan.fold_every_ns(t) / NS,
             watermark_ns: (s.watermark != i64::MIN).then_some(s.watermark),
             late_points: s.late,
             rows: c(&counters::tier_rows(t.key())),

@@ -97,7 +97,7 @@ fn percentiles_from_1m_and_1h_rollups_are_within_1_percent_for_a_million_points(
     let end = t0 + n * dt;
     let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 200_000, 0)).unwrap();
     let mut rep = Report::default();
-    job.rollup(end, &|| false, &mut rep).unwrap();
+    job.rollup(end, false, &|| false, &mut rep).unwrap();
     assert_eq!(rep.points, 3 * n as u64);
     let reader = Reader::open(dir.path()).unwrap();
     let qs = [0.5, 0.9, 0.95, 0.99, 0.999];
@@ -200,7 +200,7 @@ fn an_interrupted_rollup_resumes_to_identical_rows_and_late_points_merge() {
     let mut rep = Report::default();
     Job::open(&a, plan.clone())
         .unwrap()
-        .rollup(now, &|| false, &mut rep)
+        .rollup(now, false, &|| false, &mut rep)
         .unwrap();
     assert!(rep.steps > 5, "{rep:?}");
     // Stop after 3 steps (as a crash between transactions would), reopen, finish.
@@ -212,20 +212,20 @@ fn an_interrupted_rollup_resumes_to_identical_rows_and_late_points_merge() {
     let mut rep_b = Report::default();
     Job::open(&b, plan.clone())
         .unwrap()
-        .rollup(now, &stop, &mut rep_b)
+        .rollup(now, false, &stop, &mut rep_b)
         .unwrap();
     assert!(rep_b.interrupted);
     let mut rest = Report::default();
     Job::open(&b, plan.clone())
         .unwrap()
-        .rollup(now, &|| false, &mut rest)
+        .rollup(now, false, &|| false, &mut rest)
         .unwrap();
     assert_eq!(rep_b.points + rest.points, rep.points);
     // A rerun on a finished store changes nothing.
     let mut again = Report::default();
     Job::open(&b, plan)
         .unwrap()
-        .rollup(now, &|| false, &mut again)
+        .rollup(now, false, &|| false, &mut again)
         .unwrap();
     assert_eq!(again.points, 0);
     assert_eq!(dump(&a), dump(&b));
@@ -516,22 +516,47 @@ fn failed_runs_wait_doubling_intervals_up_to_32() {
     }
 }
 
-/// The agent's periodic job folds the 1m tier every minute and the 1h tier every 5 minutes,
-/// not every 30 s run (each fold rewrites a page per active series), and ends with the rows
-/// of a job that folds every tier every run.
+/// The agent's periodic job folds a tier a sink forwards promptly (here 1m: every minute)
+/// and the others every `fold_every` (10s: every 10 minutes), at most every quarter of the
+/// raw retention (1h: every 15 minutes with 1 h of raw), not every 30 s run (each fold
+/// rewrites a page per active series), and ends with the rows of a job that folds every tier
+/// every run.
 #[test]
 fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
-    let plan = plan_with(&["10s", "1m", "1h"], 100_000, 0);
-    assert_eq!(plan.interval, std::time::Duration::from_secs(30));
-    let every = |interval_ns: i64| -> Vec<i64> {
-        plan.tiers
-            .iter()
-            .map(|t| t.fold_every_ns(interval_ns))
-            .collect()
-    };
-    assert_eq!(every(30 * NS), vec![10 * NS, MIN, 5 * MIN]);
-    // A short interval (tests, a user who wants fresh tiers) folds fine tiers sooner.
-    assert_eq!(every(NS), vec![2 * NS, 5 * NS, 5 * MIN]);
+    use crate::config::values::Interval;
+    use std::time::Duration;
+    // The default plan: both tiers every hour; 1m every minute once a sink reads it.
+    let default = Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap();
+    let every =
+        |plan: &Plan| -> Vec<i64> { plan.tiers.iter().map(|t| plan.fold_every_ns(t)).collect() };
+    assert_eq!(every(&default), vec![HOUR, HOUR]);
+    let mut forwarded = default.clone();
+    forwarded.tiers[0].forwarded = true;
+    assert_eq!(every(&forwarded), vec![MIN, HOUR]);
+    // A short interval (tests, a user who wants fresh tiers) folds a forwarded tier sooner;
+    // a short `fold_every` never folds more often than promptly.
+    forwarded.interval = Duration::from_secs(1);
+    forwarded.fold_every_ns = NS;
+    assert_eq!(every(&forwarded), vec![5 * NS, 5 * MIN]);
+
+    let mut plan = Plan::new(
+        &RollupConfig {
+            tiers: vec!["10s".into(), "1m".into(), "1h".into()],
+            fold_every: Interval(Duration::from_secs(600)),
+            ..Default::default()
+        },
+        &RetentionConfig {
+            raw: Interval(Duration::from_secs(3600)),
+            max_bytes: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    plan.tiers[1].forwarded = true;
+    assert_eq!(plan.interval, Duration::from_secs(30));
+    assert_eq!(every(&plan), vec![10 * MIN, MIN, 10 * MIN]);
+    plan.fold_every_ns = HOUR;
+    assert_eq!(every(&plan), vec![15 * MIN, MIN, 15 * MIN]);
     let (paced, each) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let mut writers =
         [paced.path(), each.path()].map(|d| Writer::open(d, 100, Synchronous::Full).unwrap());
@@ -548,8 +573,8 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     // Runs every 30 s, each after a write.
     let mut run = |k: i64| -> i64 {
         for w in writers.iter_mut() {
-            let pts: Vec<(i64, f64)> = (0..100)
-                .map(|i| (t0 + k * 30 * NS + i * NS / 4, (i % 7) as f64))
+            let pts: Vec<(i64, f64)> = (0..20)
+                .map(|i| (t0 + k * 30 * NS + i * NS, (i % 7) as f64))
                 .collect();
             write(w, "m,s=a", &pts);
         }
@@ -564,22 +589,70 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
         (first, first, first),
         "the first fold folds every tier"
     );
-    let mut minute = first;
-    for k in 1..10 {
+    let (quarter, mut minute) = (first, first);
+    for k in 1..30 {
         let newest = run(k);
         if k % 2 == 0 {
             minute = newest;
         }
         assert_eq!(
             cursors(paced.path()),
-            (newest, minute, first),
-            "run {k} (+{} s): 10s every run, 1m every minute, 1h waits",
+            (quarter, minute, quarter),
+            "run {k} (+{} s): 10s and 1h every 15 minutes, 1m every minute",
             k * 30
         );
         assert_eq!(cursors(each.path()), (newest, newest, newest));
     }
-    // Five minutes after the first fold every tier catches up.
-    let last = run(10);
+    // Fifteen minutes after the first fold every tier catches up.
+    let last = run(30);
     assert_eq!(cursors(paced.path()), (last, last, last));
     assert_eq!(dump(paced.path()), dump(each.path()));
+}
+
+/// A store near its disk budget folds every tier at every run, whatever the cadence: raw
+/// chunks may be evicted only once every tier has them.
+#[test]
+fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Full).unwrap();
+    let t0 = 100 * MIN;
+    let pts = |k: i64| -> Vec<(i64, f64)> {
+        (0..20)
+            .map(|i| (t0 + k * 30 * NS + i * NS, i as f64))
+            .collect()
+    };
+    let cursors = |d: &Path| {
+        let (c, p) = crate::store::open(d, crate::store::Mode::ReadOnly).unwrap();
+        let at = |key| crate::store::tiers::state(&c, &p, key).unwrap().cursor;
+        (at(60), at(3600))
+    };
+    let mut far = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, 1 << 40)).unwrap();
+    far.fold_cadence = true;
+    write(&mut w, "m,s=a", &pts(0));
+    far.run_once(t0 + 30 * NS, &|| false).unwrap();
+    write(&mut w, "m,s=a", &pts(1));
+    far.run_once(t0 + 60 * NS, &|| false).unwrap();
+    let newest = *chunk_ids(dir.path()).last().unwrap();
+    let (m, h) = cursors(dir.path());
+    assert!(
+        m < newest && h < newest,
+        "far from the budget the tiers wait"
+    );
+    drop(far);
+    // A budget the store is at 95 % of: both tiers fold, nothing is evicted.
+    let size = {
+        let (c, p) = crate::store::open(dir.path(), crate::store::Mode::ReadOnly).unwrap();
+        crate::store::open::space::db_bytes(&c, &p).unwrap()
+    };
+    let mut near = Job::open(
+        dir.path(),
+        plan_with(&["1m", "1h"], 100_000, size * 100 / 95),
+    )
+    .unwrap();
+    near.fold_cadence = true;
+    near.run_once(t0 + 60 * NS, &|| false).unwrap();
+    write(&mut w, "m,s=a", &pts(2));
+    let report = near.run_once(t0 + 90 * NS, &|| false).unwrap();
+    let newest = *chunk_ids(dir.path()).last().unwrap();
+    assert_eq!(cursors(dir.path()), (newest, newest), "{report:?}");
 }

@@ -145,8 +145,12 @@ pub struct Tier {
     /// Raw chunks not yet folded into it.
     pub pending_chunks: i64,
     /// Seconds since the job last advanced it while work is pending (0: caught up; `null`:
-    /// not run yet).
+    /// not run yet). Up to `fold_every_s` in normal running.
     pub lag_s: Option<f64>,
+    /// How often the agent's rollup job folds it, seconds (a tier a sink forwards folds
+    /// promptly, the others in longer strides: `rollup::Plan::fold_every_ns`).
+    #[serde(default)]
+    pub fold_every_s: i64,
     /// Buckets before this are final, ns (`null`: nothing folded yet).
     pub watermark_ns: Option<i64>,
     /// Points that landed in a final bucket.

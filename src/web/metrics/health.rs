@@ -300,6 +300,12 @@ fn rollup(s: &mut Scrape, r: &status::Rollup) {
             t.lag_s.unwrap_or(f64::NAN),
         );
         s.gauge(
+            "edgewatch_rollup_fold_interval_seconds",
+            "How often the rollup job folds the tier (the lag stays below it in normal running).",
+            &l,
+            t.fold_every_s as f64,
+        );
+        s.gauge(
             "edgewatch_rollup_pending_chunks",
             "Raw chunks not yet folded into the tier.",
             &l,

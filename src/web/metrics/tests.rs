@@ -145,6 +145,7 @@ fn known_status() -> Status {
                     cursor_chunk_id: 300,
                     pending_chunks: 301,
                     lag_s: Some(30.5),
+                    fold_every_s: 3600,
                     watermark_ns: Some(1),
                     late_points: 302,
                     rows: 303,
@@ -157,6 +158,7 @@ fn known_status() -> Status {
                     cursor_chunk_id: 0,
                     pending_chunks: 311,
                     lag_s: None,
+                    fold_every_s: 21_600,
                     watermark_ns: None,
                     late_points: 312,
                     rows: 313,
@@ -464,6 +466,10 @@ edgewatch_queue_capacity_points 109
 # HELP edgewatch_queue_points Points waiting between ingest and the writer.
 # TYPE edgewatch_queue_points gauge
 edgewatch_queue_points 108
+# HELP edgewatch_rollup_fold_interval_seconds How often the rollup job folds the tier (the lag stays below it in normal running).
+# TYPE edgewatch_rollup_fold_interval_seconds gauge
+edgewatch_rollup_fold_interval_seconds{tier="1h"} 21600
+edgewatch_rollup_fold_interval_seconds{tier="1m"} 3600
 # HELP edgewatch_rollup_lag_seconds How far the tier's rollup is behind (0: caught up; NaN: not run yet).
 # TYPE edgewatch_rollup_lag_seconds gauge
 edgewatch_rollup_lag_seconds{tier="1h"} NaN
