@@ -17,8 +17,11 @@
 //! interval. Target: under 0.5 % of a core.
 //!
 //! Between cycles (untimed), 15 s of new points arrive (3 per series) and every second cycle
-//! the rollup job runs, as in the agent (`BENCH_LIVE=0`: a static store). `BENCH_CACHE=0`
-//! turns the evaluator's cross-cycle row cache off, to compare in the same build.
+//! the rollup job runs, as in the agent, folding each tier at the agent's cadence (`[rollup]
+//! fold_every`, 1 h by default; `BENCH_FOLD_EVERY=S` seconds sets it; between folds the
+//! windows read a growing raw tail, so run at least a cadence's worth of cycles:
+//! `BENCH_RUNS=241` for 1 h) (`BENCH_LIVE=0`: a static store). `BENCH_CACHE=0` turns the
+//! evaluator's cross-cycle row cache off, to compare in the same build.
 //!
 //! Run: `cargo bench --bench alerts` (`BENCH_RUNS=N` cycles, default 20). `BENCH_SCALE=K`
 //! multiplies the models (so the series) and the rules by K: `BENCH_SCALE=10` is 1,000 rules
@@ -191,7 +194,13 @@ fn main() {
         points += w.write(&[&batch]).expect("write")[0].points;
     }
     drop(w);
-    let plan = Plan::from_config(&Config::default()).expect("plan");
+    let mut plan = Plan::from_config(&Config::default()).expect("plan");
+    if let Some(s) = std::env::var("BENCH_FOLD_EVERY")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+    {
+        plan.fold_every_ns = s * NS;
+    }
     let mut job = Job::open(&dir, plan.clone()).expect("rollup job");
     job.run_once(edgewatch::now_ns(), &|| false)
         .expect("rollup");
@@ -243,6 +252,7 @@ fn main() {
     let live = std::env::var("BENCH_LIVE").as_deref() != Ok("0");
     let mut w = Writer::open(&dir, 100_000, Synchronous::Normal).expect("open writer");
     let mut job = Job::open(&dir, plan.clone()).expect("rollup job");
+    job.fold_cadence = true;
     let mut wall = Vec::new();
     let mut cpu = Vec::new();
     let mut allocs = Vec::new();
@@ -299,9 +309,16 @@ fn main() {
         "row cache {}, data {}",
         if cache { "on" } else { "off (BENCH_CACHE=0)" },
         if live {
-            "arriving between cycles, rolled up every second cycle"
+            format!(
+                "arriving between cycles, rollup job every second cycle (tiers folded every {} s)",
+                plan.tiers
+                    .iter()
+                    .map(|t| (plan.fold_every_ns(t) / NS).to_string())
+                    .collect::<Vec<_>>()
+                    .join(" / ")
+            )
         } else {
-            "static (BENCH_LIVE=0)"
+            "static (BENCH_LIVE=0)".into()
         }
     );
     println!(

@@ -94,7 +94,8 @@ def main():
     def start(fold_every):
         with open(cfg, "w") as f:
             f.write(f'[storage]\ndata_dir = "{work}/data"\n[http]\nlisten = "127.0.0.1:{port}"\n'
-                    "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n")
+                    "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n"
+                    "[kmsg]\nenabled = false\n")
             if fold_every:
                 f.write(f'[rollup]\nfold_every = "{fold_every}"\n')
         proc = subprocess.Popen([a.bin, "run", "--config", cfg], stdout=log, stderr=subprocess.STDOUT)

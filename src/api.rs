@@ -112,6 +112,9 @@ where
     T: Send + 'static,
     F: FnOnce(&Reader) -> Result<T, StoreError> + Send + 'static,
 {
+    // Read-your-writes: points held for a shared commit (UDP, collectors) are committed
+    // before the read (see `IngestHandle::settle`).
+    ctx.handle.settle().await;
     let reader = ctx.reader.clone();
     match tokio::task::spawn_blocking(move || {
         let guard = reader.lock().unwrap_or_else(|p| p.into_inner());

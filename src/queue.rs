@@ -138,6 +138,21 @@ impl IngestHandle {
         Ok(rx)
     }
 
+    /// Returns once everything queued before the call is committed (or its commit failed):
+    /// what a reader calls for read-your-writes, since points nobody waits on (UDP,
+    /// collectors) may be held up to `[ingest] flush_interval` before their commit. Free when
+    /// nothing is queued or held; otherwise an empty batch with an acknowledgement, which the
+    /// writer commits at once with everything held beside it (one commit, like an HTTP
+    /// write's). A full or closed queue returns at once: the reader sees what is committed.
+    pub async fn settle(&self) {
+        if self.queued() == 0 {
+            return;
+        }
+        if let Ok(Some(rx)) = self.submit(Batch::default(), true) {
+            let _ = rx.await;
+        }
+    }
+
     /// Points waiting in the queue or being committed.
     pub fn queued(&self) -> usize {
         self.capacity - self.permits.available_permits()

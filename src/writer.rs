@@ -21,8 +21,8 @@ use crate::store::Writer;
 ///
 /// A request someone waits on (an HTTP write, answered only once its points are committed
 /// and, in `full`, synced) is committed at once, with everything waiting beside it. Points
-/// nobody waits on (UDP, collectors) are held up to `flush_interval` so that a second of
-/// them shares one commit: one commit (and one fsync) per interval instead of one per
+/// nobody waits on (UDP, collectors) are held up to `flush_interval` so that seconds of
+/// them share one commit: one commit (and one fsync) per interval instead of one per
 /// datagram or collector tick, which is most of the pages the store writes. They are not
 /// acknowledged to anyone, so holding them loses nothing promised; a crash loses at most
 /// the interval of them. Zero commits every batch at once.
