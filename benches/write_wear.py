@@ -20,9 +20,9 @@ that store and measures it:
     python3 benches/write_wear.py --series 200 --hours 2 --seconds 60
     python3 benches/write_wear.py --fold-every 1m --seconds 600   # tiers folded every minute
 
-`--fold-every` sets `[rollup] fold_every` (default: the agent's, 10 min). A live phase
+`--fold-every` sets `[rollup] fold_every` (default: the agent's, 1 min). A live phase
 shorter than it sees no fold of the 1m and 1h tiers: to count the folds' writes, run the
-live phase for at least `--fold-every` (`--seconds 660` at the default).
+live phase for at least `--fold-every`.
 
 Standard library only; the agent listens on a free port of 127.0.0.1 and is stopped by PID.
 """

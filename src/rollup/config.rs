@@ -36,7 +36,7 @@ impl Default for RollupConfig {
             lateness: Interval(Duration::from_secs(600)),
             tiers: vec!["1m".into(), "1h".into()],
             batch_points: 100_000,
-            fold_every: Interval(Duration::from_secs(600)),
+            fold_every: Interval(Duration::from_secs(60)),
         }
     }
 }

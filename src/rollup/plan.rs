@@ -79,15 +79,15 @@ fn dur_ns(d: Duration) -> i64 {
 
 impl Plan {
     /// How often the agent's periodic job folds `tier`. A tier a sink reads: promptly
-    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every` (default 10
-    /// min), at most every quarter of the raw retention (so the raw points are still there),
-    /// never more often than promptly. Rows are keyed by series, so a fold writes at least a
-    /// page per active series and tier whatever span it covers: ten minutes at once write
-    /// each leaf once where a fold a minute rewrote it ten times. Nothing is lost by waiting:
-    /// queries, alert rules and the UI read the raw chunks past a tier's cursor, and the rows
-    /// end up the same. Longer is not free: those reads merge a longer raw tail (alert
-    /// evaluation with a 1 h stride cost 1.7x the CPU of a 10 min one in `cargo bench
-    /// --bench alerts`, where 10 min cost the same as folding every minute).
+    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every`, at most
+    /// every quarter of the raw retention (so the raw points are still there), never more
+    /// often than promptly. The default (1 min) is the prompt cadence itself. A longer stride
+    /// writes each tier's leaf pages less often (rows are keyed by series: a fold writes at
+    /// least a page per active series and tier whatever span it covers) but did not lower
+    /// the reference workload's bytes written (docs/performance.md), raised its RSS peak,
+    /// and makes queries and alert rules merge a longer raw tail (a 1 h stride cost 1.7x the
+    /// alert evaluation CPU in `cargo bench --bench alerts`). Nothing is lost either way:
+    /// reads take the raw chunks past a tier's cursor, and the rows end up the same.
     pub fn fold_every_ns(&self, tier: &Tier) -> i64 {
         let prompt = tier.prompt_fold_every_ns(dur_ns(self.interval));
         if tier.forwarded {

@@ -525,12 +525,15 @@ fn failed_runs_wait_doubling_intervals_up_to_32() {
 fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     use crate::config::values::Interval;
     use std::time::Duration;
-    // The default plan: both tiers every 10 minutes; 1m every minute once a sink reads it.
+    // The default plan: the prompt cadence (1m every minute, 1h every 5 minutes); with a
+    // 10-minute stride, the same for a tier a sink reads.
     let default = Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap();
     let every =
         |plan: &Plan| -> Vec<i64> { plan.tiers.iter().map(|t| plan.fold_every_ns(t)).collect() };
-    assert_eq!(every(&default), vec![10 * MIN, 10 * MIN]);
+    assert_eq!(every(&default), vec![MIN, 5 * MIN]);
     let mut forwarded = default.clone();
+    forwarded.fold_every_ns = 10 * MIN;
+    assert_eq!(every(&forwarded), vec![10 * MIN, 10 * MIN]);
     forwarded.tiers[0].forwarded = true;
     assert_eq!(every(&forwarded), vec![MIN, 10 * MIN]);
     // A short interval (tests, a user who wants fresh tiers) folds a forwarded tier sooner;
