@@ -20,8 +20,9 @@
 //! the rollup job runs, as in the agent, folding each tier at the agent's cadence (`[rollup]
 //! fold_every`, 1 min by default; `BENCH_FOLD_EVERY=S` seconds sets it; between folds the
 //! windows read a growing raw tail, so run at least a cadence's worth of cycles:
-//! `BENCH_RUNS=81` covers two strides of 10 min, `BENCH_RUNS=241` one of 1 h) (`BENCH_LIVE=0`: a static store). `BENCH_CACHE=0` turns the
-//! evaluator's cross-cycle row cache off, to compare in the same build.
+//! `BENCH_RUNS=81` covers two strides of 10 min, `BENCH_RUNS=241` one of 1 h).
+//! `BENCH_LIVE=0`: a static store. `BENCH_CACHE=0` turns the evaluator's cross-cycle row
+//! cache off, to compare in the same build.
 //!
 //! Run: `cargo bench --bench alerts` (`BENCH_RUNS=N` cycles, default 20). `BENCH_SCALE=K`
 //! multiplies the models (so the series) and the rules by K: `BENCH_SCALE=10` is 1,000 rules

@@ -97,20 +97,7 @@ fn a_query_sees_held_udp_points_at_once_and_commits_them() {
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.send_to(b"held_m,app=x v=1 1000\nheld_m,app=x v=2 2000\n", agent.udp)
         .unwrap();
-    let in_file = || -> i64 {
-        let conn = rusqlite::Connection::open_with_flags(
-            agent.dir.join("edgewatch.db"),
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap();
-        conn.query_row(
-            "SELECT COALESCE(SUM(c.n), 0) FROM chunks c JOIN tagsets t ON t.id = c.tagset_id \
-             WHERE t.measurement = 'held_m'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap()
-    };
+    let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_m");
     // The datagram is received and queued at once, but held: nothing in the file.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(in_file(), 0, "held points are not committed before 30 s");

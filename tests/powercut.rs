@@ -594,15 +594,8 @@ fn power_cuts_lose_no_acknowledged_point_and_forwarders_resume_at_least_once() {
     fs.unmount();
     let check = rig.dir.join("check");
     assert_eq!(integrity(&rig.backing.join("data"), &check), "ok");
+    let raw = points_in_file(&check.join("edgewatch.db"), "pc");
     let conn = rusqlite::Connection::open(check.join("edgewatch.db")).unwrap();
-    let raw: i64 = conn
-        .query_row(
-            "SELECT COALESCE(SUM(c.n), 0) FROM chunks c JOIN tagsets t ON t.id = c.tagset_id \
-             WHERE t.measurement = 'pc'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
     let tier_count = |tier: i64| -> i64 {
         conn.query_row(
             "SELECT COALESCE(SUM(r.count), 0) FROM rollups r JOIN series s ON s.id = r.series_id \

@@ -123,7 +123,7 @@ impl Job {
     /// cursor); a tier's rows are just written less often.
     ///
     /// [`Plan::fold_every_ns`]: super::Plan::fold_every_ns
-    pub(super) fn due_tiers(&mut self, now: i64, all: bool) -> Vec<bool> {
+    fn due_tiers(&mut self, now: i64, all: bool) -> Vec<bool> {
         self.folded_at.resize(self.plan.tiers.len(), None);
         self.plan
             .tiers

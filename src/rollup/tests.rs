@@ -273,6 +273,16 @@ fn assert_rows_counted(dir: &Path, plan: &Plan) {
     }
 }
 
+/// The cursor of each tier of `keys` (resolution in seconds) in the store in `dir`.
+fn tier_cursors<const N: usize>(dir: &Path, keys: [i64; N]) -> [i64; N] {
+    let reader = Reader::open(dir).unwrap();
+    keys.map(|k| {
+        crate::store::tiers::state(reader.conn(), reader.path(), k)
+            .unwrap()
+            .cursor
+    })
+}
+
 fn chunk_ids(dir: &Path) -> Vec<i64> {
     let reader = Reader::open(dir).unwrap();
     crate::store::chunks::sizes(reader.conn(), reader.path(), &Default::default())
@@ -565,11 +575,7 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
         [paced.path(), each.path()].map(|d| Writer::open(d, 100, Synchronous::Full).unwrap());
     let mut jobs = [paced.path(), each.path()].map(|d| Job::open(d, plan.clone()).unwrap());
     jobs[0].fold_cadence = true;
-    let cursors = |d: &Path| {
-        let (c, p) = crate::store::open(d, crate::store::Mode::ReadOnly).unwrap();
-        let at = |key| crate::store::tiers::state(&c, &p, key).unwrap().cursor;
-        (at(10), at(60), at(3600))
-    };
+    let cursors = |d: &Path| tier_cursors(d, [10, 60, 3600]);
     let t0 = 100 * MIN;
     // A run with nothing to fold does not start the cadence.
     jobs[0].run_once(t0, &|| false).unwrap();
@@ -589,7 +595,7 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     let first = run(0);
     assert_eq!(
         cursors(paced.path()),
-        (first, first, first),
+        [first, first, first],
         "the first fold folds every tier"
     );
     let (quarter, mut minute) = (first, first);
@@ -600,15 +606,15 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
         }
         assert_eq!(
             cursors(paced.path()),
-            (quarter, minute, quarter),
+            [quarter, minute, quarter],
             "run {k} (+{} s): 10s and 1h every 15 minutes, 1m every minute",
             k * 30
         );
-        assert_eq!(cursors(each.path()), (newest, newest, newest));
+        assert_eq!(cursors(each.path()), [newest, newest, newest]);
     }
     // Fifteen minutes after the first fold every tier catches up.
     let last = run(30);
-    assert_eq!(cursors(paced.path()), (last, last, last));
+    assert_eq!(cursors(paced.path()), [last, last, last]);
     assert_eq!(dump(paced.path()), dump(each.path()));
 }
 
@@ -624,11 +630,7 @@ fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
             .map(|i| (t0 + k * 30 * NS + i * NS, i as f64))
             .collect()
     };
-    let cursors = |d: &Path| {
-        let (c, p) = crate::store::open(d, crate::store::Mode::ReadOnly).unwrap();
-        let at = |key| crate::store::tiers::state(&c, &p, key).unwrap().cursor;
-        (at(60), at(3600))
-    };
+    let cursors = |d: &Path| tier_cursors(d, [60, 3600]);
     let mut far = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, 1 << 40)).unwrap();
     far.fold_cadence = true;
     write(&mut w, "m,s=a", &pts(0));
@@ -636,7 +638,7 @@ fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
     write(&mut w, "m,s=a", &pts(1));
     far.run_once(t0 + 60 * NS, &|| false).unwrap();
     let newest = *chunk_ids(dir.path()).last().unwrap();
-    let (m, h) = cursors(dir.path());
+    let [m, h] = cursors(dir.path());
     assert!(
         m < newest && h < newest,
         "far from the budget the tiers wait"
@@ -657,5 +659,5 @@ fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
     write(&mut w, "m,s=a", &pts(2));
     let report = near.run_once(t0 + 90 * NS, &|| false).unwrap();
     let newest = *chunk_ids(dir.path()).last().unwrap();
-    assert_eq!(cursors(dir.path()), (newest, newest), "{report:?}");
+    assert_eq!(cursors(dir.path()), [newest, newest], "{report:?}");
 }

@@ -238,6 +238,21 @@ pub fn get(url: &str) -> Result<(u16, String), String> {
     }
 }
 
+/// Raw points of `measurement` in the database file `db` (read directly, not through the
+/// agent: what is committed, nothing held).
+pub fn points_in_file(db: &Path, measurement: &str) -> i64 {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row(
+        "SELECT COALESCE(SUM(c.n), 0) FROM chunks c JOIN tagsets t ON t.id = c.tagset_id \
+         WHERE t.measurement = ?1",
+        [measurement],
+        |r| r.get(0),
+    )
+    .unwrap()
+}
+
 /// Every stored point the raw query `query` (e.g. `measurement=m&tag.k=v`) returns over all
 /// time, as (tags as `k=v,...`, field, ts, value), ordered by time then field.
 pub fn stored_points(agent: &Agent, query: &str) -> Vec<(String, String, i64, serde_json::Value)> {
