@@ -529,6 +529,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             queue_capacity: ctx.handle.capacity() as u64,
             commits: g(&s.commits),
             commit_errors: g(&s.commit_errors),
+            journal_appends: g(&s.journal_appends),
             last_commit_ms: g(&s.last_commit_us) as f64 / 1000.0,
         },
         store: status::Store {

@@ -22,8 +22,10 @@ pub struct Stats {
     pub writes_too_large: AtomicU64,
     /// Transactions committed by the writer.
     pub commits: AtomicU64,
-    /// Transactions that failed (disk full, IO error).
+    /// Transactions that failed (disk full, IO error), and journal appends that did.
     pub commit_errors: AtomicU64,
+    /// Acknowledged writes made durable by a journal append (one per group of writes).
+    pub journal_appends: AtomicU64,
     /// Duration of the last commit, microseconds.
     pub last_commit_us: AtomicU64,
     /// Every commit's duration (exported on `/metrics` as a histogram).

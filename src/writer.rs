@@ -12,20 +12,39 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
 
+use crate::model::Rejection;
 use crate::queue::{Ack, Request};
 use crate::stats::Stats;
-use crate::store::Writer;
+use crate::store::{Staged, StoreError, Writer};
+
+/// An acknowledged write of at most this many points goes to the journal (one synced
+/// append) and is answered before its commit; a larger one is committed at once, with
+/// everything held beside it, and answered after. A commit costs 9-17 pages whatever it
+/// holds; a journal record about 20 bytes a value: past a few hundred lines a write fills
+/// its own pages, and journaling it would only write it twice.
+pub const JOURNAL_MAX_POINTS: usize = 256;
 
 /// Runs the writer until the queue closes. Blocking: call from a dedicated thread.
 ///
-/// A request someone waits on (an HTTP write, answered only once its points are committed
-/// and, in `full`, synced) is committed at once, with everything waiting beside it. Points
-/// nobody waits on (UDP, collectors) are held up to `flush_interval` so that seconds of
-/// them share one commit: one commit (and one fsync) per interval instead of one per
-/// datagram or collector tick, which is most of the pages the store writes. They are not
-/// acknowledged to anyone, so holding them loses nothing promised; a crash loses at most
-/// the interval of them. Zero commits every batch at once.
+/// Points are held up to `flush_interval` so that seconds of them share one commit (and
+/// one fsync): one commit per interval instead of one per request, which is most of the
+/// pages the store writes. What is held depends on who waits:
+/// - points nobody waits on (UDP, collectors) are held as they are: a crash loses at most
+///   the interval of them, and they were promised to no one;
+/// - a small acknowledged write (an HTTP write of at most [`JOURNAL_MAX_POINTS`] lines) is
+///   checked, appended to the journal (synced in `full` mode) and answered, then held: it
+///   is durable from its answer on, and a restart replays it (see `store::journal`);
+/// - a larger acknowledged write, and a reader's barrier (`IngestHandle::settle`: an empty
+///   acknowledged batch), are committed at once with everything held, and answered after.
+///
+/// A held request keeps its queue capacity until its commit, so memory stays bounded by
+/// the queue. When a commit fails (full or read-only disk), the journaled requests stay
+/// held (they were answered: they are never dropped) and are committed again at each
+/// interval; what was not journaled is answered with the error (or dropped and counted),
+/// and until a commit succeeds every new request is refused with the same error. Zero,
+/// or a store without a journal, commits every batch at once.
 pub fn run(
     mut store: Writer,
     mut rx: UnboundedReceiver<Request>,
@@ -49,12 +68,18 @@ pub fn run(
             }
         }
     };
+    let mut head = Head {
+        held: Vec::new(),
+        points: 0,
+        failing: None,
+        deadline: None,
+        journal: timer.is_some() && store.has_journal(),
+        max_batch_points,
+        flush_interval,
+    };
     let mut pending: Vec<Request> = Vec::new();
-    let mut points = 0usize;
-    let mut urgent = false;
-    let mut deadline: Option<Instant> = None;
     loop {
-        let next = match (deadline, &timer) {
+        let next = match (head.deadline, &timer) {
             (Some(at), Some(rt)) => {
                 let wait = at.saturating_duration_since(Instant::now());
                 match rt.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
@@ -67,37 +92,33 @@ pub fn run(
         };
         match next {
             Some(Wake::Req(req)) => {
-                urgent |= req.ack.is_some();
-                points += req.batch.len();
+                let mut points = req.batch.len();
                 pending.push(req);
                 while points < max_batch_points {
                     match rx.try_recv() {
                         Ok(req) => {
-                            urgent |= req.ack.is_some();
                             points += req.batch.len();
                             pending.push(req);
                         }
                         Err(_) => break,
                     }
                 }
-                if urgent || points >= max_batch_points || timer.is_none() {
-                    commit(&mut store, &mut pending, &stats);
-                    (points, urgent, deadline) = (0, false, None);
-                } else if deadline.is_none() {
-                    deadline = Some(Instant::now() + flush_interval);
-                }
+                head.take(&mut store, &mut pending, &stats);
             }
-            Some(Wake::Due) => {
-                commit(&mut store, &mut pending, &stats);
-                (points, urgent, deadline) = (0, false, None);
-            }
+            Some(Wake::Due) => head.commit(&mut store, &stats),
             None => {
-                if !pending.is_empty() {
-                    commit(&mut store, &mut pending, &stats);
+                if !head.held.is_empty() {
+                    head.commit(&mut store, &stats);
                 }
                 break;
             }
         }
+    }
+    if !head.held.is_empty() {
+        tracing::error!(
+            points = head.points,
+            "writer: stopping with acknowledged points not committed; they stay in the journal for the next start"
+        );
     }
     tracing::debug!("writer: queue closed and drained");
 }
@@ -110,62 +131,247 @@ enum Wake {
     Due,
 }
 
-fn commit(store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
-    let started = Instant::now();
-    let batches: Vec<&crate::model::Batch> = pending.iter().map(|r| &r.batch).collect();
-    let result = store.write(&batches);
-    let elapsed = started.elapsed();
-    stats.last_commit_us.store(
-        elapsed.as_micros() as u64,
-        std::sync::atomic::Ordering::Relaxed,
-    );
-    stats.commit_seconds.0.observe(elapsed.as_secs_f64());
-    match result {
-        Ok(summaries) => {
-            Stats::add(&stats.commits, 1);
-            for (req, sum) in pending.drain(..).zip(summaries) {
-                Stats::add(&stats.points_written, sum.points as u64);
-                Stats::add(&stats.values_written, sum.values as u64);
-                Stats::add(&stats.points_rejected, sum.rejected.len() as u64);
-                if req.ack.is_none() && !sum.rejected.is_empty() {
-                    // Collectors and UDP have nobody to answer: log (rate-limited by the
-                    // fact that the same series keeps failing the same way) and count.
-                    tracing::debug!(first = %sum.rejected[0].error, count = sum.rejected.len(), "lines refused");
+/// One request's checked lines, held for the next commit.
+struct Held {
+    staged: Staged,
+    /// Answered already (its lines are in the journal): never dropped.
+    journaled: bool,
+    /// The answer still owed after the commit, and the lines it refused.
+    ack: Option<(oneshot::Sender<Ack>, Vec<Rejection>)>,
+    /// Values in `staged`.
+    values: usize,
+    /// The request's queue capacity, released after the commit.
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The writer's held requests and its state between commits.
+struct Head {
+    held: Vec<Held>,
+    /// Points in `held`.
+    points: usize,
+    /// The error of the last commit while it failed: new requests are refused with it.
+    failing: Option<(String, bool)>,
+    /// When the held points are due.
+    deadline: Option<Instant>,
+    /// Whether small acknowledged writes go to the journal.
+    journal: bool,
+    max_batch_points: usize,
+    flush_interval: Duration,
+}
+
+impl Head {
+    /// Checks `pending`'s lines and holds, journals or commits them (see [`run`]).
+    fn take(&mut self, store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
+        if self.failing.is_some() && !self.held.is_empty() {
+            // Try again first: once the store takes the held points, new ones may follow.
+            self.commit(store, stats);
+        }
+        if let Some((error, retryable)) = self.failing.clone() {
+            if self.held.is_empty() {
+                // Nothing is owed: the next commit will tell whether the store is back.
+                self.failing = None;
+            } else {
+                refuse(pending.drain(..), &error, retryable, stats);
+                return;
+            }
+        }
+        let batches: Vec<&crate::model::Batch> = pending.iter().map(|r| &r.batch).collect();
+        let staged = match store.stage(&batches) {
+            Ok(s) => s,
+            Err(e) => {
+                Stats::add(&stats.commit_errors, 1);
+                let (error, retryable) = describe(&e);
+                tracing::error!(error = %e, retryable, batches = pending.len(), "checking new points failed; nothing of these batches was stored");
+                refuse(pending.drain(..), &error, retryable, stats);
+                return;
+            }
+        };
+        let barrier = pending
+            .iter()
+            .any(|r| r.ack.is_some() && r.batch.is_empty());
+        let large = pending
+            .iter()
+            .any(|r| r.ack.is_some() && r.batch.len() > JOURNAL_MAX_POINTS);
+        let new_points: usize = staged.iter().map(|(_, s)| s.points()).sum();
+        let now = !self.journal
+            || barrier
+            || large
+            || self.points + new_points >= self.max_batch_points;
+        let mut entries: Vec<(Request, crate::store::WriteSummary, Staged)> = pending
+            .drain(..)
+            .zip(staged)
+            .map(|(r, (sum, s))| (r, sum, s))
+            .collect();
+        // Small acknowledged writes: one journal record for all of them, then the answer.
+        let mut journaled = false;
+        if !now {
+            let to_journal = || {
+                entries
+                    .iter()
+                    .filter(|(r, _, s)| r.ack.is_some() && !s.is_empty())
+                    .map(|(_, _, s)| s)
+            };
+            if to_journal().next().is_some() {
+                match store.journal(to_journal()) {
+                    Ok(_) => {
+                        Stats::add(&stats.journal_appends, 1);
+                        journaled = true;
+                    }
+                    Err(e) => {
+                        Stats::add(&stats.commit_errors, 1);
+                        let (error, retryable) = describe(&e);
+                        tracing::error!(error = %e, retryable, "journal append failed; the acknowledged writes waiting on it were not stored");
+                        entries.retain_mut(|(r, _, _)| match r.ack.take() {
+                            Some(ack) => {
+                                let _ = ack.send(Ack::Failed {
+                                    error: error.clone(),
+                                    retryable,
+                                });
+                                false
+                            }
+                            None => true,
+                        });
+                    }
                 }
+            }
+        }
+        for (req, sum, staged) in entries {
+            Stats::add(&stats.points_rejected, sum.rejected.len() as u64);
+            if req.ack.is_none() && !sum.rejected.is_empty() {
+                // Collectors and UDP have nobody to answer: log (rate-limited by the
+                // fact that the same series keeps failing the same way) and count.
+                tracing::debug!(first = %sum.rejected[0].error, count = sum.rejected.len(), "lines refused");
+            }
+            let is_barrier = req.ack.is_some() && req.batch.is_empty();
+            if staged.is_empty() && !is_barrier {
+                // Nothing to store (every line refused, or an empty batch nobody waits on).
                 if let Some(ack) = req.ack {
                     let _ = ack.send(Ack::Committed {
                         rejected: sum.rejected,
                     });
                 }
-                // `req.permit` drops here: the queue capacity comes back.
+                continue;
+            }
+            let in_journal = journaled && req.ack.is_some();
+            let ack = match req.ack {
+                Some(ack) if in_journal => {
+                    let _ = ack.send(Ack::Committed {
+                        rejected: sum.rejected,
+                    });
+                    None
+                }
+                Some(ack) => Some((ack, sum.rejected)),
+                None => None,
+            };
+            self.points += staged.points();
+            self.held.push(Held {
+                journaled: in_journal,
+                values: sum.values,
+                staged,
+                ack,
+                _permit: req.permit,
+            });
+        }
+        if now {
+            self.commit(store, stats);
+        } else if self.deadline.is_none() && !self.held.is_empty() {
+            self.deadline = Some(Instant::now() + self.flush_interval);
+        }
+    }
+
+    /// Commits everything held, in one transaction, and answers what is owed.
+    fn commit(&mut self, store: &mut Writer, stats: &Stats) {
+        self.deadline = None;
+        if self.held.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let result = store.commit(self.held.iter().map(|h| &h.staged));
+        let elapsed = started.elapsed();
+        stats.last_commit_us.store(
+            elapsed.as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        stats.commit_seconds.0.observe(elapsed.as_secs_f64());
+        match result {
+            Ok(()) => {
+                Stats::add(&stats.commits, 1);
+                self.failing = None;
+                self.points = 0;
+                for h in self.held.drain(..) {
+                    Stats::add(&stats.points_written, h.staged.points() as u64);
+                    Stats::add(&stats.values_written, h.values as u64);
+                    if let Some((ack, rejected)) = h.ack {
+                        let _ = ack.send(Ack::Committed { rejected });
+                    }
+                    // The permit drops here: the queue capacity comes back.
+                }
+            }
+            Err(e) => {
+                Stats::add(&stats.commit_errors, 1);
+                let (error, retryable) = describe(&e);
+                let kept = self.held.iter().filter(|h| h.journaled).count();
+                tracing::error!(error = %e, retryable, requests = self.held.len(), journaled = kept, "commit failed; what was not journaled was not stored, the journaled writes are kept and tried again");
+                let mut points = 0;
+                self.held.retain_mut(|h| {
+                    if h.journaled {
+                        points += h.staged.points();
+                        return true;
+                    }
+                    match h.ack.take() {
+                        Some((ack, _)) => {
+                            let _ = ack.send(Ack::Failed {
+                                error: error.clone(),
+                                retryable,
+                            });
+                        }
+                        None => Stats::add(&stats.points_dropped, h.staged.points() as u64),
+                    }
+                    false
+                });
+                self.points = points;
+                self.failing = Some((error, retryable));
+                if !self.held.is_empty() {
+                    self.deadline = Some(Instant::now() + self.flush_interval);
+                }
             }
         }
-        Err(e) => {
-            Stats::add(&stats.commit_errors, 1);
-            // A read-only store (remounted read-only after an IO error, a permission
-            // change) may become writable again without a restart: retryable, like a full
-            // disk. Either way nothing of these batches is acknowledged.
-            let read_only = e.is_read_only();
-            let retryable = e.retryable() || read_only;
-            tracing::error!(error = %e, retryable, batches = pending.len(), "commit failed; nothing of these batches was stored");
-            let error = if e.is_disk_full() {
-                format!("store is full (disk or quota): {e}")
-            } else if read_only {
-                format!("store is read-only: {e}")
-            } else {
-                e.to_string()
-            };
-            for req in pending.drain(..) {
-                if req.ack.is_none() {
-                    Stats::add(&stats.points_dropped, req.batch.len() as u64);
-                }
-                if let Some(ack) = req.ack {
-                    let _ = ack.send(Ack::Failed {
-                        error: error.clone(),
-                        retryable,
-                    });
-                }
+    }
+}
+
+/// The answer's text for a store error, and whether trying again may help. A read-only
+/// store (remounted read-only after an IO error, a permission change) may become writable
+/// again without a restart: retryable, like a full disk.
+fn describe(e: &StoreError) -> (String, bool) {
+    let read_only = e.is_read_only();
+    let retryable = e.retryable() || read_only;
+    let error = if e.is_disk_full() {
+        format!("store is full (disk or quota): {e}")
+    } else if read_only {
+        format!("store is read-only: {e}")
+    } else {
+        e.to_string()
+    };
+    (error, retryable)
+}
+
+/// Answers every request with the error (nothing of them was stored); counts what nobody
+/// waits on as dropped.
+fn refuse(
+    requests: impl Iterator<Item = Request>,
+    error: &str,
+    retryable: bool,
+    stats: &Stats,
+) {
+    for req in requests {
+        match req.ack {
+            Some(ack) => {
+                let _ = ack.send(Ack::Failed {
+                    error: error.to_string(),
+                    retryable,
+                });
             }
+            None => Stats::add(&stats.points_dropped, req.batch.len() as u64),
         }
     }
 }
@@ -214,36 +420,77 @@ mod tests {
     }
 
     #[test]
-    fn held_points_share_the_commit_of_the_next_acknowledged_write() {
+    fn a_small_acknowledged_write_is_answered_after_its_journal_append_and_committed_with_the_held_points(
+    ) {
         let dir = tempfile::tempdir().unwrap();
-        // An hour: nothing but the acknowledged write (or the end) can commit them.
+        // An hour: nothing but a reader's barrier, a large write (or the end) commits.
         let (h, stats, t) = start(dir.path(), Duration::from_secs(3600));
         for _ in 0..5 {
             h.submit(batch("udp", 3), false).unwrap();
         }
-        std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(
-            stats.commits.load(Ordering::Relaxed),
-            0,
-            "held, not committed"
-        );
-        assert_eq!(h.queued(), 15, "held points keep their queue capacity");
         let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
         let answer = ack.blocking_recv().unwrap();
         assert_eq!(answer, Ack::Committed { rejected: vec![] });
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 0, "held, not committed");
+        assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 1);
+        assert_eq!(stored(dir.path()), 0);
+        let journal = crate::store::journal::journal_path(dir.path());
+        assert!(std::fs::metadata(&journal).unwrap().len() > 0);
+        assert_eq!(h.queued(), 17, "held points keep their queue capacity");
+        // A reader's barrier commits everything held, in one commit.
+        let barrier = h
+            .submit(crate::model::Batch::default(), true)
+            .unwrap()
+            .unwrap();
         assert_eq!(
-            stats.commits.load(Ordering::Relaxed),
-            1,
-            "one commit for all"
+            barrier.blocking_recv().unwrap(),
+            Ack::Committed { rejected: vec![] }
         );
-        assert_eq!(
-            stored(dir.path()),
-            17,
-            "the answer came after every point was stored"
-        );
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "one commit for all");
+        assert_eq!(stored(dir.path()), 17);
         assert_eq!(h.queued(), 0);
+        // A write larger than the journal takes is committed at once, answered after.
+        h.submit(batch("udp", 1), false).unwrap();
+        let ack = h
+            .submit(batch("bulk", JOURNAL_MAX_POINTS + 1), true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(ack.blocking_recv().unwrap(), Ack::Committed { rejected: vec![] });
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 1);
+        assert_eq!(stored(dir.path()), 17 + 1 + JOURNAL_MAX_POINTS as i64 + 1);
         drop(h);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn journaled_writes_a_crash_left_uncommitted_are_stored_at_the_next_open_exactly_once() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+            let b1 = batch("http", 2);
+            let b2 = batch("http", 3);
+            let staged = w.stage(&[&b1, &b2]).unwrap();
+            w.journal(staged.iter().map(|(_, s)| s)).unwrap();
+            let b3 = batch("http", 4);
+            let staged = w.stage(&[&b3]).unwrap();
+            w.journal(staged.iter().map(|(_, s)| s)).unwrap();
+            // The process dies here: no commit.
+        }
+        assert_eq!(stored(dir.path()), 0);
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 9, "replayed at open");
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 9, "and only once");
+        // The next records go on from the stored sequence number and replay too.
+        {
+            let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+            let b = batch("http", 5);
+            let staged = w.stage(&[&b]).unwrap();
+            assert_eq!(w.journal(staged.iter().map(|(_, s)| s)).unwrap(), 3);
+        }
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 14);
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn run(args: MaintainArgs) -> anyhow::Result<ExitCode> {
     }
     let plan = edgewatch::rollup::Plan::from_config(&cfg)?;
     // Migrates an older store as the agent would; a no-op on a current one.
-    drop(edgewatch::store::Writer::open(
+    drop(edgewatch::store::Writer::open_unjournaled(
         &dir,
         cfg.storage.max_series.get(),
         cfg.storage.synchronous,

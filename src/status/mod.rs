@@ -86,8 +86,12 @@ pub struct Ingest {
     pub queue_capacity: u64,
     /// Transactions the writer committed.
     pub commits: u64,
-    /// Transactions that failed.
+    /// Transactions that failed (and journal appends that did).
     pub commit_errors: u64,
+    /// Journal appends: small acknowledged writes made durable before their commit (one
+    /// append per group of writes that arrived together).
+    #[serde(default)]
+    pub journal_appends: u64,
     /// Duration of the last commit, ms.
     pub last_commit_ms: f64,
 }

@@ -27,6 +27,7 @@ pub mod compact;
 pub mod counters;
 pub mod dict;
 pub mod incidents;
+pub mod journal;
 pub mod latest;
 pub mod open;
 pub mod outbox;
@@ -44,7 +45,7 @@ use rusqlite::Connection;
 
 pub use latest::LatestValues;
 pub use open::{open, Ctx, Mode};
-pub use write::{WriteSummary, Writer, MAX_CHUNK_POINTS};
+pub use write::{Staged, WriteSummary, Writer, MAX_CHUNK_POINTS};
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));
@@ -81,6 +82,20 @@ pub enum StoreError {
         /// The IO error.
         source: std::io::Error,
     },
+    /// The ingest journal (`edgewatch.journal`) could not be written, synced or read.
+    #[error("ingest journal {path}: {source}")]
+    Journal {
+        /// Journal file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// Another writer (a running agent) holds the store's journal.
+    #[error(
+        "{0} is locked by another edgewatch writer (is the agent running on this data \
+         directory?)"
+    )]
+    InUse(PathBuf),
     /// The database was written by a newer edgewatch.
     #[error(
         "database {path} has schema version {found}, newer than this edgewatch supports ({supported}); \
@@ -134,14 +149,25 @@ impl StoreError {
                 )
             ),
             StoreError::ReadOnlyFs { .. } => true,
+            StoreError::Journal { source, .. } => !matches!(
+                source.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::PermissionDenied
+            ),
             _ => false,
         }
     }
 
     /// True when the disk (or the store's quota) is full.
     pub fn is_disk_full(&self) -> bool {
-        matches!(self, StoreError::Sqlite { source, .. }
-            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull))
+        match self {
+            StoreError::Sqlite { source, .. } => {
+                source.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
+            }
+            StoreError::Journal { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+            }
+            _ => false,
+        }
     }
 
     /// True when the store cannot be written because it (or its file system) is read-only:
@@ -154,6 +180,7 @@ impl StoreError {
             StoreError::Sqlite { source, .. } => {
                 source.sqlite_error_code() == Some(rusqlite::ErrorCode::ReadOnly)
             }
+            StoreError::Journal { source, .. } => source.raw_os_error() == Some(libc::EROFS),
             _ => false,
         }
     }

@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use rusqlite::{params, Connection};
 
 use super::open::{open, Ctx, Mode};
+use super::journal::Journal;
 use super::{chunks, codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
-use crate::model::{split_series_key, Batch, Kind, Rejection};
+use crate::model::{split_series_key, Batch, Kind, Rejection, Value};
 
 /// Maps keyed on every point's path: foldhash, several times cheaper per lookup than
 /// `std`'s SipHash (the keys are the writer's own, no one picks them to collide).
@@ -39,6 +40,8 @@ pub struct Writer {
     /// The unindexed tail: every chunk above `through` is unindexed (see
     /// `migrations/0012_chunk_tail.sql`).
     tail: Tail,
+    /// The ingest journal (see [`super::journal`]); `None` for [`Writer::open_unjournaled`].
+    journal: Option<Journal>,
 }
 
 /// The writer's view of the unindexed tail of `chunks`.
@@ -82,8 +85,29 @@ pub struct WriteSummary {
 }
 
 impl Writer {
-    /// Opens (creating and migrating if needed) the database in `dir`.
+    /// Opens (creating and migrating if needed) the database in `dir`, with its ingest
+    /// journal: records a previous run appended but did not store are stored first. Fails
+    /// with [`StoreError::InUse`] while another writer (a running agent) holds the store.
     pub fn open(dir: &Path, max_series: usize, sync: Synchronous) -> Result<Writer, StoreError> {
+        let mut w = Self::open_unjournaled(dir, max_series, sync)?;
+        let stored = w.journal_seq()?;
+        let (journal, replayed, seq) = Journal::open(dir, stored, sync == Synchronous::Full)?;
+        w.journal = Some(journal);
+        if seq > stored {
+            w.commit([&replayed])?;
+            tracing::info!(points = replayed.points(), "journal replayed into the store");
+        }
+        Ok(w)
+    }
+
+    /// Opens the database without its journal: for a process that writes no points beside
+    /// a running agent (`edgewatch maintain` migrating the schema). [`Writer::journal`]
+    /// refuses on it, and records in the journal stay for the next [`Writer::open`].
+    pub fn open_unjournaled(
+        dir: &Path,
+        max_series: usize,
+        sync: Synchronous,
+    ) -> Result<Writer, StoreError> {
         let (conn, path) = open(dir, Mode::Writer(sync))?;
         let through = chunks::indexed_through(&conn, &path)?;
         let tail = Tail {
@@ -100,9 +124,20 @@ impl Writer {
             max_series,
             latest: None,
             sids: Vec::with_capacity(64),
+            journal: None,
         };
         w.load_dictionary()?;
         Ok(w)
+    }
+
+    /// The newest journal record the store holds.
+    fn journal_seq(&self) -> Result<u64, StoreError> {
+        self.conn
+            .query_row("SELECT journal_seq FROM chunk_tail WHERE id = 1", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .ctx(&self.path)
+            .map(|s| s.max(0) as u64)
     }
 
     /// Records the newest value of every numeric series in `latest` after each commit.
@@ -144,154 +179,210 @@ impl Writer {
             .write_inner(batches)
             .map_err(|e| super::open::os_cause(&self.conn, e));
         if result.is_err() {
-            if let Err(e) = self.load_dictionary() {
-                tracing::error!(error = %e, "reloading the series dictionary failed");
+            self.reload_dictionary();
+        }
+        result
+    }
+
+    fn reload_dictionary(&mut self) {
+        if let Err(e) = self.load_dictionary() {
+            tracing::error!(error = %e, "reloading the series dictionary failed");
+        }
+    }
+
+    fn write_inner(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
+        let path = self.path.clone();
+        let tx = self.conn.transaction().ctx(&path)?;
+        let mut staged = Staged::default();
+        let mut out = Vec::with_capacity(batches.len());
+        for batch in batches {
+            out.push(resolve(
+                &tx,
+                &path,
+                &mut self.dict,
+                self.max_series,
+                &mut self.sids,
+                batch,
+                &mut staged,
+            )?);
+        }
+        let rows = Self::store_chunks(&tx, &path, &mut self.latest, &mut self.tail, [&staged])?;
+        let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
+        tx.commit().ctx(&path)?;
+        self.committed(rows, indexed);
+        Ok(out)
+    }
+
+    /// Checks each batch's lines and resolves them to series ids, without storing a point:
+    /// the refusals in each summary are final, and the accepted lines come back as a
+    /// [`Staged`] per batch, for [`Writer::journal`] and [`Writer::commit`]. Series the lines
+    /// add are committed to the dictionary at once (in `full` mode synced), so a journal
+    /// record never names a series the store does not hold. On error nothing of the batches
+    /// is staged.
+    pub fn stage(&mut self, batches: &[&Batch]) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
+        let result = self
+            .stage_inner(batches)
+            .map_err(|e| super::open::os_cause(&self.conn, e));
+        if result.is_err() {
+            self.reload_dictionary();
+        }
+        result
+    }
+
+    fn stage_inner(&mut self, batches: &[&Batch]) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
+        let path = self.path.clone();
+        // Deferred: a transaction that adds no series writes nothing and commits for free.
+        let tx = self.conn.transaction().ctx(&path)?;
+        let mut out = Vec::with_capacity(batches.len());
+        for batch in batches {
+            let mut staged = Staged::default();
+            let sum = resolve(
+                &tx,
+                &path,
+                &mut self.dict,
+                self.max_series,
+                &mut self.sids,
+                batch,
+                &mut staged,
+            )?;
+            out.push((sum, staged));
+        }
+        tx.commit().ctx(&path)?;
+        Ok(out)
+    }
+
+    /// Appends `staged` to the journal (synced in `full` mode): once this returns, the
+    /// lines survive a crash and the next [`Writer::commit`] stores them. Returns the
+    /// record's sequence number. A writer opened without a journal refuses.
+    pub fn journal<'a>(
+        &mut self,
+        staged: impl IntoIterator<Item = &'a Staged> + Clone,
+    ) -> Result<u64, StoreError> {
+        match &mut self.journal {
+            Some(j) => j.append(staged),
+            None => Err(StoreError::Journal {
+                path: super::journal::journal_path(self.path.parent().unwrap_or(Path::new("."))),
+                source: std::io::Error::other("this writer has no journal"),
+            }),
+        }
+    }
+
+    /// Whether [`Writer::journal`] can be used.
+    pub fn has_journal(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// Stores `staged` (in order) in one transaction, with every journal record appended
+    /// so far marked stored: the caller passes everything it staged since the last commit
+    /// that went to the journal. On error nothing is stored, and the journal keeps its
+    /// records.
+    pub fn commit<'a>(
+        &mut self,
+        staged: impl IntoIterator<Item = &'a Staged>,
+    ) -> Result<(), StoreError> {
+        let result = self
+            .commit_inner(staged)
+            .map_err(|e| super::open::os_cause(&self.conn, e));
+        if result.is_ok() {
+            if let Some(j) = &mut self.journal {
+                j.stored();
             }
         }
         result
     }
 
-    fn write_inner(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
+    fn commit_inner<'a>(
+        &mut self,
+        staged: impl IntoIterator<Item = &'a Staged>,
+    ) -> Result<(), StoreError> {
         let path = self.path.clone();
-        let now = crate::now_ns();
         let tx = self.conn.transaction().ctx(&path)?;
-        let mut out = Vec::with_capacity(batches.len());
-        let mut rows = 0i64;
-        {
-            let mut ins_chunk = tx
-                .prepare_cached(
-                    "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data, indexed) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-                )
+        let rows = Self::store_chunks(&tx, &path, &mut self.latest, &mut self.tail, staged)?;
+        if let Some(j) = self.journal.as_ref().filter(|j| !j.is_empty()) {
+            tx.prepare_cached("UPDATE chunk_tail SET journal_seq = ?1 WHERE id = 1")
+                .and_then(|mut st| st.execute([j.seq() as i64]))
                 .ctx(&path)?;
-            let mut ins = dict::Inserts::prepare(&tx, &path)?;
-            let dict = &mut self.dict;
-            let values = &mut self.sids;
-            let mut newest = self.latest.as_mut().map(|l| &mut l.1);
-            if let Some(n) = newest.as_mut() {
-                n.clear();
-            }
-            // Points of this transaction grouped by tag set, in arrival order per tag set.
-            let mut open: Vec<ChunkBuilder> = Vec::new();
-            let mut open_index: HashMap<i64, usize> = HashMap::default();
-            for batch in batches {
-                let mut sum = WriteSummary::default();
-                'lines: for line in &batch.lines {
-                    // Check the whole line before storing any of it (InfluxDB semantics:
-                    // a line is stored entirely or not at all).
-                    // The known fields' series ids are collected on the way (one lookup
-                    // per field when the line adds no series, the common case).
-                    let tagset_id = dict.tagsets.get(line.key.as_str()).copied();
-                    let known_fields = tagset_id.and_then(|t| dict.series.get(&t));
-                    let mut new_series = 0usize;
-                    values.clear();
-                    for (field, value) in &line.fields {
-                        let known = known_fields.and_then(|m| m.get(field.as_str()));
-                        match known {
-                            Some((_, kind)) if *kind != value.kind() => {
-                                sum.rejected.push(Rejection {
-                                    line: line.line_no,
-                                    error: format!(
-                                        "field type conflict: input field \"{field}\" on series \"{}\" is type {}, already exists as type {}",
-                                        line.key,
-                                        value.kind().name(),
-                                        kind.name()
-                                    ),
-                                });
-                                continue 'lines;
-                            }
-                            Some((sid, _)) => values.push(*sid),
-                            None => new_series += 1,
+        }
+        let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
+        tx.commit().ctx(&path)?;
+        self.committed(rows, indexed);
+        Ok(())
+    }
+
+    /// Packs the lines into chunk rows, one per tag set (more past
+    /// [`MAX_CHUNK_POINTS`]), in order; returns the rows written. Collects the newest value
+    /// of each numeric series for [`Writer::committed`].
+    fn store_chunks<'a>(
+        tx: &rusqlite::Transaction<'_>,
+        path: &Path,
+        latest: &mut Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
+        tail: &mut Tail,
+        staged: impl IntoIterator<Item = &'a Staged>,
+    ) -> Result<i64, StoreError> {
+        let mut ins_chunk = tx
+            .prepare_cached(
+                "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data, indexed) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+            )
+            .ctx(path)?;
+        let mut newest = latest.as_mut().map(|l| &mut l.1);
+        if let Some(n) = newest.as_mut() {
+            n.clear();
+        }
+        let mut rows = 0i64;
+        // Points grouped by tag set, in arrival order per tag set.
+        let mut open: Vec<ChunkBuilder> = Vec::new();
+        let mut open_index: HashMap<i64, usize> = HashMap::default();
+        for s in staged {
+            let mut start = 0usize;
+            for &(tagset_id, ts, end) in &s.lines {
+                let values = &s.values[start..end as usize];
+                start = end as usize;
+                if let Some(n) = newest.as_mut() {
+                    for (sid, value) in values {
+                        if let Some(x) = super::bucket::numeric(value) {
+                            n.push((*sid, ts, x));
                         }
                     }
-                    if new_series > 0 && dict.series_count + new_series > self.max_series {
-                        sum.rejected.push(Rejection {
-                            line: line.line_no,
-                            error: format!(
-                                "series limit reached: the store holds {} series and max_series is {}; \
-                                 \"{}\" would add {new_series} more (check for a tag with unbounded values, \
-                                 or raise [storage] max_series)",
-                                dict.series_count, self.max_series, line.key
-                            ),
-                        });
-                        continue 'lines;
-                    }
-                    let tagset_id = match tagset_id {
-                        Some(id) => id,
-                        None => {
-                            let (measurement, tags) = split_series_key(&line.key);
-                            let tags_json = serde_json::to_string(
-                                &tags
-                                    .into_iter()
-                                    .collect::<std::collections::BTreeMap<_, _>>(),
-                            )
-                            .unwrap_or_else(|_| "{}".into());
-                            let id = ins.tagset(&line.key, &measurement, &tags_json).ctx(&path)?;
-                            dict.tagsets.insert(line.key.clone(), id);
-                            id
-                        }
-                    };
-                    if new_series > 0 {
-                        values.clear();
-                        let fields = dict.series.entry(tagset_id).or_default();
-                        for (field, value) in &line.fields {
-                            let sid = match fields.get(field.as_str()) {
-                                Some((sid, _)) => *sid,
-                                None => {
-                                    let sid = ins
-                                        .series(tagset_id, field, value.kind(), now)
-                                        .ctx(&path)?;
-                                    fields.insert(field.clone(), (sid, value.kind()));
-                                    dict.series_count += 1;
-                                    sid
-                                }
-                            };
-                            values.push(sid);
-                        }
-                    }
-                    if let Some(n) = newest.as_mut() {
-                        for (&sid, (_, value)) in values.iter().zip(&line.fields) {
-                            if let Some(x) = super::bucket::numeric(value) {
-                                n.push((sid, line.ts, x));
-                            }
-                        }
-                    }
-                    let slot = *open_index.entry(tagset_id).or_insert_with(|| {
-                        open.push(ChunkBuilder::new(tagset_id));
-                        open.len() - 1
-                    });
-                    let chunk = &mut open[slot];
-                    chunk.enc.push(
-                        line.ts,
-                        values
-                            .iter()
-                            .copied()
-                            .zip(line.fields.iter().map(|(_, v)| v)),
-                    );
-                    if chunk.enc.len() >= MAX_CHUNK_POINTS {
-                        rows += chunk.flush(&mut ins_chunk).ctx(&path)?;
-                    }
-                    sum.points += 1;
-                    sum.values += line.fields.len();
                 }
-                out.push(sum);
-            }
-            for chunk in &mut open {
-                rows += chunk.flush(&mut ins_chunk).ctx(&path)?;
-                // Before the commit: a failed one leaves its tag sets counted, which only
-                // brings the next indexing a little closer.
-                self.tail.tagsets.insert(chunk.tagset_id);
+                let slot = *open_index.entry(tagset_id).or_insert_with(|| {
+                    open.push(ChunkBuilder::new(tagset_id));
+                    open.len() - 1
+                });
+                let chunk = &mut open[slot];
+                chunk.enc.push(ts, values.iter().map(|(sid, v)| (*sid, v)));
+                if chunk.enc.len() >= MAX_CHUNK_POINTS {
+                    rows += chunk.flush(&mut ins_chunk).ctx(path)?;
+                }
             }
         }
-        // Index the tail in this commit when due (see `Tail::due`): one leaf of the index
-        // per tag set then, instead of one per tag set and commit.
-        let tail_rows = self.tail.rows + rows;
-        let indexed = if self.tail.due(tail_rows) {
-            Some(chunks::index_tail(&tx, &path, self.tail.through)?)
+        for chunk in &mut open {
+            rows += chunk.flush(&mut ins_chunk).ctx(path)?;
+            // Before the commit: a failed one leaves its tag sets counted, which only
+            // brings the next indexing a little closer.
+            tail.tagsets.insert(chunk.tagset_id);
+        }
+        Ok(rows)
+    }
+
+    /// Indexes the tail in this transaction when due (see `Tail::due`): one leaf of the
+    /// index per tag set then, instead of one per tag set and commit. Returns the new
+    /// `indexed_through` if it did.
+    fn index_if_due(
+        tx: &rusqlite::Transaction<'_>,
+        path: &Path,
+        tail: &Tail,
+        rows: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        if tail.due(tail.rows + rows) {
+            Ok(Some(chunks::index_tail(tx, path, tail.through)?))
         } else {
-            None
-        };
-        tx.commit().ctx(&path)?;
+            Ok(None)
+        }
+    }
+
+    /// After a commit that wrote `rows` chunks (and indexed the tail if `indexed`).
+    fn committed(&mut self, rows: i64, indexed: Option<i64>) {
         match indexed {
             Some(through) => {
                 self.tail.through = through;
@@ -299,12 +390,150 @@ impl Writer {
                 self.tail.tagsets.clear();
                 self.tail.since = std::time::Instant::now();
             }
-            None => self.tail.rows = tail_rows,
+            None => self.tail.rows += rows,
         }
         if let Some((latest, newest)) = &self.latest {
             latest.record(newest);
         }
-        Ok(out)
+    }
+}
+
+/// Checks `batch`'s lines against the dictionary (types, the series cap), adds the series
+/// they bring (in `tx`) and appends the accepted ones to `staged`. A line is accepted
+/// entirely or refused entirely (InfluxDB semantics).
+fn resolve(
+    tx: &rusqlite::Transaction<'_>,
+    path: &Path,
+    dict: &mut Dictionary,
+    max_series: usize,
+    values: &mut Vec<i64>,
+    batch: &Batch,
+    staged: &mut Staged,
+) -> Result<WriteSummary, StoreError> {
+    let mut ins = dict::Inserts::prepare(tx, path)?;
+    let now = crate::now_ns();
+    let mut sum = WriteSummary::default();
+    'lines: for line in &batch.lines {
+        // The known fields' series ids are collected on the way (one lookup per field when
+        // the line adds no series, the common case).
+        let tagset_id = dict.tagsets.get(line.key.as_str()).copied();
+        let known_fields = tagset_id.and_then(|t| dict.series.get(&t));
+        let mut new_series = 0usize;
+        values.clear();
+        for (field, value) in &line.fields {
+            let known = known_fields.and_then(|m| m.get(field.as_str()));
+            match known {
+                Some((_, kind)) if *kind != value.kind() => {
+                    sum.rejected.push(Rejection {
+                        line: line.line_no,
+                        error: format!(
+                            "field type conflict: input field \"{field}\" on series \"{}\" is type {}, already exists as type {}",
+                            line.key,
+                            value.kind().name(),
+                            kind.name()
+                        ),
+                    });
+                    continue 'lines;
+                }
+                Some((sid, _)) => values.push(*sid),
+                None => new_series += 1,
+            }
+        }
+        if new_series > 0 && dict.series_count + new_series > max_series {
+            sum.rejected.push(Rejection {
+                line: line.line_no,
+                error: format!(
+                    "series limit reached: the store holds {} series and max_series is {max_series}; \
+                     \"{}\" would add {new_series} more (check for a tag with unbounded values, \
+                     or raise [storage] max_series)",
+                    dict.series_count, line.key
+                ),
+            });
+            continue 'lines;
+        }
+        let tagset_id = match tagset_id {
+            Some(id) => id,
+            None => {
+                let (measurement, tags) = split_series_key(&line.key);
+                let tags_json = serde_json::to_string(
+                    &tags
+                        .into_iter()
+                        .collect::<std::collections::BTreeMap<_, _>>(),
+                )
+                .unwrap_or_else(|_| "{}".into());
+                let id = ins.tagset(&line.key, &measurement, &tags_json).ctx(path)?;
+                dict.tagsets.insert(line.key.clone(), id);
+                id
+            }
+        };
+        if new_series > 0 {
+            values.clear();
+            let fields = dict.series.entry(tagset_id).or_default();
+            for (field, value) in &line.fields {
+                let sid = match fields.get(field.as_str()) {
+                    Some((sid, _)) => *sid,
+                    None => {
+                        let sid = ins.series(tagset_id, field, value.kind(), now).ctx(path)?;
+                        fields.insert(field.clone(), (sid, value.kind()));
+                        dict.series_count += 1;
+                        sid
+                    }
+                };
+                values.push(sid);
+            }
+        }
+        for (&sid, (_, value)) in values.iter().zip(&line.fields) {
+            staged.push_value(sid, value.clone());
+        }
+        staged.end_line(tagset_id, line.ts);
+        sum.points += 1;
+        sum.values += line.fields.len();
+    }
+    Ok(sum)
+}
+
+/// Lines the writer has checked and resolved to series ids ([`Writer::stage`]) but not yet
+/// stored: what the journal holds and the next commit packs into chunks.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Staged {
+    /// `(tag set, time, end of the line's values in `values`)`, in arrival order.
+    pub(super) lines: Vec<(i64, i64, u32)>,
+    /// `(series id, value)` of every line, one after the other.
+    pub(super) values: Vec<(i64, Value)>,
+}
+
+impl Staged {
+    /// Lines (points) held.
+    pub fn points(&self) -> usize {
+        self.lines.len()
+    }
+
+    /// True when no line is held.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// Adds a value to the line being built.
+    pub(super) fn push_value(&mut self, sid: i64, v: Value) {
+        self.values.push((sid, v));
+    }
+
+    /// Ends the line being built: its values are those pushed since the last line.
+    pub(super) fn end_line(&mut self, tagset: i64, ts: i64) {
+        self.lines.push((tagset, ts, self.values.len() as u32));
+    }
+
+    /// Appends every line of `other`.
+    #[cfg(test)]
+    pub(super) fn extend(&mut self, other: &Staged) {
+        let base = self.values.len() as u32;
+        self.values.extend(other.values.iter().cloned());
+        self.lines.extend(
+            other
+                .lines
+                .iter()
+                .map(|&(tagset, ts, end)| (tagset, ts, base + end)),
+        );
     }
 }
 

@@ -231,6 +231,11 @@ fn ingest(s: &mut Scrape, i: &status::Ingest) {
             "Transactions that failed (disk full, IO error).",
             i.commit_errors,
         ),
+        (
+            "edgewatch_journal_appends_total",
+            "Acknowledged writes made durable by a journal append before their commit (one append per group).",
+            i.journal_appends,
+        ),
     ];
     for (name, help, v) in counters {
         s.counter(name, help, &[], v as f64);

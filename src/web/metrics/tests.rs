@@ -126,6 +126,7 @@ fn known_status() -> Status {
             queue_capacity: 109,
             commits: 110,
             commit_errors: 111,
+            journal_appends: 113,
             last_commit_ms: 12.5,
         },
         store: status::Store {
@@ -430,6 +431,9 @@ edgewatch_http_writes_throttled_total 105
 # HELP edgewatch_http_writes_too_large_total HTTP writes answered 413.
 # TYPE edgewatch_http_writes_too_large_total counter
 edgewatch_http_writes_too_large_total 106
+# HELP edgewatch_journal_appends_total Acknowledged writes made durable by a journal append before their commit (one append per group).
+# TYPE edgewatch_journal_appends_total counter
+edgewatch_journal_appends_total 113
 # HELP edgewatch_kmsg_dropped_total Kernel events dropped by the flood bound ([kmsg] max_events_per_s).
 # TYPE edgewatch_kmsg_dropped_total counter
 edgewatch_kmsg_dropped_total 803
