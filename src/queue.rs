@@ -139,16 +139,28 @@ impl IngestHandle {
     }
 
     /// Returns once everything queued before the call is committed (or its commit failed):
-    /// what a reader calls for read-your-writes, since points nobody waits on (UDP,
-    /// collectors) may be held up to `[ingest] flush_interval` before their commit. Free when
-    /// nothing is queued or held; otherwise an empty batch with an acknowledgement, which the
-    /// writer commits at once with everything held beside it (one commit, like an HTTP
-    /// write's). A full or closed queue returns at once: the reader sees what is committed.
+    /// what a reader calls for read-your-writes, since the writer holds points (UDP,
+    /// collectors, and small HTTP writes once journaled) up to `[ingest] flush_interval`
+    /// before their commit. Free when nothing is queued or held; otherwise an empty batch
+    /// with an acknowledgement (taking no queue capacity), which the writer commits at once
+    /// with everything held beside it. A closed queue returns at once: the reader sees what
+    /// is committed.
     pub async fn settle(&self) {
         if self.queued() == 0 {
             return;
         }
-        if let Ok(Some(rx)) = self.submit(Batch::default(), true) {
+        // No capacity taken: held points may fill the whole queue, and this is what lets
+        // them out.
+        let Ok(permit) = self.permits.clone().try_acquire_many_owned(0) else {
+            return;
+        };
+        let (ack, rx) = oneshot::channel();
+        let req = Request {
+            batch: Batch::default(),
+            ack: Some(ack),
+            permit,
+        };
+        if self.tx.send(req).is_ok() {
             let _ = rx.await;
         }
     }

@@ -1,6 +1,7 @@
 //! "Acknowledged means durable", checked on the real agent. The order "sync, then answer" is
 //! read from the agent's own system calls under `strace -f` (Debian `strace`): every HTTP 204
-//! is preceded by an `fdatasync`/`fsync` of the WAL, and every forwarder cursor move after a
+//! is preceded by an `fdatasync`/`fsync` of the WAL or of the ingest journal (a small write
+//! is answered once its journal append is synced), and every forwarder cursor move after a
 //! remote's answer syncs the WAL before the next request; with `synchronous = "normal"` the
 //! ingest check is shown to fail. The other side: a commit that fails (a full or read-only
 //! disk, a small tmpfs mounted here; needs root, as CI runs) is answered 503 naming the
@@ -135,7 +136,7 @@ impl Drop for Traced {
 /// or started (a socket write counts from its start).
 #[derive(Debug, Clone, PartialEq)]
 enum Event {
-    /// `fsync`/`fdatasync` of the WAL that returned 0.
+    /// `fsync`/`fdatasync` of the WAL or the ingest journal that returned 0.
     WalSync,
     /// The agent wrote an HTTP 204 on a socket (an ingest acknowledgement).
     Sent204,
@@ -191,7 +192,7 @@ thread_local! {
 
 fn continue_sync(out: &mut Vec<Event>, line: &str, body: &str, unfinished: bool, resumed: bool) {
     let tid = line.split_whitespace().next().unwrap_or("").to_string();
-    let wal = body.contains("-wal>");
+    let wal = body.contains("-wal>") || body.contains("edgewatch.journal>");
     if unfinished {
         PENDING.with(|p| p.borrow_mut().insert(tid, wal));
         return;
@@ -208,7 +209,7 @@ fn continue_sync(out: &mut Vec<Event>, line: &str, body: &str, unfinished: bool,
     }
 }
 
-/// (204s sent, 204s with no WAL sync since the previous one).
+/// (204s sent, 204s with no WAL or journal sync since the previous one).
 fn unsynced_acks(ev: &[Event]) -> (usize, usize) {
     let (mut acks, mut bad, mut synced) = (0, 0, false);
     for e in ev {
@@ -279,8 +280,10 @@ fn a_forwarder_syncs_its_cursor_after_each_remote_answer_before_the_next_request
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // Ingest first, with the remote down: the forward phase then has no ingest syncs in it.
+    // Each write committed at once (no held points): a backlog of 30 one-point chunks, which
+    // the sink sends in batches of 5.
     let sink = format!(
-        "[[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
+        "[ingest]\nflush_interval = \"0s\"\n[[sink]]\ntype = \"influxdb\"\nname = \"i\"\nurl = \"http://127.0.0.1:{port}\"\n\
          version = 1\ndatabase = \"edge\"\nmax_points = 5\nmax_delay = \"20ms\"\n\
          min_backoff = \"50ms\"\nmax_backoff = \"200ms\"\ngzip = false\n"
     );
@@ -512,6 +515,7 @@ fn a_full_disk_is_answered_503_never_204_and_nothing_acknowledged_is_lost() {
     agent.kill9();
     let copy = dir.path().join("copy");
     copy_dir(&fs.path().join("data"), &copy);
+    replay_journal(&copy);
     let got = stored(&copy.join("edgewatch.db"));
     for id in &acked {
         assert_eq!(got.get(id), Some(&500), "acknowledged request {id}");
@@ -550,6 +554,8 @@ fn a_read_only_store_is_refused_naming_it_and_used_again_once_writable() {
     let (code, body) = post_req(&agent, 2, 10);
     assert_eq!(code, 204, "{body}");
     agent.kill9();
+    // The journal's records are stored by the next writer: here `edgewatch maintain`.
+    replay_journal(&fs.path().join("data"));
     let got = stored(&fs.path().join("data/edgewatch.db"));
     assert_eq!((got.get(&1), got.get(&2)), (Some(&10), Some(&10)));
 }
@@ -703,12 +709,13 @@ fn a_store_turning_read_only_under_the_agent_is_answered_503_and_loses_nothing()
     // point, takes writes again and forwards everything acknowledged.
     agent.kill9();
     fs.repair();
+    // The new agent stores what the journal holds before it answers anything.
+    let agent = Agent::start(dir.path(), &extra);
     let got = stored(&fs.path().join("data/edgewatch.db"));
     for id in &acked {
         assert_eq!(got.get(id), Some(&200), "acknowledged request {id}");
     }
     assert_eq!(got.get(&10_000), None, "a refused request was stored");
-    let agent = Agent::start(dir.path(), &extra);
     let (code, body) = post_req(&agent, 20_000, 200);
     assert_eq!(code, 204, "{body}");
     acked.push(20_000);

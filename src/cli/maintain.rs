@@ -41,12 +41,16 @@ pub fn run(args: MaintainArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let plan = edgewatch::rollup::Plan::from_config(&cfg)?;
-    // Migrates an older store as the agent would; a no-op on a current one.
-    drop(edgewatch::store::Writer::open_unjournaled(
-        &dir,
-        cfg.storage.max_series.get(),
-        cfg.storage.synchronous,
-    )?);
+    // Migrates an older store as the agent would (a no-op on a current one), and stores
+    // what the ingest journal holds when no agent runs on it (a running agent owns it).
+    let (max_series, sync) = (cfg.storage.max_series.get(), cfg.storage.synchronous);
+    match edgewatch::store::Writer::open(&dir, max_series, sync) {
+        Ok(w) => drop(w),
+        Err(edgewatch::store::StoreError::InUse(_)) => drop(
+            edgewatch::store::Writer::open_unjournaled(&dir, max_series, sync)?,
+        ),
+        Err(e) => return Err(e.into()),
+    }
     let mut job = edgewatch::rollup::Job::open(&dir, plan)?;
     job.pause_between_steps = std::time::Duration::from_millis(args.debug_pause_ms);
     let r = job.run_once(edgewatch::now_ns(), &|| false)?;

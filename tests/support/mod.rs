@@ -29,6 +29,23 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_edgewatch"))
 }
 
+/// Stores what the ingest journal of the (stopped) agent's data directory holds, as the next
+/// agent would at its start: `edgewatch maintain --data-dir`. A store is its database and
+/// its journal: a small acknowledged write may be only in the journal until the next commit.
+pub fn replay_journal(data_dir: &Path) {
+    let out = std::process::Command::new(bin())
+        .arg("maintain")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .expect("run edgewatch maintain");
+    assert!(
+        out.status.success(),
+        "edgewatch maintain: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Polls `f` every 20 ms until it returns Some or `timeout` passes.
 pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
     let end = Instant::now() + timeout;
