@@ -188,7 +188,13 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
 
     let (handle, rx) = crate::queue::channel(cfg.ingest.queue_points.get());
     let writer_stats = stats.clone();
-    let max_batch = cfg.ingest.max_batch_points.get();
+    // Held points keep their queue capacity until committed: never more than half of it, so
+    // that producers always find room.
+    let max_batch = cfg
+        .ingest
+        .max_batch_points
+        .get()
+        .min((cfg.ingest.queue_points.get() / 2).max(1));
     let flush = cfg.ingest.flush_interval.0;
     let writer = std::thread::Builder::new()
         .name("edgewatch-writer".into())

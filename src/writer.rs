@@ -193,10 +193,8 @@ impl Head {
             .iter()
             .any(|r| r.ack.is_some() && r.batch.len() > JOURNAL_MAX_POINTS);
         let new_points: usize = staged.iter().map(|(_, s)| s.points()).sum();
-        let now = !self.journal
-            || barrier
-            || large
-            || self.points + new_points >= self.max_batch_points;
+        let now =
+            !self.journal || barrier || large || self.points + new_points >= self.max_batch_points;
         let mut entries: Vec<(Request, crate::store::WriteSummary, Staged)> = pending
             .drain(..)
             .zip(staged)
@@ -357,12 +355,7 @@ fn describe(e: &StoreError) -> (String, bool) {
 
 /// Answers every request with the error (nothing of them was stored); counts what nobody
 /// waits on as dropped.
-fn refuse(
-    requests: impl Iterator<Item = Request>,
-    error: &str,
-    retryable: bool,
-    stats: &Stats,
-) {
+fn refuse(requests: impl Iterator<Item = Request>, error: &str, retryable: bool, stats: &Stats) {
     for req in requests {
         match req.ack {
             Some(ack) => {
@@ -431,7 +424,11 @@ mod tests {
         let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
         let answer = ack.blocking_recv().unwrap();
         assert_eq!(answer, Ack::Committed { rejected: vec![] });
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 0, "held, not committed");
+        assert_eq!(
+            stats.commits.load(Ordering::Relaxed),
+            0,
+            "held, not committed"
+        );
         assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 1);
         assert_eq!(stored(dir.path()), 0);
         let journal = crate::store::journal::journal_path(dir.path());
@@ -446,7 +443,11 @@ mod tests {
             barrier.blocking_recv().unwrap(),
             Ack::Committed { rejected: vec![] }
         );
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 1, "one commit for all");
+        assert_eq!(
+            stats.commits.load(Ordering::Relaxed),
+            1,
+            "one commit for all"
+        );
         assert_eq!(stored(dir.path()), 17);
         assert_eq!(h.queued(), 0);
         // A write larger than the journal takes is committed at once, answered after.
@@ -455,7 +456,10 @@ mod tests {
             .submit(batch("bulk", JOURNAL_MAX_POINTS + 1), true)
             .unwrap()
             .unwrap();
-        assert_eq!(ack.blocking_recv().unwrap(), Ack::Committed { rejected: vec![] });
+        assert_eq!(
+            ack.blocking_recv().unwrap(),
+            Ack::Committed { rejected: vec![] }
+        );
         assert_eq!(stats.commits.load(Ordering::Relaxed), 2);
         assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 1);
         assert_eq!(stored(dir.path()), 17 + 1 + JOURNAL_MAX_POINTS as i64 + 1);

@@ -158,6 +158,9 @@ fn query_reads_a_running_agents_store_as_csv_and_json() {
         post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
         204
     );
+    // A small write is answered once in the journal and committed with the next commit:
+    // any read of the API commits what is held; another process sees it from then on.
+    agent.status();
     let d = agent.dir.to_str().unwrap().to_string();
     let (code, out, err) = run(&[
         "query",
@@ -295,9 +298,11 @@ fn query_flags_answer_and_refuse_as_the_http_parameters_do() {
     let ask = |flags: &[&str], params: &[(&str, &str)]| {
         let mut args = vec!["query", "--data-dir", &d, "--format", "json"];
         args.extend_from_slice(flags);
-        let cli = run(&args);
+        // The API first: its read commits what the agent holds, which the CLI (another
+        // process, reading the database) sees only once committed.
         let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let api = get(&agent.url(&format!("/api/v1/query?{}", query.join("&")))).unwrap();
+        let cli = run(&args);
         (cli, api)
     };
     for (flags, params) in &answers {

@@ -414,7 +414,8 @@ fn five_agents_against_a_429_receiver_follow_retry_after_then_drain_everything_a
     let dir = tempfile::tempdir().unwrap();
     // Throttling from the start: 429 with Retry-After: 2.
     let rx = Throttle::start(0, true, 2);
-    let extra = "max_points = 250\nmax_rate = 1000\n";
+    // Each write committed at once (no held points): chunks of 100.
+    let extra = "max_points = 250\nmax_rate = 1000\n[ingest]\nflush_interval = \"0s\"\n";
     let mut agents = Vec::new();
     for i in 0..5 {
         let (_, a) = fleet_agent(dir.path(), i, rx.port, extra);

@@ -291,6 +291,9 @@ fn a_udp_flood_is_counted_not_buffered_without_bound() {
         post(&agent.url("/write"), b"before v=1 1", &[]).unwrap().0,
         204
     );
+    // Held points keep their queue capacity until their commit; a read commits them, so
+    // the flood meets an empty queue.
+    assert_eq!(agent.status()["ingest"]["queue_points"], 0);
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let sent = 3000u64;
     for i in 0..sent {

@@ -707,7 +707,13 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
     ev.evaluations = view.status().evaluations;
     ev.cancel = stop.clone();
     let mut ticker = crate::periodic::Ticker::new(interval);
+    let ingest = ev.setup.points.as_ref().map(|(h, _)| h.clone());
     while ticker.next(&stop).await.is_some() {
+        // Rules see every point received before the cycle, held ones included (the writer
+        // holds points up to `[ingest] flush_interval`; free when nothing is held).
+        if let Some(h) = &ingest {
+            h.settle().await;
+        }
         // The evaluation runs whole on the blocking pool; cancelling the wait for it would
         // not stop it, so it is awaited to the end (one evaluation is short).
         let done = tokio::task::spawn_blocking(move || {

@@ -337,7 +337,10 @@ fn unzigzag(x: u64) -> i64 {
 mod tests {
     use super::*;
 
-    fn staged(lines: &[(i64, i64, Vec<(i64, Value)>)]) -> Staged {
+    /// `(tag set, time, values)`.
+    type Line = (i64, i64, Vec<(i64, Value)>);
+
+    fn staged(lines: &[Line]) -> Staged {
         let mut s = Staged::default();
         for (tagset, ts, values) in lines {
             for (sid, v) in values {
@@ -448,7 +451,14 @@ mod tests {
     fn a_record_is_a_few_bytes_per_value() {
         let dir = tempfile::tempdir().unwrap();
         let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
-        let s = staged(&vec![(3, 1_700_000_000_000_000_000, vec![(1, Value::F64(1.0))]); 100]);
+        let s = staged(&vec![
+            (
+                3,
+                1_700_000_000_000_000_000,
+                vec![(1, Value::F64(1.0))]
+            );
+            100
+        ]);
         j.append([&s]).unwrap();
         // tag set 1 + time 8 + count 1 + sid 1 + type 1 + float 8 = 20 bytes a line.
         assert!(j.len() <= 16 + 1 + 100 * 20, "{}", j.len());

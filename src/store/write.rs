@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection};
 
-use super::open::{open, Ctx, Mode};
 use super::journal::Journal;
+use super::open::{open, Ctx, Mode};
 use super::{chunks, codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
 use crate::model::{split_series_key, Batch, Kind, Rejection, Value};
@@ -95,7 +95,10 @@ impl Writer {
         w.journal = Some(journal);
         if seq > stored {
             w.commit([&replayed])?;
-            tracing::info!(points = replayed.points(), "journal replayed into the store");
+            tracing::info!(
+                points = replayed.points(),
+                "journal replayed into the store"
+            );
         }
         Ok(w)
     }
@@ -229,7 +232,10 @@ impl Writer {
         result
     }
 
-    fn stage_inner(&mut self, batches: &[&Batch]) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
+    fn stage_inner(
+        &mut self,
+        batches: &[&Batch],
+    ) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
         let path = self.path.clone();
         // Deferred: a transaction that adds no series writes nothing and commits for free.
         let tx = self.conn.transaction().ctx(&path)?;
