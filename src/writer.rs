@@ -468,6 +468,68 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_commit_keeps_the_journaled_writes_refuses_new_ones_and_stores_them_once_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let (h, stats, t) = start(dir.path(), Duration::from_millis(100));
+        // The series exist (checking a write then needs no lock), and are committed.
+        let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
+        assert!(matches!(
+            ack.blocking_recv().unwrap(),
+            Ack::Committed { .. }
+        ));
+        let until = Instant::now() + Duration::from_secs(10);
+        while stored(dir.path()) < 2 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Another connection holds the write lock: every commit fails (busy, after the
+        // store's 5 s busy timeout), as on a full or read-only disk.
+        let blocker = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let ack = h.submit(batch("http", 3), true).unwrap().unwrap();
+        assert_eq!(
+            ack.blocking_recv().unwrap(),
+            Ack::Committed { rejected: vec![] },
+            "journaled: answered before its commit"
+        );
+        let until = Instant::now() + Duration::from_secs(20);
+        while stats.commit_errors.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(stats.commit_errors.load(Ordering::Relaxed) >= 1);
+        // While it fails, a new write is refused with the cause, and nothing of it is kept.
+        let ack = h.submit(batch("refused", 4), true).unwrap().unwrap();
+        match ack.blocking_recv().unwrap() {
+            Ack::Failed { error, retryable } => {
+                assert!(retryable, "{error}");
+                assert!(error.contains("locked"), "{error}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(h.queued(), 3, "the journaled write is still held");
+        // The lock goes: the held write is stored by the next try, the refused one never.
+        blocker.execute_batch("ROLLBACK").unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        while stored(dir.path()) < 5 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(stored(dir.path()), 5);
+        assert_eq!(h.queued(), 0);
+        drop(h);
+        t.join().unwrap();
+        let conn = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();
+        let refused: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM tagsets WHERE key = 'refused'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(refused, 0, "refused before it was even checked");
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 5, "nothing replayed twice");
+    }
+
+    #[test]
     fn journaled_writes_a_crash_left_uncommitted_are_stored_at_the_next_open_exactly_once() {
         let dir = tempfile::tempdir().unwrap();
         {
