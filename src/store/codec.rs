@@ -11,7 +11,7 @@
 //! it returns a [`CodecError`] saying where and what (and, once the store adds it, which
 //! chunk).
 
-mod bits;
+pub(crate) mod bits;
 pub mod columnar;
 mod floats;
 mod ints;

@@ -25,9 +25,10 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::codec::bits::{get_varint, put_varint, unzigzag, zigzag};
+use super::codec::{legacy, CodecError};
 use super::write::Staged;
 use super::StoreError;
-use crate::model::Value;
 
 /// File name of the journal inside the data directory.
 pub const JOURNAL_FILE: &str = "edgewatch.journal";
@@ -145,8 +146,9 @@ impl Journal {
         self.buf.resize(HEADER, 0);
         let lines: usize = staged.clone().into_iter().map(|s| s.lines.len()).sum();
         put_varint(&mut self.buf, lines as u64);
+        let mut prev = 0i64;
         for s in staged {
-            encode(&mut self.buf, s);
+            encode(&mut self.buf, &mut prev, s);
         }
         let len = (self.buf.len() - HEADER) as u32;
         self.buf[8..16].copy_from_slice(&seq.to_le_bytes());
@@ -211,7 +213,7 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize) {
                     records += 1;
                 }
                 Err(e) => {
-                    tracing::error!(journal = %path.display(), seq = rseq, error = e, "journal: a record with a valid checksum does not decode; the replay stops there");
+                    tracing::error!(journal = %path.display(), seq = rseq, error = %e, "journal: a record with a valid checksum does not decode; the replay stops there");
                     break;
                 }
             }
@@ -221,121 +223,47 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize) {
     (out, seq, records)
 }
 
-const F64: u8 = 0;
-const I64: u8 = 1;
-const U64: u8 = 2;
-const FALSE: u8 = 3;
-const TRUE: u8 = 4;
-const STR: u8 = 5;
-
-fn encode(buf: &mut Vec<u8>, s: &Staged) {
+/// A line: its tag set (zigzag varint), then a point of the legacy chunk encoding (time
+/// as a delta from the previous line's, value count, `(series id, value)`s).
+fn encode(buf: &mut Vec<u8>, prev: &mut i64, s: &Staged) {
     let mut start = 0usize;
     for &(tagset, ts, end) in &s.lines {
         put_varint(buf, zigzag(tagset));
-        buf.extend_from_slice(&ts.to_le_bytes());
         let values = &s.values[start..end as usize];
-        put_varint(buf, values.len() as u64);
+        legacy::encode_point_header(buf, *prev, ts, values.len());
         for (sid, v) in values {
-            put_varint(buf, zigzag(*sid));
-            match v {
-                Value::F64(x) => {
-                    buf.push(F64);
-                    buf.extend_from_slice(&x.to_le_bytes());
-                }
-                Value::I64(x) => {
-                    buf.push(I64);
-                    put_varint(buf, zigzag(*x));
-                }
-                Value::U64(x) => {
-                    buf.push(U64);
-                    put_varint(buf, *x);
-                }
-                Value::Bool(b) => buf.push(if *b { TRUE } else { FALSE }),
-                Value::Str(t) => {
-                    buf.push(STR);
-                    put_varint(buf, t.len() as u64);
-                    buf.extend_from_slice(t.as_bytes());
-                }
-            }
+            legacy::encode_value(buf, *sid, v);
         }
+        *prev = ts;
         start = end as usize;
     }
 }
 
-fn decode(mut b: &[u8], out: &mut Staged) -> Result<(), &'static str> {
-    let lines = varint(&mut b)?;
+fn decode(b: &[u8], out: &mut Staged) -> Result<(), CodecError> {
+    let mut pos = 0usize;
+    let lines = get_varint(b, &mut pos)?;
+    let mut prev = 0i64;
+    let mut values = Vec::new();
     for _ in 0..lines {
-        let tagset = unzigzag(varint(&mut b)?);
-        let ts = i64::from_le_bytes(take(&mut b, 8)?.try_into().map_err(|_| "time")?);
-        let n = varint(&mut b)?;
-        for _ in 0..n {
-            let sid = unzigzag(varint(&mut b)?);
-            let v = match take(&mut b, 1)?[0] {
-                F64 => Value::F64(f64::from_le_bytes(
-                    take(&mut b, 8)?.try_into().map_err(|_| "float")?,
-                )),
-                I64 => Value::I64(unzigzag(varint(&mut b)?)),
-                U64 => Value::U64(varint(&mut b)?),
-                FALSE => Value::Bool(false),
-                TRUE => Value::Bool(true),
-                STR => {
-                    let len = usize::try_from(varint(&mut b)?).map_err(|_| "string length")?;
-                    let t = std::str::from_utf8(take(&mut b, len)?).map_err(|_| "string")?;
-                    Value::Str(t.to_string())
-                }
-                _ => return Err("unknown value type"),
-            };
+        let tagset = unzigzag(get_varint(b, &mut pos)?);
+        values.clear();
+        prev = legacy::decode_point(b, &mut pos, prev, &mut values)?;
+        for (sid, v) in values.drain(..) {
             out.push_value(sid, v);
         }
-        out.end_line(tagset, ts);
+        out.end_line(tagset, prev);
     }
-    if b.is_empty() {
+    if pos == b.len() {
         Ok(())
     } else {
-        Err("trailing bytes")
+        Err(CodecError::at(pos, "trailing bytes in a journal record"))
     }
-}
-
-fn take<'a>(b: &mut &'a [u8], n: usize) -> Result<&'a [u8], &'static str> {
-    if b.len() < n {
-        return Err("short record");
-    }
-    let (head, rest) = b.split_at(n);
-    *b = rest;
-    Ok(head)
-}
-
-fn put_varint(buf: &mut Vec<u8>, mut x: u64) {
-    while x >= 0x80 {
-        buf.push((x as u8) | 0x80);
-        x >>= 7;
-    }
-    buf.push(x as u8);
-}
-
-fn varint(b: &mut &[u8]) -> Result<u64, &'static str> {
-    let mut x = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = take(b, 1)?[0];
-        x |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Ok(x);
-        }
-    }
-    Err("varint too long")
-}
-
-fn zigzag(x: i64) -> u64 {
-    ((x << 1) ^ (x >> 63)) as u64
-}
-
-fn unzigzag(x: u64) -> i64 {
-    ((x >> 1) as i64) ^ -((x & 1) as i64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Value;
 
     /// `(tag set, time, values)`.
     type Line = (i64, i64, Vec<(i64, Value)>);
@@ -460,7 +388,7 @@ mod tests {
             100
         ]);
         j.append([&s]).unwrap();
-        // tag set 1 + time 8 + count 1 + sid 1 + type 1 + float 8 = 20 bytes a line.
+        // tag set 1 + time delta 1-9 + count 1 + sid and type 1 + float 8: 12-20 bytes a line.
         assert!(j.len() <= 16 + 1 + 100 * 20, "{}", j.len());
     }
 }

@@ -196,24 +196,25 @@ impl Writer {
     fn write_inner(&mut self, batches: &[&Batch]) -> Result<Vec<WriteSummary>, StoreError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().ctx(&path)?;
-        let mut staged = Staged::default();
-        let mut out = Vec::with_capacity(batches.len());
-        for batch in batches {
-            out.push(resolve(
-                &tx,
-                &path,
-                &mut self.dict,
-                self.max_series,
-                &mut self.sids,
-                batch,
-                &mut staged,
-            )?);
-        }
-        let rows = Self::store_chunks(&tx, &path, &mut self.latest, &mut self.tail, [&staged])?;
+        let staged = resolve_all(
+            &tx,
+            &path,
+            &mut self.dict,
+            self.max_series,
+            &mut self.sids,
+            batches,
+        )?;
+        let rows = Self::store_chunks(
+            &tx,
+            &path,
+            &mut self.latest,
+            &mut self.tail,
+            staged.iter().map(|(_, s)| s),
+        )?;
         let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
         tx.commit().ctx(&path)?;
         self.committed(rows, indexed);
-        Ok(out)
+        Ok(staged.into_iter().map(|(sum, _)| sum).collect())
     }
 
     /// Checks each batch's lines and resolves them to series ids, without storing a point:
@@ -239,20 +240,14 @@ impl Writer {
         let path = self.path.clone();
         // Deferred: a transaction that adds no series writes nothing and commits for free.
         let tx = self.conn.transaction().ctx(&path)?;
-        let mut out = Vec::with_capacity(batches.len());
-        for batch in batches {
-            let mut staged = Staged::default();
-            let sum = resolve(
-                &tx,
-                &path,
-                &mut self.dict,
-                self.max_series,
-                &mut self.sids,
-                batch,
-                &mut staged,
-            )?;
-            out.push((sum, staged));
-        }
+        let out = resolve_all(
+            &tx,
+            &path,
+            &mut self.dict,
+            self.max_series,
+            &mut self.sids,
+            batches,
+        )?;
         tx.commit().ctx(&path)?;
         Ok(out)
     }
@@ -404,20 +399,39 @@ impl Writer {
     }
 }
 
-/// Checks `batch`'s lines against the dictionary (types, the series cap), adds the series
-/// they bring (in `tx`) and appends the accepted ones to `staged`. A line is accepted
-/// entirely or refused entirely (InfluxDB semantics).
-fn resolve(
+/// Checks each batch's lines against the dictionary (types, the series cap), adds the
+/// series they bring (in `tx`) and returns each batch's summary and accepted lines. A line
+/// is accepted entirely or refused entirely (InfluxDB semantics).
+fn resolve_all(
     tx: &rusqlite::Transaction<'_>,
     path: &Path,
     dict: &mut Dictionary,
     max_series: usize,
     values: &mut Vec<i64>,
-    batch: &Batch,
-    staged: &mut Staged,
-) -> Result<WriteSummary, StoreError> {
+    batches: &[&Batch],
+) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
     let mut ins = dict::Inserts::prepare(tx, path)?;
     let now = crate::now_ns();
+    let mut out = Vec::with_capacity(batches.len());
+    for batch in batches {
+        out.push(resolve(
+            &mut ins, path, dict, max_series, values, now, batch,
+        )?);
+    }
+    Ok(out)
+}
+
+/// [`resolve_all`] of one batch: its summary and accepted lines.
+fn resolve(
+    ins: &mut dict::Inserts<'_>,
+    path: &Path,
+    dict: &mut Dictionary,
+    max_series: usize,
+    values: &mut Vec<i64>,
+    now: i64,
+    batch: &Batch,
+) -> Result<(WriteSummary, Staged), StoreError> {
+    let mut staged = Staged::default();
     let mut sum = WriteSummary::default();
     'lines: for line in &batch.lines {
         // The known fields' series ids are collected on the way (one lookup per field when
@@ -495,7 +509,7 @@ fn resolve(
         sum.points += 1;
         sum.values += line.fields.len();
     }
-    Ok(sum)
+    Ok((sum, staged))
 }
 
 /// Lines the writer has checked and resolved to series ids ([`Writer::stage`]) but not yet

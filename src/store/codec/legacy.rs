@@ -58,15 +58,27 @@ pub fn decode_points(
     let mut ts = ts_min;
     let mut point = Vec::new();
     while pos < buf.len() {
-        ts = ts.wrapping_add(unzigzag(get_varint(buf, &mut pos)?));
-        let n = get_varint(buf, &mut pos)?;
         point.clear();
-        for _ in 0..n {
-            point.push(decode_value(buf, &mut pos)?);
-        }
+        ts = decode_point(buf, &mut pos, ts, &mut point)?;
         f(ts, &mut point);
     }
     Ok(())
+}
+
+/// Decodes the point at `pos` (written by [`encode_point_header`] and [`encode_value`]s
+/// after a point at `prev`): appends its values to `out`, returns its time.
+pub fn decode_point(
+    buf: &[u8],
+    pos: &mut usize,
+    prev: i64,
+    out: &mut Vec<(i64, Value)>,
+) -> Result<i64, CodecError> {
+    let ts = prev.wrapping_add(unzigzag(get_varint(buf, pos)?));
+    let n = get_varint(buf, pos)?;
+    for _ in 0..n {
+        out.push(decode_value(buf, pos)?);
+    }
+    Ok(ts)
 }
 
 /// Decodes a chunk, calling `f(ts, series_id, value)` for every value in order.
