@@ -20,11 +20,25 @@ use crate::stats::Stats;
 use crate::store::{Staged, StoreError, Writer};
 
 /// An acknowledged write of at most this many points goes to the journal (one synced
-/// append) and is answered before its commit; a larger one is committed at once, with
-/// everything held beside it, and answered after. A commit costs 9-17 pages whatever it
-/// holds; a journal record about 20 bytes a value: past a few hundred lines a write fills
-/// its own pages, and journaling it would only write it twice.
+/// append) and is answered before its commit; so does a larger one with at most
+/// [`JOURNAL_POINTS_PER_TAGSET`] points per tag set on average. Any other is committed at
+/// once, with everything held beside it, and answered after. A commit costs 9-17 pages
+/// however little it holds, plus a chunk row per tag set; a journal record about 12-20
+/// bytes a value. A small write, or a wide one (a point for each of hundreds of series: a
+/// scrape, Telegraf's batches), costs far less journaled and then stored in chunks of
+/// seconds; a deep one (long runs of one series, a bulk import) already fills its own
+/// chunks and pages, and journaling it would only write it twice.
 pub const JOURNAL_MAX_POINTS: usize = 256;
+
+/// See [`JOURNAL_MAX_POINTS`].
+pub const JOURNAL_POINTS_PER_TAGSET: usize = 8;
+
+/// Whether an acknowledged write's checked lines go to the journal (see
+/// [`JOURNAL_MAX_POINTS`]).
+fn journal_worthy(staged: &Staged) -> bool {
+    staged.points() <= JOURNAL_MAX_POINTS
+        || staged.points() <= JOURNAL_POINTS_PER_TAGSET * staged.tagsets()
+}
 
 /// Runs the writer until the queue closes. Blocking: call from a dedicated thread.
 ///
@@ -33,10 +47,10 @@ pub const JOURNAL_MAX_POINTS: usize = 256;
 /// pages the store writes. What is held depends on who waits:
 /// - points nobody waits on (UDP, collectors) are held as they are: a crash loses at most
 ///   the interval of them, and they were promised to no one;
-/// - a small acknowledged write (an HTTP write of at most [`JOURNAL_MAX_POINTS`] lines) is
-///   checked, appended to the journal (synced in `full` mode) and answered, then held: it
+/// - a small or wide acknowledged write (an HTTP write of at most [`JOURNAL_MAX_POINTS`]
+///   lines, or of a few points per tag set) is checked, appended to the journal (synced in `full` mode) and answered, then held: it
 ///   is durable from its answer on, and a restart replays it (see `store::journal`);
-/// - a larger acknowledged write, and a reader's barrier (`IngestHandle::settle`: an empty
+/// - a deep acknowledged write (long runs per tag set), and a reader's barrier (`IngestHandle::settle`: an empty
 ///   acknowledged batch), are committed at once with everything held, and answered after.
 ///
 /// A held request keeps its queue capacity until its commit, so memory stays bounded by
@@ -191,7 +205,8 @@ impl Head {
             .any(|r| r.ack.is_some() && r.batch.is_empty());
         let large = pending
             .iter()
-            .any(|r| r.ack.is_some() && r.batch.len() > JOURNAL_MAX_POINTS);
+            .zip(&staged)
+            .any(|(r, (_, s))| r.ack.is_some() && !journal_worthy(s));
         let new_points: usize = staged.iter().map(|(_, s)| s.points()).sum();
         let now =
             !self.journal || barrier || large || self.points + new_points >= self.max_batch_points;
@@ -463,6 +478,19 @@ mod tests {
         assert_eq!(stats.commits.load(Ordering::Relaxed), 2);
         assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 1);
         assert_eq!(stored(dir.path()), 17 + 1 + JOURNAL_MAX_POINTS as i64 + 1);
+        // A wide one (a point for each of 300 series) is journaled: it would be 300 one-point
+        // chunks.
+        let mut wide = batch("x", 0);
+        for i in 0..300 {
+            wide.lines.extend(batch(&format!("wide,i={i}"), 1).lines);
+        }
+        let ack = h.submit(wide, true).unwrap().unwrap();
+        assert_eq!(
+            ack.blocking_recv().unwrap(),
+            Ack::Committed { rejected: vec![] }
+        );
+        assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 2);
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 2, "held");
         drop(h);
         t.join().unwrap();
     }

@@ -533,6 +533,15 @@ impl Staged {
         self.lines.is_empty()
     }
 
+    /// Distinct tag sets among the lines.
+    pub fn tagsets(&self) -> usize {
+        self.lines
+            .iter()
+            .map(|l| l.0)
+            .collect::<foldhash::HashSet<i64>>()
+            .len()
+    }
+
     /// Adds a value to the line being built.
     pub(super) fn push_value(&mut self, sid: i64, v: Value) {
         self.values.push((sid, v));
