@@ -246,6 +246,35 @@ fn a_busy_port_is_a_clear_startup_error() {
     assert!(err.contains("cannot listen on http"), "{err}");
 }
 
+/// Two agents on one data directory would each replay and store the other's journal
+/// records: the second is refused at its start, naming the cause, and the first goes on.
+#[test]
+fn a_second_agent_on_the_same_store_is_refused_and_the_first_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), QUIET);
+    assert_eq!(post(&agent.url("/write"), b"m v=1", &[]).unwrap().0, 204);
+    let out = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--data-dir",
+            agent.dir.to_str().unwrap(),
+            "--http-listen",
+        ])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--udp-listen")
+        .arg(format!("127.0.0.1:{}", free_udp_port()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("edgewatch.journal") && err.contains("is the agent running"),
+        "{err}"
+    );
+    assert_eq!(post(&agent.url("/write"), b"m v=2", &[]).unwrap().0, 204);
+    assert_eq!(count(&agent, "measurement=m"), 2);
+}
+
 /// The agent's own health is stored as data (and so forwarded and rolled up like any
 /// sample), and every start leaves an `edgewatch_event,kind=start` point: a restart shows up
 /// in the data next to the latency it may explain.
