@@ -91,6 +91,20 @@ pub fn run(
         max_batch_points,
         flush_interval,
     };
+    if let Some(staged) = store.take_unstored() {
+        // Replayed at open, not stored: held like any journaled write, tried again at the
+        // interval (or the next request), never dropped.
+        head.points += staged.points();
+        head.held.push(Held {
+            values: staged.values(),
+            staged,
+            journaled: true,
+            ack: None,
+            _permit: None,
+        });
+        head.failing = Some(("the journal's records are not stored yet".into(), true));
+        head.deadline = Some(Instant::now() + flush_interval);
+    }
     let mut pending: Vec<Request> = Vec::new();
     loop {
         let next = match (head.deadline, &timer) {
@@ -154,8 +168,9 @@ struct Held {
     ack: Option<(oneshot::Sender<Ack>, Vec<Rejection>)>,
     /// Values in `staged`.
     values: usize,
-    /// The request's queue capacity, released after the commit.
-    _permit: OwnedSemaphorePermit,
+    /// The request's queue capacity, released after the commit (none for the journal's
+    /// records a start could not store).
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 /// The writer's held requests and its state between commits.
@@ -282,7 +297,7 @@ impl Head {
                 values: sum.values,
                 staged,
                 ack,
-                _permit: req.permit,
+                _permit: Some(req.permit),
             });
         }
         if now {
@@ -555,6 +570,56 @@ mod tests {
         assert_eq!(refused, 0, "refused before it was even checked");
         drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
         assert_eq!(stored(dir.path()), 5, "nothing replayed twice");
+    }
+
+    #[test]
+    fn records_a_start_cannot_store_are_kept_appended_after_and_stored_once_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = |w: &mut Writer, key: &str, n: usize| {
+            let b = batch(key, n);
+            let staged = w.stage(&[&b]).unwrap();
+            w.journal(staged.iter().map(|(_, s)| s)).unwrap();
+        };
+        {
+            let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+            journal(&mut w, "http", 3);
+            // The process dies: no commit.
+        }
+        // The next start cannot write (another connection holds the lock, as a full or
+        // read-only disk would refuse): it still opens, keeping the records.
+        let blocker = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        {
+            let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+            // A new record goes after them, not over them; then this run dies too.
+            journal(&mut w, "http", 2);
+        }
+        blocker.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(stored(dir.path()), 0);
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 5, "both runs' records, once");
+        // The same with the writer thread: it holds them and stores them once it can.
+        let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+        journal(&mut w, "http", 4);
+        drop(w);
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+        let (h, rx) = channel(10_000);
+        let stats = Arc::new(Stats::default());
+        let s = stats.clone();
+        let t = std::thread::spawn(move || run(w, rx, 20_000, Duration::from_millis(100), s));
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(stored(dir.path()), 5, "not stored while the store refuses");
+        blocker.execute_batch("ROLLBACK").unwrap();
+        let until = Instant::now() + Duration::from_secs(20);
+        while stored(dir.path()) < 9 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(stored(dir.path()), 9);
+        drop(h);
+        t.join().unwrap();
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 9, "and never twice");
     }
 
     #[test]

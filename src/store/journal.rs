@@ -97,14 +97,15 @@ impl Journal {
         }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(err)?;
-        let (staged, seq, records) = replay(&bytes, stored, &path);
+        let (staged, seq, records, end) = replay(&bytes, stored, &path);
         if records > 0 {
             tracing::info!(records, journal = %path.display(), "replaying acknowledged writes not yet in the store");
         }
         let journal = Journal {
             file,
             path,
-            end: 0,
+            // Until the replayed records are stored, new ones go after them.
+            end: end as u64,
             seq,
             stored_seq: stored,
             sync,
@@ -184,13 +185,15 @@ impl Journal {
     }
 }
 
-/// Reads the records after `stored`; returns their lines, the newest sequence number and
-/// how many records there were.
-fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize) {
+/// Reads the records after `stored`; returns their lines, the newest sequence number, how
+/// many records there were and where the last of them ends (where the next one goes while
+/// they are not stored).
+fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize, usize) {
     let mut out = Staged::default();
     let mut seq = stored;
     let mut records = 0;
     let mut at = 0usize;
+    let mut end = 0usize;
     while bytes.len() - at >= HEADER {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
         let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap_or_default());
@@ -211,6 +214,7 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize) {
                 Ok(()) => {
                     seq = rseq;
                     records += 1;
+                    end = at + HEADER + len;
                 }
                 Err(e) => {
                     tracing::error!(journal = %path.display(), seq = rseq, error = %e, "journal: a record with a valid checksum does not decode; the replay stops there");
@@ -220,7 +224,7 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize) {
         }
         at += HEADER + len;
     }
-    (out, seq, records)
+    (out, seq, records, end)
 }
 
 /// A line: its tag set (zigzag varint), then a point of the legacy chunk encoding (time

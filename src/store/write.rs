@@ -42,6 +42,8 @@ pub struct Writer {
     tail: Tail,
     /// The ingest journal (see [`super::journal`]); `None` for [`Writer::open_unjournaled`].
     journal: Option<Journal>,
+    /// Journal records replayed at open that could not be stored then.
+    unstored: Option<Staged>,
 }
 
 /// The writer's view of the unindexed tail of `chunks`.
@@ -94,11 +96,22 @@ impl Writer {
         let (journal, replayed, seq) = Journal::open(dir, stored, sync == Synchronous::Full)?;
         w.journal = Some(journal);
         if seq > stored {
-            w.commit([&replayed])?;
-            tracing::info!(
-                points = replayed.points(),
-                "journal replayed into the store"
-            );
+            match w.commit([&replayed]) {
+                Ok(()) => {
+                    tracing::info!(
+                        points = replayed.points(),
+                        "journal replayed into the store"
+                    )
+                }
+                // A full (or read-only) disk at start: the agent must still start, so that
+                // its disk budget can free space and its reads work; the writer keeps the
+                // records held and stores them once it can (`take_unstored`).
+                Err(e) if e.retryable() || e.is_read_only() => {
+                    tracing::error!(error = %e, points = replayed.points(), "the journal's records cannot be stored yet; kept, and tried again");
+                    w.unstored = Some(replayed);
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(w)
     }
@@ -128,6 +141,7 @@ impl Writer {
             latest: None,
             sids: Vec::with_capacity(64),
             journal: None,
+            unstored: None,
         };
         w.load_dictionary()?;
         Ok(w)
@@ -266,6 +280,13 @@ impl Writer {
                 source: std::io::Error::other("this writer has no journal"),
             }),
         }
+    }
+
+    /// The journal's records [`Writer::open`] replayed but could not store (a full or
+    /// read-only disk at start): the caller holds them for its next [`Writer::commit`], as
+    /// journaled lines (never dropped).
+    pub fn take_unstored(&mut self) -> Option<Staged> {
+        self.unstored.take()
     }
 
     /// Whether [`Writer::journal`] can be used.
@@ -526,6 +547,11 @@ impl Staged {
     /// Lines (points) held.
     pub fn points(&self) -> usize {
         self.lines.len()
+    }
+
+    /// Values held.
+    pub fn values(&self) -> usize {
+        self.values.len()
     }
 
     /// True when no line is held.
