@@ -9,6 +9,20 @@ use crate::support::*;
 
 const QUIET: &str = "[host]\nenabled = false\n[tegrastats]\nenabled = false\n";
 
+/// Starts `edgewatch run` on `data` (free ports), expects it to fail at start, returns its
+/// stderr.
+fn refused_start(data: &std::path::Path) -> String {
+    let out = std::process::Command::new(bin())
+        .args(["run", "--data-dir", data.to_str().unwrap(), "--http-listen"])
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .arg("--udp-listen")
+        .arg(format!("127.0.0.1:{}", free_udp_port()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn count(agent: &Agent, q: &str) -> usize {
     let (code, body) = get(&agent.url(&format!(
         "/api/v1/query?from=-1h&to=now&limit=100000000&{q}"
@@ -204,15 +218,7 @@ fn a_database_from_a_newer_edgewatch_is_refused_untouched() {
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.pragma_update(None, "user_version", 9999).unwrap();
     drop(conn);
-    let out = std::process::Command::new(bin())
-        .args(["run", "--data-dir", data.to_str().unwrap(), "--http-listen"])
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--udp-listen")
-        .arg(format!("127.0.0.1:{}", free_udp_port()))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&data);
     assert!(
         err.contains("newer than this edgewatch") && err.contains("9999"),
         "{err}"
@@ -253,20 +259,7 @@ fn a_second_agent_on_the_same_store_is_refused_and_the_first_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), QUIET);
     assert_eq!(post(&agent.url("/write"), b"m v=1", &[]).unwrap().0, 204);
-    let out = std::process::Command::new(bin())
-        .args([
-            "run",
-            "--data-dir",
-            agent.dir.to_str().unwrap(),
-            "--http-listen",
-        ])
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .arg("--udp-listen")
-        .arg(format!("127.0.0.1:{}", free_udp_port()))
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&agent.dir);
     assert!(
         err.contains("edgewatch.journal") && err.contains("is the agent running"),
         "{err}"
