@@ -32,8 +32,6 @@ import collections
 import os
 import random
 import shutil
-import sqlite3
-import struct
 import subprocess
 import sys
 import tempfile
@@ -41,37 +39,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import fleet  # noqa: E402  (free_port, wait_until, http_get, post_all)
-from device_budget import write_bytes  # noqa: E402
+from device_budget import wal_frames, write_bytes  # noqa: E402
 
 
 def post(port, lines):
     fleet.post_all(port, "/write", ["\n".join(lines).encode()])
-
-
-def wal_frames(data):
-    """(page number, commit flag) of each frame of the WAL's current generation, and the
-    owner of each page (table or index and page type, from dbstat on a copy)."""
-    copy = tempfile.mkdtemp(prefix="wear-copy-")
-    try:
-        for f in os.listdir(data):
-            if f.startswith("edgewatch.db"):
-                shutil.copy(os.path.join(data, f), copy)
-        wal_path = os.path.join(copy, "edgewatch.db-wal")
-        wal = open(wal_path, "rb").read() if os.path.exists(wal_path) else b""
-        frames = []
-        if len(wal) >= 32:
-            page_size, salt = struct.unpack(">I", wal[8:12])[0], wal[16:24]
-            off = 32
-            while off + 24 + page_size <= len(wal) and wal[off + 8:off + 16] == salt:
-                pgno, commit = struct.unpack(">II", wal[off:off + 8])
-                frames.append((pgno, commit != 0))
-                off += 24 + page_size
-        conn = sqlite3.connect(f"file:{copy}/edgewatch.db?mode=ro", uri=True)
-        owner = {p: f"{n} ({t})" for n, p, t in conn.execute("SELECT name, pageno, pagetype FROM dbstat")}
-        conn.close()
-        return frames, owner
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
 
 
 def main():

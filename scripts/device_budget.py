@@ -35,12 +35,15 @@ written per hour at most 3x the store's growth. Standard library only; every pee
 """
 
 import argparse
+import collections
 import json
 import os
 import re
 import shutil
 import signal
+import sqlite3
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -265,6 +268,32 @@ def write_bytes(pid):
     return 0
 
 
+def wal_frames(data):
+    """(page number, commit flag) of each frame of the WAL's current generation, and the
+    owner of each page (table or index and page type, from dbstat on a copy)."""
+    copy = tempfile.mkdtemp(prefix="wear-copy-")
+    try:
+        for f in os.listdir(data):
+            if f.startswith("edgewatch.db"):
+                shutil.copy(os.path.join(data, f), copy)
+        wal_path = os.path.join(copy, "edgewatch.db-wal")
+        wal = open(wal_path, "rb").read() if os.path.exists(wal_path) else b""
+        frames = []
+        if len(wal) >= 32:
+            page_size, salt = struct.unpack(">I", wal[8:12])[0], wal[16:24]
+            off = 32
+            while off + 24 + page_size <= len(wal) and wal[off + 8:off + 16] == salt:
+                pgno, commit = struct.unpack(">II", wal[off:off + 8])
+                frames.append((pgno, commit != 0))
+                off += 24 + page_size
+        conn = sqlite3.connect(f"file:{copy}/edgewatch.db?mode=ro", uri=True)
+        owner = {p: f"{n} ({t})" for n, p, t in conn.execute("SELECT name, pageno, pagetype FROM dbstat")}
+        conn.close()
+        return frames, owner
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+
+
 def dir_bytes(path):
     n = 0
     for root, _, files in os.walk(path):
@@ -424,6 +453,12 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
                     fsyncs += int(parts[3])
         fsyncs /= strace_s
     st_json = json.loads(fleet.http_get(base + "/api/v1/status")[1] or "{}")
+    wal = None
+    if args.wal_frames and name == "full":
+        frames, owner = wal_frames(data)
+        commits = sum(1 for _, c in frames if c)
+        counts = collections.Counter(owner.get(p, "page 1 / pointer map / free list") for p, _ in frames)
+        wal = {"frames": len(frames), "commits": commits, "by_owner": dict(counts.most_common(16))}
     for p in extra:
         p.stop()
     agent.stop()
@@ -442,6 +477,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
         "files_growth_mb_per_h": (f1 - f0) / 1e6 / hours,
         "fsyncs_per_s": fsyncs,
         "io_by_thread": io,
+        "wal_frames": wal,
         "points_written": st_json.get("ingest", {}).get("points_written"),
         "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
     }
@@ -460,6 +496,8 @@ def main():
     ap.add_argument("--phases", default="full,ui,idle," + ",".join("no-" + p for p in PARTS))
     ap.add_argument("--io-trace", action="store_true",
                     help="in the strace window, also break bytes written and syncs down by thread and file")
+    ap.add_argument("--wal-frames", action="store_true",
+                    help="at the end of the full phase, count the WAL's frames by table and index (dbstat)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     if not os.path.exists(args.bin):
@@ -544,6 +582,11 @@ def main():
         for key, v in full["io_by_thread"].items():
             thread, _, file = key.partition(" ")
             print(f"| {thread} | {file} | {v['mb_per_h']:.1f} | {v['calls_per_s']:.2f} | {v['syncs_per_s']:.2f} |")
+    if full and full.get("wal_frames"):
+        w = full["wal_frames"]
+        print(f"WAL at the end of the full phase: {w['frames']} frames in {w['commits']} commits; frames by owner:")
+        for owner, n in w["by_owner"].items():
+            print(f"  {n:7d}  {n / max(1, w['commits']):7.2f} per commit  {owner}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -85,7 +85,7 @@ fn v2_write_with_token_and_gzip() {
 }
 
 /// UDP points are held for a shared commit (`[ingest] flush_interval`, here 30 s so the
-/// test cannot race it): not in the database file yet, yet a query through the API sees
+/// test cannot race it; the alert cycles' interval is 15 s): not in the database file yet, yet a query through the API sees
 /// them at once (it commits what is held first), and then so does the file.
 #[test]
 fn a_query_sees_held_udp_points_at_once_and_commits_them() {
@@ -94,6 +94,11 @@ fn a_query_sees_held_udp_points_at_once_and_commits_them() {
         dir.path(),
         &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
     );
+    // Each alert cycle commits what is held first; the first runs at start: wait for it.
+    let first_cycle = wait_for(Duration::from_secs(10), || {
+        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
+    });
+    assert!(first_cycle.is_some(), "no alert evaluation at start");
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.send_to(b"held_m,app=x v=1 1000\nheld_m,app=x v=2 2000\n", agent.udp)
         .unwrap();

@@ -598,7 +598,10 @@ fn power_cuts_lose_no_acknowledged_point_and_forwarders_resume_at_least_once() {
     let conn = rusqlite::Connection::open(check.join("edgewatch.db")).unwrap();
     let tier_count = |tier: i64| -> i64 {
         conn.query_row(
-            "SELECT COALESCE(SUM(r.count), 0) FROM rollups r JOIN series s ON s.id = r.series_id \
+            "SELECT COALESCE(SUM(r.count), 0) \
+             FROM (SELECT tier, series_id, count FROM rollups \
+                   UNION ALL SELECT tier, series_id, count FROM rollups_recent) r \
+             JOIN series s ON s.id = r.series_id \
              JOIN tagsets t ON t.id = s.tagset_id WHERE t.measurement = 'pc' AND s.field = 'v' \
              AND r.tier = ?1",
             [tier],

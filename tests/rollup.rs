@@ -171,7 +171,10 @@ fn maintain_rolls_up_and_the_query_engine_answers_percentiles_from_the_1m_tier()
 fn rollup_rows(data: &Path) -> Vec<(i64, i64, i64, i64, f64, Vec<u8>)> {
     let conn = rusqlite::Connection::open(data.join("edgewatch.db")).unwrap();
     let mut st = conn
-        .prepare("SELECT tier, series_id, bucket, count, sum, sketch FROM rollups ORDER BY 1, 2, 3")
+        .prepare(
+            "SELECT tier, series_id, bucket, count, sum, sketch FROM rollups UNION ALL \
+             SELECT tier, series_id, bucket, count, sum, sketch FROM rollups_recent ORDER BY 1, 2, 3",
+        )
         .unwrap();
     let rows = st
         .query_map([], |r| {

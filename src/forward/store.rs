@@ -558,7 +558,7 @@ mod tests {
                     last: (b * MIN, 2.0),
                     ..Default::default()
                 };
-                tiers::put(&conn, &path, 60, sid, b * MIN, &acc, false).unwrap();
+                tiers::put(&conn, &path, 60, i64::MIN, sid, b * MIN, &acc, false).unwrap();
             }
         }
         let src = Source::open(dir.path(), vec![("device_id".into(), "d".into())]).unwrap();

@@ -1,7 +1,8 @@
 //! Folding raw chunks into the tiers, one bounded step at a time (see the module docs of
 //! [`super`] for the exactly-once and late-point rules). A step reads and folds its chunks
 //! under a read snapshot and takes the write lock only to merge and write the rows, so
-//! ingest is not held back while it decodes. The bucket maths is
+//! ingest is not held back while it decodes. Settling moves final buckets from the recent
+//! table to the series-keyed one in bulk. The bucket maths is
 //! [`crate::store::bucket`]; every statement is in [`crate::store`].
 
 use std::collections::HashMap;
@@ -52,6 +53,14 @@ impl Fresh {
     }
 }
 
+/// How many final buckets of a tier gather in `rollups_recent` before [`Job::settle`] moves
+/// them into `rollups` together: an hour's, and at least six. A move writes about a page per
+/// series, as each fold did before recent rows were kept apart, so the 1m tier writes those
+/// pages once an hour instead of every minute.
+pub fn settle_span_ns(res_ns: i64) -> i64 {
+    res_ns.saturating_mul(6).max(3_600_000_000_000)
+}
+
 fn load_states(
     conn: &rusqlite::Connection,
     path: &std::path::Path,
@@ -65,6 +74,59 @@ fn load_states(
 }
 
 impl Job {
+    /// Moves each tier's final buckets (more than `lateness` behind its watermark) from
+    /// `rollups_recent` into `rollups` once [`settle_span_ns`] of them wait, in steps of at
+    /// most [`tiers::SETTLE_ROWS`] rows, each moving the tier's settled bucket in the same
+    /// transaction. Late points for a moved bucket are merged into its row in `rollups`.
+    pub fn settle(
+        &mut self,
+        stop: &dyn Fn() -> bool,
+        report: &mut Report,
+    ) -> Result<(), RollupError> {
+        let path = self.path.clone();
+        for (key, res) in self.plan.tiers.iter().map(|t| (t.key(), t.res_ns)) {
+            let mut started = false;
+            loop {
+                if stop() {
+                    report.interrupted = true;
+                    return Ok(());
+                }
+                let tx = self
+                    .conn
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .ctx(&path)?;
+                let state = tiers::state(&tx, &path, key)?;
+                if state.watermark == i64::MIN {
+                    break;
+                }
+                let through =
+                    bucket_start(state.watermark.saturating_sub(self.plan.lateness_ns), res)
+                        .saturating_sub(res);
+                // A run starts moving only once a whole span waits, then moves all that is final.
+                let start_by = if started {
+                    through
+                } else {
+                    through
+                        .saturating_sub(settle_span_ns(res))
+                        .saturating_add(res)
+                };
+                let Some((rows, upto)) = tiers::settle_step(&tx, &path, key, through, start_by)?
+                else {
+                    break;
+                };
+                let settled = tiers::State {
+                    settled: state.settled.max(upto),
+                    ..state
+                };
+                tiers::put_state(&tx, &path, key, &settled)?;
+                tx.commit().ctx(&path)?;
+                report.settled_rows += rows;
+                started = true;
+            }
+        }
+        Ok(())
+    }
+
     /// Folds every chunk not yet rolled up, step by step.
     ///
     /// `all` folds every tier whatever its cadence (see [`Job::due_tiers`]).
@@ -230,10 +292,11 @@ impl Job {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .ctx(&path)?;
-        let now_cursors: Vec<i64> = load_states(&tx, &path, plan)?
-            .iter()
-            .map(|s| s.cursor)
-            .collect();
+        // The states under the write lock: the cursors must be those this step read, and
+        // where each tier is settled through (another job may have settled since) decides
+        // which table a row is in.
+        let locked = load_states(&tx, &path, plan)?;
+        let now_cursors: Vec<i64> = locked.iter().map(|s| s.cursor).collect();
         if now_cursors != read_cursors {
             tracing::warn!(
                 ?read_cursors,
@@ -247,6 +310,7 @@ impl Job {
                 continue;
             }
             let key = tier.key();
+            let settled = locked[ti].settled;
             let mut inserted = 0i64;
             // Sorted, so the write order (and the file) is the same on every run.
             let accs = std::mem::take(&mut fresh[ti]).into_sorted();
@@ -262,7 +326,8 @@ impl Job {
                 }
                 buckets.clear();
                 buckets.extend(group.iter().map(|g| g.0));
-                let existing = tiers::read_buckets(&tx, &path, key, tier.res_ns, sid, &buckets)?;
+                let existing =
+                    tiers::read_buckets(&tx, &path, key, tier.res_ns, settled, sid, &buckets)?;
                 for ((bucket, acc), existing) in group.drain(..).zip(existing) {
                     let exists = existing.is_some();
                     if !exists {
@@ -283,7 +348,7 @@ impl Job {
                             old
                         }
                     };
-                    tiers::put(&tx, &path, key, sid, bucket, &merged, exists)?;
+                    tiers::put(&tx, &path, key, settled, sid, bucket, &merged, exists)?;
                 }
             }
             counters::bump(&tx, &path, &counters::tier_rows(key), inserted)?;
@@ -292,6 +357,7 @@ impl Job {
                 let moved = tiers::State {
                     cursor: last_id,
                     updated: now,
+                    settled,
                     ..*s
                 };
                 tiers::put_state(&tx, &path, key, &moved)?;

@@ -21,6 +21,10 @@
 //!   is more than `lateness` past the bucket's end. Points that land in a final bucket are
 //!   still merged and are counted in `late_points`, so a consumer that copied final buckets
 //!   (the forwarder) knows to resend. Nothing is dropped, so backfilling old data works.
+//! - **Recent rows, then settled.** A fold writes new rows to a time-keyed table, so its row
+//!   per series fills adjacent pages; [`Job::settle`] moves final buckets to the
+//!   series-keyed table an hour at a time (each move in one transaction with the tier's
+//!   settled bucket), so a series' page is written once an hour, not at every fold.
 //! - **Eviction** never deletes a raw chunk that some tier has not rolled up (id above the
 //!   lowest cursor). Retention deletes raw chunks whose newest point is older than `raw`, and
 //!   tier rows whose bucket ended before the tier's retention. The budget evicts the oldest
@@ -32,8 +36,8 @@
 //! It never reads the ingest queue, never serves HTTP and issues no SQL itself: every
 //! statement is a typed function of [`crate::store`]. Files: `config.rs` (`[rollup]`,
 //! `[retention]`), `plan.rs` (the validated [`Plan`] and its [`Tier`]s, shared with the query
-//! engine), `fold.rs` (raw chunks into tiers), `evict.rs` (retention and the disk budget),
-//! `status.rs` (the `rollup` object of `/api/v1/status`), this file (the [`Job`] and the
+//! engine), `fold.rs` (raw chunks into tiers, and settling final buckets), `evict.rs`
+//! (retention and the disk budget), `status.rs` (the `rollup` object of `/api/v1/status`), this file (the [`Job`] and the
 //! agent's periodic task).
 
 pub(crate) mod config;
@@ -97,6 +101,8 @@ pub struct Report {
     pub evicted_points: u64,
     /// Tier rows evicted.
     pub evicted_rows: u64,
+    /// Tier rows moved from `rollups_recent` into `rollups` (see [`Job::settle`]).
+    pub settled_rows: u64,
     /// Store size after the run (bytes, database + WAL).
     pub db_bytes: u64,
     /// True when stopped early by the stop flag.
@@ -161,6 +167,9 @@ impl Job {
             let max = self.plan.max_bytes;
             let near_budget = max > 0 && self.db_bytes()? >= max / 10 * 9;
             self.rollup(now, near_budget, stop, &mut report)?;
+            if !report.interrupted {
+                self.settle(stop, &mut report)?;
+            }
             if !report.interrupted {
                 self.enforce_retention(now, &mut report)?;
                 // Runs of small chunks every consumer has passed become full columnar

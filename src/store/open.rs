@@ -418,16 +418,18 @@ mod tests {
                             .add(ts, v);
                     }
                     for (b, acc) in buckets {
-                        tiers::put(&conn, &db_path(dir), tier, sid, b, &acc, false).unwrap();
+                        // Settled: `rollups`, the one tier table of these versions.
+                        tiers::put(&conn, &db_path(dir), tier, i64::MAX, sid, b, &acc, false)
+                            .unwrap();
                     }
                 }
-                let state = tiers::State {
-                    cursor: 2,
-                    watermark: T0 + 90 * NS,
-                    late: 0,
-                    updated: T0 + 100 * NS,
-                };
-                tiers::put_state(&conn, &db_path(dir), tier, &state).unwrap();
+                // The columns of version 2 (`tiers::put_state` writes today's).
+                conn.execute(
+                    "INSERT INTO rollup_state (tier, cursor, watermark_ns, late_points, updated_ns) \
+                     VALUES (?1, 2, ?2, 0, ?3)",
+                    rusqlite::params![tier, T0 + 90 * NS, T0 + 100 * NS],
+                )
+                .unwrap();
             }
             conn.execute_batch(
                 "INSERT INTO sinks (name, cursor_chunk_id) VALUES ('influx', 1); \

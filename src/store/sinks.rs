@@ -156,6 +156,9 @@ pub fn record_rollup_eviction(
         "UPDATE sinks SET rollup_evicted_rows = rollup_evicted_rows + \
            (SELECT COUNT(*) FROM rollups r WHERE r.tier = ?1 \
             AND r.bucket > COALESCE(sinks.rollup_cursor_bucket, -9223372036854775808) \
+            AND r.bucket <= ?2) + \
+           (SELECT COUNT(*) FROM rollups_recent r WHERE r.tier = ?1 \
+            AND r.bucket > COALESCE(sinks.rollup_cursor_bucket, -9223372036854775808) \
             AND r.bucket <= ?2) \
          WHERE rollup_tier = ?1 \
          AND COALESCE(rollup_cursor_bucket, -9223372036854775808) < ?2",

@@ -29,11 +29,16 @@ pub type RollupRow = (
     Vec<u8>,
 );
 
-/// Every `rollups` row, by tier, series and bucket.
+/// Every tier row (`rollups` and `rollups_recent`), by tier, series and bucket.
 pub fn rollup_rows(dir: &Path) -> Vec<RollupRow> {
     let c = conn(dir);
+    let cols =
+        "tier, series_id, bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch";
     let mut st = c
-        .prepare("SELECT * FROM rollups ORDER BY tier, series_id, bucket")
+        .prepare(&format!(
+            "SELECT {cols} FROM rollups UNION ALL SELECT {cols} FROM rollups_recent \
+             ORDER BY tier, series_id, bucket"
+        ))
         .unwrap();
     let rows = st
         .query_map([], |r| {
@@ -59,9 +64,12 @@ pub fn rollup_rows(dir: &Path) -> Vec<RollupRow> {
 /// Rows of tier `key`, counted in the table (not the counter).
 pub fn count_tier_rows(dir: &Path, key: i64) -> i64 {
     conn(dir)
-        .query_row("SELECT COUNT(*) FROM rollups WHERE tier = ?1", [key], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM rollups WHERE tier = ?1) \
+                  + (SELECT COUNT(*) FROM rollups_recent WHERE tier = ?1)",
+            [key],
+            |r| r.get(0),
+        )
         .unwrap()
 }
 
@@ -102,6 +110,14 @@ pub fn downgrade_to_v3(dir: &Path) {
         "DROP INDEX chunks_tagset_ts_max; ALTER TABLE chunks DROP COLUMN indexed; \
          DROP TABLE chunk_tail; CREATE INDEX chunks_tagset_ts_max ON chunks (tagset_id, ts_max);",
     )
+    .unwrap();
+    // Migration 0014's recent tier rows: back into the one tier table.
+    let cols =
+        "tier, series_id, bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch";
+    c.execute_batch(&format!(
+        "INSERT INTO rollups ({cols}) SELECT {cols} FROM rollups_recent; DROP TABLE rollups_recent; \
+         ALTER TABLE rollup_state DROP COLUMN settled_through;"
+    ))
     .unwrap();
     c.pragma_update(None, "user_version", 3).unwrap();
 }
@@ -145,4 +161,36 @@ pub fn set_tier_cursor(dir: &Path, tier: i64, cursor: i64) {
             [tier, cursor],
         )
         .unwrap();
+}
+
+/// Rows of tier `key` in `rollups` (settled) and in `rollups_recent`.
+pub fn tier_rows_by_table(dir: &Path, key: i64) -> (i64, i64) {
+    conn(dir)
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM rollups WHERE tier = ?1), \
+                    (SELECT COUNT(*) FROM rollups_recent WHERE tier = ?1)",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+/// Copies the WAL into the database and empties it (no reader may be open).
+pub fn checkpoint_truncate(dir: &Path) {
+    let (busy, _, _): (i64, i64, i64) = conn(dir)
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(busy, 0, "the checkpoint could not finish");
+}
+
+/// Frames (page writes) in the WAL file now.
+pub fn wal_frames(dir: &Path) -> u64 {
+    let wal = dir.join(format!("{}-wal", super::DB_FILE));
+    let len = std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0);
+    let page: u64 = conn(dir)
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    len.saturating_sub(32) / (page + 24)
 }

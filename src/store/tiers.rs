@@ -1,8 +1,14 @@
-//! The rollup tiers' tables: bucket rows (`rollups`: one [`Acc`] per tier, series and
-//! bucket) and each tier's cursor and watermark (`rollup_state`). Reads for the query engine
-//! (only the columns a query needs, see [`Need`]), the forwarder's eviction fallback and
-//! rollup-mode sinks ([`named_rows`], [`pending`]);
-//! reads and writes for the rollup job, inside its transactions.
+//! The rollup tiers' tables: bucket rows (one [`Acc`] per tier, series and bucket) and each
+//! tier's cursor and watermark (`rollup_state`). Reads for the query engine (only the columns
+//! a query needs, see [`Need`]), the forwarder's eviction fallback and rollup-mode sinks
+//! ([`named_rows`], [`pending`]); reads and writes for the rollup job, inside its
+//! transactions.
+//!
+//! A tier's rows live in two tables split by bucket ([`Place`]): `rollups_recent`, keyed by
+//! time, takes the rows of buckets newer than the tier's [`State::settled`], so a fold's one
+//! new row per series fills a few adjacent pages; [`settle_step`] moves final buckets in bulk
+//! into `rollups`, keyed by series, where a series' range is one short scan. Every read here
+//! covers both, so callers never see the split.
 //!
 //! Never folds points or decides what to evict: the rollup job does (`crate::rollup`); the
 //! bucket maths is [`super::bucket`].
@@ -27,6 +33,9 @@ pub struct State {
     pub late: i64,
     /// When the job last moved the cursor, ns (0: never).
     pub updated: i64,
+    /// The newest bucket moved to `rollups` ([`settle_step`]): rows of buckets at or below
+    /// it are there, newer ones in `rollups_recent`; `i64::MIN`: none moved yet.
+    pub settled: i64,
 }
 
 impl Default for State {
@@ -36,6 +45,7 @@ impl Default for State {
             watermark: i64::MIN,
             late: 0,
             updated: 0,
+            settled: i64::MIN,
         }
     }
 }
@@ -43,7 +53,8 @@ impl Default for State {
 /// Tier `key`'s progress (the default when the tier never ran).
 pub fn state(conn: &Connection, path: &Path, key: i64) -> Result<State, StoreError> {
     conn.prepare_cached(
-        "SELECT cursor, watermark_ns, late_points, updated_ns FROM rollup_state WHERE tier = ?1",
+        "SELECT cursor, watermark_ns, late_points, updated_ns, settled_through FROM rollup_state \
+         WHERE tier = ?1",
     )
     .and_then(|mut st| {
         st.query_row(params![key], |r| {
@@ -52,6 +63,7 @@ pub fn state(conn: &Connection, path: &Path, key: i64) -> Result<State, StoreErr
                 watermark: r.get(1)?,
                 late: r.get(2)?,
                 updated: r.get(3)?,
+                settled: r.get(4)?,
             })
         })
         .optional()
@@ -64,10 +76,20 @@ pub fn state(conn: &Connection, path: &Path, key: i64) -> Result<State, StoreErr
 /// buckets of the chunks up to `s.cursor`).
 pub fn put_state(tx: &Connection, path: &Path, key: i64, s: &State) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT OR REPLACE INTO rollup_state (tier, cursor, watermark_ns, late_points, updated_ns) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT OR REPLACE INTO rollup_state \
+         (tier, cursor, watermark_ns, late_points, updated_ns, settled_through) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )
-    .and_then(|mut st| st.execute(params![key, s.cursor, s.watermark, s.late, s.updated]))
+    .and_then(|mut st| {
+        st.execute(params![
+            key,
+            s.cursor,
+            s.watermark,
+            s.late,
+            s.updated,
+            s.settled
+        ])
+    })
     .map(|_| ())
     .ctx(path)
 }
@@ -89,19 +111,61 @@ pub enum Need {
     All,
 }
 
+/// The three reads of one series' rows with the columns `$cols` (after `bucket`): a range
+/// of `rollups`; point reads of `rollups_recent`, one per bucket of the range (`?5`: the
+/// tier's resolution, ns); a scan of `rollups_recent`'s range (when the range spans too many
+/// buckets for point reads).
+macro_rules! series_sql {
+    ($cols:expr) => {
+        [
+            concat!(
+                "SELECT bucket, ",
+                $cols,
+                " FROM rollups WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 \
+                 AND bucket <= ?4 ORDER BY bucket"
+            ),
+            // An IN list, not a join: a join may get a Bloom filter built by a scan of the
+            // whole tier.
+            concat!(
+                "WITH RECURSIVE b(x) AS (SELECT ?3 UNION ALL SELECT x + ?5 FROM b WHERE x + ?5 <= ?4) \
+                 SELECT bucket, ",
+                $cols,
+                " FROM rollups_recent WHERE tier = ?1 AND series_id = ?2 AND bucket IN (SELECT x FROM b)"
+            ),
+            concat!(
+                "SELECT bucket, ",
+                $cols,
+                " FROM rollups_recent WHERE tier = ?1 AND bucket >= ?3 AND bucket <= ?4 \
+                 AND series_id = ?2"
+            ),
+        ]
+    };
+}
+
+/// Every aggregate column, in [`read_acc`]'s order.
+macro_rules! all_cols {
+    () => {
+        "count, sum, min, max, first_ts, first, last_ts, last, sketch"
+    };
+}
+
+/// Widest span of buckets read from `rollups_recent` by point reads; a wider one is scanned.
+const MAX_POINT_READS: i64 = 4096;
+
 impl Need {
-    fn sql(self) -> &'static str {
+    /// [`series_sql`] for this need.
+    fn sql(self) -> &'static [&'static str; 3] {
+        const SUM: [&str; 3] = series_sql!("count, sum");
+        const MIN_MAX: [&str; 3] = series_sql!("count, min, max");
+        const FIRST_LAST: [&str; 3] = series_sql!("count, first_ts, first, last_ts, last");
+        const SKETCH: [&str; 3] = series_sql!("sketch");
+        const ALL: [&str; 3] = series_sql!(all_cols!());
         match self {
-            Need::Sum => "SELECT bucket, count, sum FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::MinMax => "SELECT bucket, count, min, max FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::FirstLast => "SELECT bucket, count, first_ts, first, last_ts, last FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::Sketch => "SELECT bucket, sketch FROM rollups \
-                WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            Need::All => "SELECT bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch \
-                FROM rollups WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
+            Need::Sum => &SUM,
+            Need::MinMax => &MIN_MAX,
+            Need::FirstLast => &FIRST_LAST,
+            Need::Sketch => &SKETCH,
+            Need::All => &ALL,
         }
     }
 
@@ -174,6 +238,108 @@ pub fn read_acc_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Result<
     }))
 }
 
+/// Which table holds a tier row (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// `rollups`, keyed by series: buckets at or below the tier's [`State::settled`].
+    Settled,
+    /// `rollups_recent`, keyed by time: newer buckets.
+    Recent,
+}
+
+impl Place {
+    /// Where the row of `bucket` is, for a tier settled through `settled`.
+    pub fn of(bucket: i64, settled: i64) -> Place {
+        if bucket <= settled {
+            Place::Settled
+        } else {
+            Place::Recent
+        }
+    }
+}
+
+/// The oldest and newest bucket of tier `key` in `rollups_recent` (`None`: no rows). Two
+/// subqueries, so each is one seek.
+fn recent_span(conn: &Connection, path: &Path, key: i64) -> Result<Option<(i64, i64)>, StoreError> {
+    conn.prepare_cached(
+        "SELECT (SELECT MIN(bucket) FROM rollups_recent WHERE tier = ?1), \
+                (SELECT MAX(bucket) FROM rollups_recent WHERE tier = ?1)",
+    )
+    .and_then(|mut st| {
+        st.query_row(params![key], |r| {
+            Ok(r.get::<_, Option<i64>>(0)?.zip(r.get::<_, Option<i64>>(1)?))
+        })
+    })
+    .ctx(path)
+}
+
+/// Reads one series' rows from both tables in bucket order (see [`read_range`]); `recent`
+/// is [`recent_span`], `buf` a reused buffer for the `rollups_recent` rows.
+#[allow(clippy::too_many_arguments)]
+fn read_series<E: From<StoreError>>(
+    conn: &Connection,
+    path: &Path,
+    key: i64,
+    sid: i64,
+    lo: i64,
+    hi: i64,
+    need: Need,
+    recent: Option<(i64, i64)>,
+    buf: &mut Vec<(i64, Result<Acc, ()>)>,
+    f: &mut impl FnMut(i64, Result<Acc, ()>) -> Result<(), E>,
+) -> Result<(), E> {
+    let [main_sql, points_sql, scan_sql] = need.sql();
+    buf.clear();
+    if let Some((oldest, newest)) = recent {
+        let res = key.saturating_mul(1_000_000_000).max(1);
+        let from = match lo.max(oldest) {
+            b if b == oldest => b,
+            b => {
+                let start = super::bucket::bucket_start(b, res);
+                if start < b {
+                    start.saturating_add(res)
+                } else {
+                    start
+                }
+            }
+        };
+        let to = hi.min(newest);
+        if from <= to {
+            let mut read = |st: &mut rusqlite::CachedStatement<'_>,
+                            p: &[&dyn rusqlite::ToSql]|
+             -> Result<(), StoreError> {
+                let mut rows = st.query(p).ctx(path)?;
+                while let Some(r) = rows.next().ctx(path)? {
+                    buf.push((r.get(0).ctx(path)?, need.read(r).ctx(path)?));
+                }
+                Ok(())
+            };
+            if (to - from) / res < MAX_POINT_READS {
+                let mut st = conn.prepare_cached(points_sql).ctx(path)?;
+                read(&mut st, params![key, sid, from, to, res])?;
+            } else {
+                let mut st = conn.prepare_cached(scan_sql).ctx(path)?;
+                read(&mut st, params![key, sid, from, to])?;
+            }
+            buf.sort_by_key(|r| r.0);
+        }
+    }
+    let mut pending = buf.drain(..).peekable();
+    let mut st = conn.prepare_cached(main_sql).ctx(path)?;
+    let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
+    while let Some(r) = rows.next().ctx(path)? {
+        let bucket: i64 = r.get(0).ctx(path)?;
+        while let Some((b, acc)) = pending.next_if(|(b, _)| *b < bucket) {
+            f(b, acc)?;
+        }
+        f(bucket, need.read(r).ctx(path)?)?;
+    }
+    for (b, acc) in pending {
+        f(b, acc)?;
+    }
+    Ok(())
+}
+
 /// The rows of tier `key` and series `sid` with `lo <= bucket <= hi`, in bucket order:
 /// `f(bucket, aggregate)` (`Err(())`: the row's sketch is corrupt), reading only `need`.
 #[allow(clippy::too_many_arguments)]
@@ -187,25 +353,42 @@ pub fn read_range<E: From<StoreError>>(
     need: Need,
     mut f: impl FnMut(i64, Result<Acc, ()>) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut st = conn.prepare_cached(need.sql()).ctx(path)?;
-    let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
-    while let Some(r) = rows.next().ctx(path)? {
-        let bucket: i64 = r.get(0).ctx(path)?;
-        f(bucket, need.read(r).ctx(path)?)?;
-    }
-    Ok(())
+    let recent = recent_span(conn, path, key)?;
+    read_series(
+        conn,
+        path,
+        key,
+        sid,
+        lo,
+        hi,
+        need,
+        recent,
+        &mut Vec::new(),
+        &mut f,
+    )
 }
 
 /// The oldest bucket of tier `key` (`None`: no rows); eviction deletes a tier's oldest
 /// buckets, so a row cache compares it between reads.
 pub fn oldest_bucket(conn: &Connection, path: &Path, key: i64) -> Result<Option<i64>, StoreError> {
-    conn.prepare_cached("SELECT MIN(bucket) FROM rollups WHERE tier = ?1")
-        .and_then(|mut st| st.query_row(params![key], |r| r.get(0)))
-        .ctx(path)
+    conn.prepare_cached(
+        "SELECT MIN((SELECT MIN(bucket) FROM rollups WHERE tier = ?1), \
+                    (SELECT MIN(bucket) FROM rollups_recent WHERE tier = ?1)), \
+                (SELECT MIN(bucket) FROM rollups WHERE tier = ?1), \
+                (SELECT MIN(bucket) FROM rollups_recent WHERE tier = ?1)",
+    )
+    .and_then(|mut st| {
+        st.query_row(params![key], |r| {
+            // MIN(a, b) is NULL when either is: take whichever exists.
+            let both: Option<i64> = r.get(0)?;
+            Ok(both.or(r.get(1)?).or(r.get(2)?))
+        })
+    })
+    .ctx(path)
 }
 
-/// [`read_range`] for each series of `sids` in turn, with one prepared statement for all of
-/// them: `f(index in sids, bucket, row)`.
+/// [`read_range`] for each series of `sids` in turn, with one set of prepared statements for
+/// all of them: `f(index in sids, bucket, row)`.
 #[allow(clippy::too_many_arguments)]
 pub fn read_ranges<E: From<StoreError>>(
     conn: &Connection,
@@ -217,64 +400,87 @@ pub fn read_ranges<E: From<StoreError>>(
     need: Need,
     mut f: impl FnMut(usize, i64, Result<Acc, ()>) -> Result<(), E>,
 ) -> Result<(), E> {
-    let mut st = conn.prepare_cached(need.sql()).ctx(path)?;
-    for (i, sid) in sids.iter().enumerate() {
-        let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
-        while let Some(r) = rows.next().ctx(path)? {
-            let bucket: i64 = r.get(0).ctx(path)?;
-            f(i, bucket, need.read(r).ctx(path)?)?;
-        }
+    let recent = recent_span(conn, path, key)?;
+    let mut buf = Vec::new();
+    for (i, &sid) in sids.iter().enumerate() {
+        read_series(
+            conn,
+            path,
+            key,
+            sid,
+            lo,
+            hi,
+            need,
+            recent,
+            &mut buf,
+            &mut |b, acc| f(i, b, acc),
+        )?;
     }
     Ok(())
 }
 
-/// The stored rows of tier `key` (resolution `res_ns`) and series `sid` at `buckets`
-/// (ascending): one slot per bucket, `None` where there is no row yet, `Some(Err(()))` where
-/// its sketch is corrupt. One range read over the buckets (rows in the range that are not
-/// asked for are skipped undecoded), or point reads when the buckets are sparse in a wide
-/// range (e.g. one late point).
+/// The stored rows of tier `key` (resolution `res_ns`, settled through `settled`) and series
+/// `sid` at `buckets` (ascending): one slot per bucket, `None` where there is no row yet,
+/// `Some(Err(()))` where its sketch is corrupt. Settled buckets by one range read over them
+/// (rows in the range that are not asked for are skipped undecoded), or point reads when
+/// they are sparse in a wide range (e.g. one late point); recent ones by point reads.
+#[allow(clippy::too_many_arguments)]
 pub fn read_buckets(
     tx: &Connection,
     path: &Path,
     key: i64,
     res_ns: i64,
+    settled: i64,
     sid: i64,
     buckets: &[i64],
 ) -> Result<Vec<Option<Result<Acc, ()>>>, StoreError> {
     let mut out: Vec<Option<Result<Acc, ()>>> = (0..buckets.len()).map(|_| None).collect();
-    let (Some(&lo), Some(&hi)) = (buckets.first(), buckets.last()) else {
+    let split = buckets.partition_point(|&b| Place::of(b, settled) == Place::Settled);
+    let (old, new) = buckets.split_at(split);
+    if !new.is_empty() {
+        let mut get = tx
+            .prepare_cached(concat!(
+                "SELECT ",
+                all_cols!(),
+                " FROM rollups_recent WHERE tier = ?1 AND bucket = ?2 AND series_id = ?3"
+            ))
+            .ctx(path)?;
+        for (slot, b) in out[split..].iter_mut().zip(new) {
+            *slot = get
+                .query_row(params![key, b, sid], read_acc)
+                .optional()
+                .ctx(path)?;
+        }
+    }
+    let (Some(&lo), Some(&hi)) = (old.first(), old.last()) else {
         return Ok(out);
     };
     let span = (hi - lo) / res_ns + 1;
-    if span <= 4 * buckets.len() as i64 + 64 {
-        let mut st = tx
-            .prepare_cached(
-                "SELECT bucket, count, sum, min, max, first_ts, first, last_ts, last, sketch FROM rollups \
-                 WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 AND bucket <= ?4 ORDER BY bucket",
-            )
-            .ctx(path)?;
+    if span <= 4 * old.len() as i64 + 64 {
+        let mut st = tx.prepare_cached(Need::All.sql()[0]).ctx(path)?;
         let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
         let mut k = 0;
         while let Some(r) = rows.next().ctx(path)? {
             let b: i64 = r.get(0).ctx(path)?;
-            while k < buckets.len() && buckets[k] < b {
+            while k < old.len() && old[k] < b {
                 k += 1;
             }
-            if k == buckets.len() {
+            if k == old.len() {
                 break;
             }
-            if buckets[k] == b {
+            if old[k] == b {
                 out[k] = Some(read_acc_at(r, 1).ctx(path)?);
             }
         }
     } else {
         let mut get = tx
-            .prepare_cached(
-                "SELECT count, sum, min, max, first_ts, first, last_ts, last, sketch FROM rollups \
-                 WHERE tier = ?1 AND series_id = ?2 AND bucket = ?3",
-            )
+            .prepare_cached(concat!(
+                "SELECT ",
+                all_cols!(),
+                " FROM rollups WHERE tier = ?1 AND series_id = ?2 AND bucket = ?3"
+            ))
             .ctx(path)?;
-        for (slot, b) in out.iter_mut().zip(buckets) {
+        for (slot, b) in out.iter_mut().zip(old) {
             *slot = get
                 .query_row(params![key, sid, b], read_acc)
                 .optional()
@@ -284,23 +490,37 @@ pub fn read_buckets(
     Ok(out)
 }
 
-/// Writes one bucket row, inside the caller's transaction: a plain insert when it is new
-/// (`exists == false`), else a replace by its merge.
+/// Writes one bucket row of a tier settled through `settled`, inside the caller's
+/// transaction, in the table [`Place::of`] names: a plain insert when it is new (`exists ==
+/// false`), else a replace by its merge.
+#[allow(clippy::too_many_arguments)]
 pub fn put(
     tx: &Connection,
     path: &Path,
     key: i64,
+    settled: i64,
     sid: i64,
     bucket: i64,
     acc: &Acc,
     exists: bool,
 ) -> Result<(), StoreError> {
-    let sql = if exists {
-        "INSERT OR REPLACE INTO rollups (tier, series_id, bucket, count, sum, min, max, \
-         first_ts, first, last_ts, last, sketch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
-    } else {
-        "INSERT INTO rollups (tier, series_id, bucket, count, sum, min, max, \
-         first_ts, first, last_ts, last, sketch) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    macro_rules! insert {
+        ($verb:literal, $table:literal) => {
+            concat!(
+                $verb,
+                " INTO ",
+                $table,
+                " (tier, series_id, bucket, ",
+                all_cols!(),
+                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+            )
+        };
+    }
+    let sql = match (Place::of(bucket, settled), exists) {
+        (Place::Settled, true) => insert!("INSERT OR REPLACE", "rollups"),
+        (Place::Settled, false) => insert!("INSERT", "rollups"),
+        (Place::Recent, true) => insert!("INSERT OR REPLACE", "rollups_recent"),
+        (Place::Recent, false) => insert!("INSERT", "rollups_recent"),
     };
     tx.prepare_cached(sql)
         .and_then(|mut st| {
@@ -323,10 +543,64 @@ pub fn put(
         .ctx(path)
 }
 
+/// Most rows one [`settle_step`] moves (whole buckets; at least one bucket).
+pub const SETTLE_ROWS: i64 = 50_000;
+
+/// Moves the oldest buckets of tier `key` at or below `through` from `rollups_recent` into
+/// `rollups` when the oldest is at or below `only_if_oldest_by` (about [`SETTLE_ROWS`] rows,
+/// whole buckets, the oldest bucket always), inside
+/// the caller's transaction, in series order so each series' page is written once; returns
+/// the rows moved and the bucket through which every row now is in `rollups` (`None`:
+/// nothing at or below `through`). The caller stores that bucket as the tier's
+/// [`State::settled`] in the same transaction.
+pub fn settle_step(
+    tx: &Connection,
+    path: &Path,
+    key: i64,
+    through: i64,
+    only_if_oldest_by: i64,
+) -> Result<Option<(u64, i64)>, StoreError> {
+    let Some((oldest, _)) = recent_span(tx, path, key)? else {
+        return Ok(None);
+    };
+    if oldest > through || oldest > only_if_oldest_by {
+        return Ok(None);
+    }
+    let bound: Option<i64> = tx
+        .prepare_cached(
+            "SELECT bucket FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2 \
+             ORDER BY bucket LIMIT 1 OFFSET ?3",
+        )
+        .and_then(|mut st| {
+            st.query_row(params![key, through, SETTLE_ROWS], |r| r.get(0))
+                .optional()
+        })
+        .ctx(path)?;
+    let upto = match bound {
+        Some(b) if b > oldest => b - 1,
+        Some(b) => b,
+        None => through,
+    };
+    let moved = tx
+        .prepare_cached(concat!(
+            "INSERT INTO rollups (tier, series_id, bucket, ",
+            all_cols!(),
+            ") SELECT tier, series_id, bucket, ",
+            all_cols!(),
+            " FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2 ORDER BY series_id, bucket"
+        ))
+        .and_then(|mut st| st.execute(params![key, upto]))
+        .ctx(path)?;
+    tx.prepare_cached("DELETE FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2")
+        .and_then(|mut st| st.execute(params![key, upto]))
+        .ctx(path)?;
+    Ok(Some((moved as u64, upto)))
+}
+
 /// Deletes about `limit` of the oldest rows of tier `key` with `bucket <= last_bucket`,
 /// whole buckets at a time (all rows before the `limit`-th oldest one's bucket; always
 /// progress, even when one bucket holds more than `limit` rows), inside the caller's
-/// transaction; returns how many.
+/// transaction; returns how many. The settled rows go first (they are the older ones).
 pub fn delete_oldest(
     tx: &Connection,
     path: &Path,
@@ -334,40 +608,60 @@ pub fn delete_oldest(
     last_bucket: i64,
     limit: i64,
 ) -> Result<u64, StoreError> {
-    let bound: Option<i64> = tx
-        .query_row(
+    let oldest = |table_sql: &str| -> Result<Option<i64>, StoreError> {
+        tx.prepare_cached(table_sql)
+            .and_then(|mut st| st.query_row(params![key], |r| r.get(0)))
+            .ctx(path)
+    };
+    let settled_first = oldest("SELECT MIN(bucket) FROM rollups WHERE tier = ?1")?;
+    let (first, nth_sql, last_sql) = match settled_first {
+        Some(f) if f <= last_bucket => (
+            f,
             "SELECT bucket FROM rollups WHERE tier = ?1 AND bucket <= ?2 ORDER BY bucket LIMIT 1 OFFSET ?3",
-            params![key, last_bucket, limit],
-            |r| r.get(0),
-        )
-        .optional()
+            "SELECT MAX(bucket) FROM rollups WHERE tier = ?1 AND bucket <= ?2",
+        ),
+        _ => match oldest("SELECT MIN(bucket) FROM rollups_recent WHERE tier = ?1")? {
+            Some(f) if f <= last_bucket => (
+                f,
+                "SELECT bucket FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2 \
+                 ORDER BY bucket LIMIT 1 OFFSET ?3",
+                "SELECT MAX(bucket) FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2",
+            ),
+            _ => return Ok(0),
+        },
+    };
+    let bound: Option<i64> = tx
+        .prepare_cached(nth_sql)
+        .and_then(|mut st| {
+            st.query_row(params![key, last_bucket, limit], |r| r.get(0))
+                .optional()
+        })
         .ctx(path)?;
     let upto = match bound {
-        Some(b) => {
-            let first: i64 = tx
-                .query_row(
-                    "SELECT MIN(bucket) FROM rollups WHERE tier = ?1",
-                    params![key],
-                    |r| r.get(0),
-                )
-                .ctx(path)?;
-            if b > first {
-                b - 1
-            } else {
-                b
-            }
-        }
-        None => last_bucket,
+        Some(b) if b > first => b - 1,
+        Some(b) => b,
+        // Fewer than `limit` rows: all of this table's, not yet the other's.
+        None => tx
+            .prepare_cached(last_sql)
+            .and_then(|mut st| {
+                st.query_row(params![key, last_bucket], |r| r.get::<_, Option<i64>>(0))
+            })
+            .ctx(path)?
+            .unwrap_or(last_bucket),
     };
     // Rows a rollup-mode sink had not sent yet are counted against it (see
     // `sinks::record_rollup_eviction`), in this transaction.
     super::sinks::record_rollup_eviction(tx, path, key, upto)?;
-    let n = tx
-        .execute(
-            "DELETE FROM rollups WHERE tier = ?1 AND bucket <= ?2",
-            params![key, upto],
-        )
-        .ctx(path)?;
+    let mut n = 0;
+    for sql in [
+        "DELETE FROM rollups WHERE tier = ?1 AND bucket <= ?2",
+        "DELETE FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2",
+    ] {
+        n += tx
+            .prepare_cached(sql)
+            .and_then(|mut st| st.execute(params![key, upto]))
+            .ctx(path)?;
+    }
     Ok(n as u64)
 }
 
@@ -446,51 +740,66 @@ fn named_rows_with(
     limit: Option<usize>,
     keep_sketch: bool,
 ) -> Result<Vec<(NamedRow, Option<Sketch>)>, StoreError> {
-    let mut st = conn
-        .prepare_cached(
-            "SELECT t.key, s.field, r.bucket, r.series_id, r.count, r.sum, r.min, r.max, r.sketch \
-             FROM rollups r \
-             JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
-             WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 \
-             AND (r.bucket > ?4 OR (r.bucket = ?4 AND r.series_id > ?5)) \
-             ORDER BY r.bucket, r.series_id LIMIT ?6",
-        )
-        .ctx(path)?;
+    macro_rules! named_sql {
+        ($table:literal) => {
+            concat!(
+                "SELECT t.key, s.field, r.bucket, r.series_id, r.count, r.sum, r.min, r.max, r.sketch \
+                 FROM ",
+                $table,
+                " r JOIN series s ON s.id = r.series_id JOIN tagsets t ON t.id = s.tagset_id \
+                 WHERE r.tier = ?1 AND r.bucket >= ?2 AND r.bucket < ?3 \
+                 AND (r.bucket > ?4 OR (r.bucket = ?4 AND r.series_id > ?5)) \
+                 ORDER BY r.bucket, r.series_id LIMIT ?6"
+            )
+        };
+    }
     let (after_bucket, after_series) = after.unwrap_or((i64::MIN, i64::MIN));
     let limit = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
-    st.query_map(
-        params![key, from, to, after_bucket, after_series, limit],
-        |r| {
-            let sketch = r
-                .get_ref(8)?
-                .as_blob()
-                .ok()
-                .and_then(|b| Sketch::decode(b).ok());
-            let quantiles = sketch.as_ref().and_then(|sk| {
-                let q = NAMED_QUANTILES.map(|q| sk.quantile(q));
-                Some([q[0]?, q[1]?, q[2]?])
-            });
-            let row = NamedRow {
-                key: r.get(0)?,
-                field: r.get(1)?,
-                bucket: r.get(2)?,
-                series_id: r.get(3)?,
-                count: r.get(4)?,
-                sum: r.get(5)?,
-                min: r.get(6)?,
-                max: r.get(7)?,
-                quantiles,
-            };
-            Ok((row, sketch.filter(|_| keep_sketch)))
-        },
-    )
-    .and_then(|rows| rows.collect())
-    .ctx(path)
+    let mut out = Vec::new();
+    // Each table in (bucket, series) order; merged, as a bucket's rows are all in one table.
+    for sql in [named_sql!("rollups"), named_sql!("rollups_recent")] {
+        let mut st = conn.prepare_cached(sql).ctx(path)?;
+        let rows = st
+            .query_map(
+                params![key, from, to, after_bucket, after_series, limit],
+                |r| {
+                    let sketch = r
+                        .get_ref(8)?
+                        .as_blob()
+                        .ok()
+                        .and_then(|b| Sketch::decode(b).ok());
+                    let quantiles = sketch.as_ref().and_then(|sk| {
+                        let q = NAMED_QUANTILES.map(|q| sk.quantile(q));
+                        Some([q[0]?, q[1]?, q[2]?])
+                    });
+                    let row = NamedRow {
+                        key: r.get(0)?,
+                        field: r.get(1)?,
+                        bucket: r.get(2)?,
+                        series_id: r.get(3)?,
+                        count: r.get(4)?,
+                        sum: r.get(5)?,
+                        min: r.get(6)?,
+                        max: r.get(7)?,
+                        quantiles,
+                    };
+                    Ok((row, sketch.filter(|_| keep_sketch)))
+                },
+            )
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .ctx(path)?;
+        out.extend(rows);
+    }
+    out.sort_by_key(|(r, _)| (r.bucket, r.series_id));
+    if let Ok(limit) = usize::try_from(limit) {
+        out.truncate(limit);
+    }
+    Ok(out)
 }
 
 /// Rows of tier `key` with `after < bucket <= through`: (rows, distinct buckets, the oldest
-/// bucket). What a rollup-mode sink has not sent yet (one range of the `(tier, bucket)`
-/// index).
+/// bucket). What a rollup-mode sink has not sent yet (a range of the `(tier, bucket)`
+/// index of each table).
 pub fn pending(
     conn: &Connection,
     path: &Path,
@@ -498,14 +807,28 @@ pub fn pending(
     after: i64,
     through: i64,
 ) -> Result<(i64, i64, Option<i64>), StoreError> {
-    conn.prepare_cached(
+    let mut total = (0i64, 0i64, None::<i64>);
+    // A bucket's rows are all in one table, so the distinct buckets add up.
+    for sql in [
         "SELECT COUNT(*), COUNT(DISTINCT bucket), MIN(bucket) FROM rollups \
          WHERE tier = ?1 AND bucket > ?2 AND bucket <= ?3",
-    )
-    .and_then(|mut st| {
-        st.query_row(params![key, after, through], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-    })
-    .ctx(path)
+        "SELECT COUNT(*), COUNT(DISTINCT bucket), MIN(bucket) FROM rollups_recent \
+         WHERE tier = ?1 AND bucket > ?2 AND bucket <= ?3",
+    ] {
+        let (rows, buckets, oldest): (i64, i64, Option<i64>) = conn
+            .prepare_cached(sql)
+            .and_then(|mut st| {
+                st.query_row(params![key, after, through], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+            })
+            .ctx(path)?;
+        total.0 += rows;
+        total.1 += buckets;
+        total.2 = match (total.2, oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+    Ok(total)
 }
