@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use super::codec::bits::{get_varint, put_varint, unzigzag, zigzag};
 use super::codec::{legacy, CodecError};
-use super::write::Staged;
+use super::staged::Staged;
 use super::StoreError;
 
 /// File name of the journal inside the data directory.

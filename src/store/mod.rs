@@ -34,6 +34,7 @@ pub mod outbox;
 pub mod query;
 pub mod sinks;
 pub mod sketch;
+pub mod staged;
 #[cfg(test)]
 pub(crate) mod testing;
 pub mod tiers;
@@ -45,7 +46,8 @@ use rusqlite::Connection;
 
 pub use latest::LatestValues;
 pub use open::{open, Ctx, Mode};
-pub use write::{Staged, WriteSummary, Writer, MAX_CHUNK_POINTS};
+pub use staged::Staged;
+pub use write::{WriteSummary, Writer, MAX_CHUNK_POINTS};
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));

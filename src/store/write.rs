@@ -10,9 +10,10 @@ use rusqlite::{params, Connection};
 
 use super::journal::Journal;
 use super::open::{open, Ctx, Mode};
+use super::staged::Staged;
 use super::{chunks, codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
-use crate::model::{split_series_key, Batch, Kind, Rejection, Value};
+use crate::model::{split_series_key, Batch, Kind, Rejection};
 
 /// Maps keyed on every point's path: foldhash, several times cheaper per lookup than
 /// `std`'s SipHash (the keys are the writer's own, no one picks them to collide).
@@ -531,65 +532,6 @@ fn resolve(
         sum.values += line.fields.len();
     }
     Ok((sum, staged))
-}
-
-/// Lines the writer has checked and resolved to series ids ([`Writer::stage`]) but not yet
-/// stored: what the journal holds and the next commit packs into chunks.
-#[derive(Debug, Default, Clone, PartialEq)]
-pub struct Staged {
-    /// `(tag set, time, end of the line's values in `values`)`, in arrival order.
-    pub(super) lines: Vec<(i64, i64, u32)>,
-    /// `(series id, value)` of every line, one after the other.
-    pub(super) values: Vec<(i64, Value)>,
-}
-
-impl Staged {
-    /// Lines (points) held.
-    pub fn points(&self) -> usize {
-        self.lines.len()
-    }
-
-    /// Values held.
-    pub fn values(&self) -> usize {
-        self.values.len()
-    }
-
-    /// True when no line is held.
-    pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
-    }
-
-    /// Distinct tag sets among the lines.
-    pub fn tagsets(&self) -> usize {
-        self.lines
-            .iter()
-            .map(|l| l.0)
-            .collect::<foldhash::HashSet<i64>>()
-            .len()
-    }
-
-    /// Adds a value to the line being built.
-    pub(super) fn push_value(&mut self, sid: i64, v: Value) {
-        self.values.push((sid, v));
-    }
-
-    /// Ends the line being built: its values are those pushed since the last line.
-    pub(super) fn end_line(&mut self, tagset: i64, ts: i64) {
-        self.lines.push((tagset, ts, self.values.len() as u32));
-    }
-
-    /// Appends every line of `other`.
-    #[cfg(test)]
-    pub(super) fn extend(&mut self, other: &Staged) {
-        let base = self.values.len() as u32;
-        self.values.extend(other.values.iter().cloned());
-        self.lines.extend(
-            other
-                .lines
-                .iter()
-                .map(|&(tagset, ts, end)| (tagset, ts, base + end)),
-        );
-    }
 }
 
 /// Most points packed into one chunk row.
