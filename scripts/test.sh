@@ -62,6 +62,8 @@ echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "==> module cycles (scripts/module-cycles.py)"
+python3 scripts/module-cycles.py
 echo "==> cargo test"
 cargo test --workspace --locked
 echo "==> python client tests"
