@@ -804,4 +804,26 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     // 600 new 1m rows and 600 rewritten 1h rows: 127 pages when written, against 1,173 when
     // every row went to the series-keyed table.
     assert!(frames < 250, "a fold of 600 series wrote {frames} pages");
+
+    // An hour later its final buckets move: steps of at most SETTLE_ROWS rows, each writing
+    // about two pages per series (its last leaf and a split, the deleted recent rows): 6,459
+    // pages in 5 steps, where folding into the series-keyed table wrote a page per series
+    // every minute (~42,000 over these 71 minutes).
+    for m in 91..161 {
+        minute(&mut w, &mut r, m);
+    }
+    job.rollup(161 * MIN, false, &|| false, &mut rep).unwrap();
+    drop(job);
+    checkpoint_truncate(dir.path());
+    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 1_000_000, 0)).unwrap();
+    let mut rep = Report::default();
+    job.settle(&|| false, &mut rep).unwrap();
+    assert_eq!(rep.settled_rows, 600 * 71);
+    let per_step = crate::store::tiers::SETTLE_ROWS as u64;
+    let steps = rep.settled_rows.div_ceil(per_step);
+    let frames = wal_frames(dir.path());
+    assert!(
+        frames < steps * 3 * 600,
+        "moving 71 minutes of 600 series wrote {frames} pages in {steps} steps"
+    );
 }
