@@ -664,6 +664,17 @@ fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
 
 /// Reads every row of `series` in tier `key` through the query engine's read.
 fn tier_read(dir: &Path, key: i64, series: &[i64]) -> Vec<(usize, i64, crate::store::bucket::Acc)> {
+    tier_read_range(dir, key, series, i64::MIN, i64::MAX)
+}
+
+/// Reads the rows of `series` in tier `key` with `lo <= bucket <= hi`.
+fn tier_read_range(
+    dir: &Path,
+    key: i64,
+    series: &[i64],
+    lo: i64,
+    hi: i64,
+) -> Vec<(usize, i64, crate::store::bucket::Acc)> {
     let reader = Reader::open(dir).unwrap();
     let mut out = Vec::new();
     crate::store::tiers::read_ranges(
@@ -671,8 +682,8 @@ fn tier_read(dir: &Path, key: i64, series: &[i64]) -> Vec<(usize, i64, crate::st
         reader.path(),
         key,
         series,
-        i64::MIN,
-        i64::MAX,
+        lo,
+        hi,
         crate::store::tiers::Need::All,
         |i, b, acc| {
             out.push((i, b, acc.unwrap()));
@@ -731,6 +742,30 @@ fn final_buckets_move_to_the_series_table_an_hour_at_a_time_and_reads_do_not_cha
     assert_eq!(rollup_rows(dir.path()), rows);
     assert_eq!(tier_read(dir.path(), 60, &[1, 2, 3]), read_1m);
     assert_eq!(tier_read(dir.path(), 3600, &[1, 2, 3]), read_1h);
+    // Any range, any list of series (repeated, out of order): the rows read before.
+    for (lo, hi, sids) in [
+        (100 * MIN + 7, 115 * MIN, vec![3, 1]),
+        (107 * MIN, 109 * MIN + 1, vec![2, 2, 1]),
+        (0, 30 * MIN, vec![1]),
+        (110 * MIN, i64::MAX, vec![3, 2, 1]),
+    ] {
+        let want: Vec<_> = sids
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &sid)| {
+                read_1m
+                    .iter()
+                    .filter(move |r| r.0 + 1 == sid as usize && r.1 >= lo && r.1 <= hi)
+                    .map(move |r| (i, r.1, r.2.clone()))
+            })
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(
+            tier_read_range(dir.path(), 60, &sids, lo, hi),
+            want,
+            "{lo}..{hi} {sids:?}"
+        );
+    }
     // A second run moves nothing: less than an hour of final buckets waits.
     let mut again = Report::default();
     job.settle(&|| false, &mut again).unwrap();

@@ -111,10 +111,11 @@ pub enum Need {
     All,
 }
 
-/// The three reads of one series' rows with the columns `$cols` (after `bucket`): a range
-/// of `rollups`; point reads of `rollups_recent`, one per bucket of the range (`?5`: the
-/// tier's resolution, ns); a scan of `rollups_recent`'s range (when the range spans too many
-/// buckets for point reads).
+/// The three reads of rows with the columns `$cols` (after `bucket`): one series' range of
+/// `rollups`; point reads of `rollups_recent`, one per bucket of the range (`?5`: the tier's
+/// resolution, ns) and series of a list (`?2`, a JSON array of ids); a scan of
+/// `rollups_recent`'s range for those series (when the range spans too many buckets for
+/// point reads). The recent reads end each row with its `series_id`.
 macro_rules! series_sql {
     ($cols:expr) => {
         [
@@ -124,19 +125,19 @@ macro_rules! series_sql {
                 " FROM rollups WHERE tier = ?1 AND series_id = ?2 AND bucket >= ?3 \
                  AND bucket <= ?4 ORDER BY bucket"
             ),
-            // An IN list, not a join: a join may get a Bloom filter built by a scan of the
-            // whole tier.
+            // IN lists, not joins: a join may get a Bloom filter built by a scan of the tier.
             concat!(
                 "WITH RECURSIVE b(x) AS (SELECT ?3 UNION ALL SELECT x + ?5 FROM b WHERE x + ?5 <= ?4) \
                  SELECT bucket, ",
                 $cols,
-                " FROM rollups_recent WHERE tier = ?1 AND series_id = ?2 AND bucket IN (SELECT x FROM b)"
+                ", series_id FROM rollups_recent WHERE tier = ?1 AND bucket IN (SELECT x FROM b) \
+                 AND series_id IN (SELECT value FROM json_each(?2))"
             ),
             concat!(
                 "SELECT bucket, ",
                 $cols,
-                " FROM rollups_recent WHERE tier = ?1 AND bucket >= ?3 AND bucket <= ?4 \
-                 AND series_id = ?2"
+                ", series_id FROM rollups_recent WHERE tier = ?1 AND bucket >= ?3 AND bucket <= ?4 \
+                 AND series_id IN (SELECT value FROM json_each(?2))"
             ),
         ]
     };
@@ -166,6 +167,17 @@ impl Need {
             Need::FirstLast => &FIRST_LAST,
             Need::Sketch => &SKETCH,
             Need::All => &ALL,
+        }
+    }
+
+    /// How many columns [`Need::sql`] selects after `bucket`.
+    fn columns(self) -> usize {
+        match self {
+            Need::Sum => 2,
+            Need::MinMax => 3,
+            Need::FirstLast => 5,
+            Need::Sketch => 1,
+            Need::All => 9,
         }
     }
 
@@ -273,71 +285,83 @@ fn recent_span(conn: &Connection, path: &Path, key: i64) -> Result<Option<(i64, 
     .ctx(path)
 }
 
-/// Reads one series' rows from both tables in bucket order (see [`read_range`]); `recent`
-/// is [`recent_span`], `buf` a reused buffer for the `rollups_recent` rows.
+/// `(index in the series list, bucket, row)` of [`read_recent`].
+type RecentRows = Vec<(usize, i64, Result<Acc, ()>)>;
+
+/// The `rollups_recent` rows of tier `key` for the series of `sids` with `lo <= bucket <=
+/// hi`: `(index in sids, bucket, row)`, sorted by index then bucket. One statement for all
+/// the series: a point read per bucket and series.
 #[allow(clippy::too_many_arguments)]
-fn read_series<E: From<StoreError>>(
+fn read_recent(
     conn: &Connection,
     path: &Path,
     key: i64,
-    sid: i64,
+    sids: &[i64],
     lo: i64,
     hi: i64,
     need: Need,
-    recent: Option<(i64, i64)>,
-    buf: &mut Vec<(i64, Result<Acc, ()>)>,
-    f: &mut impl FnMut(i64, Result<Acc, ()>) -> Result<(), E>,
-) -> Result<(), E> {
-    let [main_sql, points_sql, scan_sql] = need.sql();
-    buf.clear();
-    if let Some((oldest, newest)) = recent {
-        let res = key.saturating_mul(1_000_000_000).max(1);
-        let from = match lo.max(oldest) {
-            b if b == oldest => b,
-            b => {
-                let start = super::bucket::bucket_start(b, res);
-                if start < b {
-                    start.saturating_add(res)
-                } else {
-                    start
-                }
-            }
-        };
-        let to = hi.min(newest);
-        if from <= to {
-            let mut read = |st: &mut rusqlite::CachedStatement<'_>,
-                            p: &[&dyn rusqlite::ToSql]|
-             -> Result<(), StoreError> {
-                let mut rows = st.query(p).ctx(path)?;
-                while let Some(r) = rows.next().ctx(path)? {
-                    buf.push((r.get(0).ctx(path)?, need.read(r).ctx(path)?));
-                }
-                Ok(())
-            };
-            if (to - from) / res < MAX_POINT_READS {
-                let mut st = conn.prepare_cached(points_sql).ctx(path)?;
-                read(&mut st, params![key, sid, from, to, res])?;
+) -> Result<RecentRows, StoreError> {
+    let mut out = Vec::new();
+    let Some((oldest, newest)) = recent_span(conn, path, key)? else {
+        return Ok(out);
+    };
+    let res = key.saturating_mul(1_000_000_000).max(1);
+    let from = match lo.max(oldest) {
+        b if b == oldest => b,
+        b => {
+            let start = super::bucket::bucket_start(b, res);
+            if start < b {
+                start.saturating_add(res)
             } else {
-                let mut st = conn.prepare_cached(scan_sql).ctx(path)?;
-                read(&mut st, params![key, sid, from, to])?;
+                start
             }
-            buf.sort_by_key(|r| r.0);
         }
+    };
+    let to = hi.min(newest);
+    if from > to || sids.is_empty() {
+        return Ok(out);
     }
-    let mut pending = buf.drain(..).peekable();
-    let mut st = conn.prepare_cached(main_sql).ctx(path)?;
-    let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
+    let mut index: foldhash::HashMap<i64, Vec<usize>> = Default::default();
+    for (i, &sid) in sids.iter().enumerate() {
+        index.entry(sid).or_default().push(i);
+    }
+    let list = {
+        let mut l = String::with_capacity(sids.len() * 8 + 2);
+        l.push('[');
+        for (i, sid) in index.keys().enumerate() {
+            if i > 0 {
+                l.push(',');
+            }
+            l.push_str(&sid.to_string());
+        }
+        l.push(']');
+        l
+    };
+    let [_, points_sql, scan_sql] = need.sql();
+    let (mut st, points) = if (to - from) / res < MAX_POINT_READS {
+        (conn.prepare_cached(points_sql).ctx(path)?, true)
+    } else {
+        (conn.prepare_cached(scan_sql).ctx(path)?, false)
+    };
+    let mut rows = if points {
+        st.query(params![key, list, from, to, res])
+    } else {
+        st.query(params![key, list, from, to])
+    }
+    .ctx(path)?;
+    let sid_col = 1 + need.columns();
     while let Some(r) = rows.next().ctx(path)? {
         let bucket: i64 = r.get(0).ctx(path)?;
-        while let Some((b, acc)) = pending.next_if(|(b, _)| *b < bucket) {
-            f(b, acc)?;
+        let sid: i64 = r.get(sid_col).ctx(path)?;
+        let acc = need.read(r).ctx(path)?;
+        if let Some(at) = index.get(&sid) {
+            for &i in at {
+                out.push((i, bucket, acc.clone()));
+            }
         }
-        f(bucket, need.read(r).ctx(path)?)?;
     }
-    for (b, acc) in pending {
-        f(b, acc)?;
-    }
-    Ok(())
+    out.sort_by_key(|r| (r.0, r.1));
+    Ok(out)
 }
 
 /// The rows of tier `key` and series `sid` with `lo <= bucket <= hi`, in bucket order:
@@ -353,42 +377,31 @@ pub fn read_range<E: From<StoreError>>(
     need: Need,
     mut f: impl FnMut(i64, Result<Acc, ()>) -> Result<(), E>,
 ) -> Result<(), E> {
-    let recent = recent_span(conn, path, key)?;
-    read_series(
-        conn,
-        path,
-        key,
-        sid,
-        lo,
-        hi,
-        need,
-        recent,
-        &mut Vec::new(),
-        &mut f,
-    )
+    read_ranges(conn, path, key, &[sid], lo, hi, need, |_, b, acc| f(b, acc))
 }
 
 /// The oldest bucket of tier `key` (`None`: no rows); eviction deletes a tier's oldest
 /// buckets, so a row cache compares it between reads.
 pub fn oldest_bucket(conn: &Connection, path: &Path, key: i64) -> Result<Option<i64>, StoreError> {
     conn.prepare_cached(
-        "SELECT MIN((SELECT MIN(bucket) FROM rollups WHERE tier = ?1), \
-                    (SELECT MIN(bucket) FROM rollups_recent WHERE tier = ?1)), \
-                (SELECT MIN(bucket) FROM rollups WHERE tier = ?1), \
+        "SELECT (SELECT MIN(bucket) FROM rollups WHERE tier = ?1), \
                 (SELECT MIN(bucket) FROM rollups_recent WHERE tier = ?1)",
     )
     .and_then(|mut st| {
         st.query_row(params![key], |r| {
-            // MIN(a, b) is NULL when either is: take whichever exists.
-            let both: Option<i64> = r.get(0)?;
-            Ok(both.or(r.get(1)?).or(r.get(2)?))
+            let (a, b): (Option<i64>, Option<i64>) = (r.get(0)?, r.get(1)?);
+            Ok(match (a, b) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            })
         })
     })
     .ctx(path)
 }
 
-/// [`read_range`] for each series of `sids` in turn, with one set of prepared statements for
-/// all of them: `f(index in sids, bucket, row)`.
+/// [`read_range`] for each series of `sids` in turn: `f(index in sids, bucket, row)`. The
+/// recent rows of every series are read at once, then each series' settled range, merged in
+/// bucket order.
 #[allow(clippy::too_many_arguments)]
 pub fn read_ranges<E: From<StoreError>>(
     conn: &Connection,
@@ -400,21 +413,21 @@ pub fn read_ranges<E: From<StoreError>>(
     need: Need,
     mut f: impl FnMut(usize, i64, Result<Acc, ()>) -> Result<(), E>,
 ) -> Result<(), E> {
-    let recent = recent_span(conn, path, key)?;
-    let mut buf = Vec::new();
+    let recent = read_recent(conn, path, key, sids, lo, hi, need)?;
+    let mut recent = recent.into_iter().peekable();
+    let mut st = conn.prepare_cached(need.sql()[0]).ctx(path)?;
     for (i, &sid) in sids.iter().enumerate() {
-        read_series(
-            conn,
-            path,
-            key,
-            sid,
-            lo,
-            hi,
-            need,
-            recent,
-            &mut buf,
-            &mut |b, acc| f(i, b, acc),
-        )?;
+        let mut rows = st.query(params![key, sid, lo, hi]).ctx(path)?;
+        while let Some(r) = rows.next().ctx(path)? {
+            let bucket: i64 = r.get(0).ctx(path)?;
+            while let Some((_, b, acc)) = recent.next_if(|(at, b, _)| *at == i && *b < bucket) {
+                f(i, b, acc)?;
+            }
+            f(i, bucket, need.read(r).ctx(path)?)?;
+        }
+        while let Some((_, b, acc)) = recent.next_if(|(at, _, _)| *at == i) {
+            f(i, b, acc)?;
+        }
     }
     Ok(())
 }
