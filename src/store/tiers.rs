@@ -556,6 +556,27 @@ pub fn put(
         .ctx(path)
 }
 
+/// The last bucket of about `limit` of the oldest rows, whole buckets: all rows before the
+/// bucket of the `limit`-th oldest row (`nth_sql` finds it from `(key, through, limit)`),
+/// or that bucket itself when it is the oldest, `first` (always progress); `None` when there
+/// are fewer rows.
+fn whole_buckets(
+    tx: &Connection,
+    path: &Path,
+    nth_sql: &str,
+    (key, through, limit): (i64, i64, i64),
+    first: i64,
+) -> Result<Option<i64>, StoreError> {
+    let nth: Option<i64> = tx
+        .prepare_cached(nth_sql)
+        .and_then(|mut st| {
+            st.query_row(params![key, through, limit], |r| r.get(0))
+                .optional()
+        })
+        .ctx(path)?;
+    Ok(nth.map(|b| if b > first { b - 1 } else { b }))
+}
+
 /// Most rows one [`settle_step`] moves (whole buckets; at least one bucket). Its sort by
 /// series stays in memory under the job's 4 MiB cache (a few hundred bytes a row), so no
 /// temporary file is written; an hour of 600 series moves in four steps, each writing
@@ -582,21 +603,15 @@ pub fn settle_step(
     if oldest > through || oldest > only_if_oldest_by {
         return Ok(None);
     }
-    let bound: Option<i64> = tx
-        .prepare_cached(
-            "SELECT bucket FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2 \
-             ORDER BY bucket LIMIT 1 OFFSET ?3",
-        )
-        .and_then(|mut st| {
-            st.query_row(params![key, through, SETTLE_ROWS], |r| r.get(0))
-                .optional()
-        })
-        .ctx(path)?;
-    let upto = match bound {
-        Some(b) if b > oldest => b - 1,
-        Some(b) => b,
-        None => through,
-    };
+    let upto = whole_buckets(
+        tx,
+        path,
+        "SELECT bucket FROM rollups_recent WHERE tier = ?1 AND bucket <= ?2 \
+         ORDER BY bucket LIMIT 1 OFFSET ?3",
+        (key, through, SETTLE_ROWS),
+        oldest,
+    )?
+    .unwrap_or(through);
     let moved = tx
         .prepare_cached(concat!(
             "INSERT INTO rollups (tier, series_id, bucket, ",
@@ -646,15 +661,7 @@ pub fn delete_oldest(
             _ => return Ok(0),
         },
     };
-    let bound: Option<i64> = tx
-        .prepare_cached(nth_sql)
-        .and_then(|mut st| {
-            st.query_row(params![key, last_bucket, limit], |r| r.get(0))
-                .optional()
-        })
-        .ctx(path)?;
-    let upto = match bound {
-        Some(b) if b > first => b - 1,
+    let upto = match whole_buckets(tx, path, nth_sql, (key, last_bucket, limit), first)? {
         Some(b) => b,
         // Fewer than `limit` rows: all of this table's, not yet the other's.
         None => tx
