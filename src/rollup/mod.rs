@@ -37,8 +37,8 @@
 //! statement is a typed function of [`crate::store`]. Files: `config.rs` (`[rollup]`,
 //! `[retention]`), `plan.rs` (the validated [`Plan`] and its [`Tier`]s, shared with the query
 //! engine), `fold.rs` (raw chunks into tiers, and settling final buckets), `evict.rs`
-//! (retention and the disk budget), `status.rs` (the `rollup` object of `/api/v1/status`), this file (the [`Job`] and the
-//! agent's periodic task).
+//! (retention and the disk budget), `status.rs` (the `rollup` object of `/api/v1/status`),
+//! this file (the [`Job`] and the agent's periodic task).
 
 pub(crate) mod config;
 mod evict;

@@ -252,7 +252,7 @@ pub fn read_acc_at(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<Result<
 
 /// Which table holds a tier row (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
+enum Place {
     /// `rollups`, keyed by series: buckets at or below the tier's [`State::settled`].
     Settled,
     /// `rollups_recent`, keyed by time: newer buckets.
@@ -261,7 +261,7 @@ pub enum Place {
 
 impl Place {
     /// Where the row of `bucket` is, for a tier settled through `settled`.
-    pub fn of(bucket: i64, settled: i64) -> Place {
+    fn of(bucket: i64, settled: i64) -> Place {
         if bucket <= settled {
             Place::Settled
         } else {
@@ -291,7 +291,6 @@ type RecentRows = Vec<(usize, i64, Result<Acc, ()>)>;
 /// The `rollups_recent` rows of tier `key` for the series of `sids` with `lo <= bucket <=
 /// hi`: `(index in sids, bucket, row)`, sorted by index then bucket. One statement for all
 /// the series: a point read per bucket and series.
-#[allow(clippy::too_many_arguments)]
 fn read_recent(
     conn: &Connection,
     path: &Path,
@@ -306,16 +305,11 @@ fn read_recent(
         return Ok(out);
     };
     let res = key.saturating_mul(1_000_000_000).max(1);
-    let from = match lo.max(oldest) {
-        b if b == oldest => b,
-        b => {
-            let start = super::bucket::bucket_start(b, res);
-            if start < b {
-                start.saturating_add(res)
-            } else {
-                start
-            }
-        }
+    // The first bucket at or after `lo` and `oldest` (a bucket, so `lo` may be far below).
+    let first = lo.max(oldest);
+    let from = match super::bucket::bucket_start(first, res) {
+        start if start < first => start.saturating_add(res),
+        start => start,
     };
     let to = hi.min(newest);
     if from > to || sids.is_empty() {
@@ -325,30 +319,25 @@ fn read_recent(
     for (i, &sid) in sids.iter().enumerate() {
         index.entry(sid).or_default().push(i);
     }
-    let list = {
-        let mut l = String::with_capacity(sids.len() * 8 + 2);
-        l.push('[');
-        for (i, sid) in index.keys().enumerate() {
-            if i > 0 {
-                l.push(',');
-            }
-            l.push_str(&sid.to_string());
-        }
-        l.push(']');
-        l
-    };
+    // The series as a JSON array, for `json_each`.
+    let list = format!(
+        "[{}]",
+        index
+            .keys()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
     let [_, points_sql, scan_sql] = need.sql();
-    let (mut st, points) = if (to - from) / res < MAX_POINT_READS {
-        (conn.prepare_cached(points_sql).ctx(path)?, true)
+    let mut st;
+    let mut rows;
+    if (to - from) / res < MAX_POINT_READS {
+        st = conn.prepare_cached(points_sql).ctx(path)?;
+        rows = st.query(params![key, list, from, to, res]).ctx(path)?;
     } else {
-        (conn.prepare_cached(scan_sql).ctx(path)?, false)
-    };
-    let mut rows = if points {
-        st.query(params![key, list, from, to, res])
-    } else {
-        st.query(params![key, list, from, to])
+        st = conn.prepare_cached(scan_sql).ctx(path)?;
+        rows = st.query(params![key, list, from, to]).ctx(path)?;
     }
-    .ctx(path)?;
     let sid_col = 1 + need.columns();
     while let Some(r) = rows.next().ctx(path)? {
         let bucket: i64 = r.get(0).ctx(path)?;
@@ -437,7 +426,6 @@ pub fn read_ranges<E: From<StoreError>>(
 /// `Some(Err(()))` where its sketch is corrupt. Settled buckets by one range read over them
 /// (rows in the range that are not asked for are skipped undecoded), or point reads when
 /// they are sparse in a wide range (e.g. one late point); recent ones by point reads.
-#[allow(clippy::too_many_arguments)]
 pub fn read_buckets(
     tx: &Connection,
     path: &Path,
