@@ -387,4 +387,85 @@ fn main() {
         "({runs} runs per query; median/max over all runs including the first; engine time = \
          agg_query_from_params + engine::query; json = serializing the reply, not included)"
     );
+    tail_scan();
+}
+
+/// The unindexed tail's read cost: 200 tag sets, 20,000 one-point chunks (the writer's
+/// `TAIL_MAX_ROWS`) all in the tail, then all indexed: one tag set's last 5 minutes and all
+/// 200 tag sets' at once (`scan_tagsets`: the tail read once), median of 50 reads each.
+fn tail_scan() {
+    use edgewatch::store::chunks::{self, Scan};
+    use std::ops::ControlFlow;
+    const TAGSETS: i64 = 200;
+    const COMMITS: i64 = 100;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut w = Writer::open(dir.path(), 100_000, Synchronous::Normal).expect("writer");
+    for i in 0..COMMITS {
+        let batch = Batch {
+            lines: (0..TAGSETS)
+                .map(|s| Line {
+                    key: format!("m,s={s}"),
+                    fields: vec![
+                        ("a".to_string(), Value::F64((i * s) as f64)),
+                        ("b".to_string(), Value::F64(i as f64 * 0.5)),
+                    ],
+                    ts: (1_000 + i) * NS,
+                    line_no: 0,
+                })
+                .collect(),
+        };
+        w.write(&[&batch]).expect("write");
+    }
+    drop(w);
+    let db = dir.path().join(edgewatch::store::DB_FILE);
+    let mut conn = rusqlite::Connection::open(&db).expect("open");
+    // Everything back into the tail (as if the writer had not indexed yet).
+    conn.execute_batch("DELETE FROM chunk_index; UPDATE chunk_tail SET indexed_through = 0;")
+        .expect("unindex");
+    let window = Scan {
+        ts_from: Some((1_000 + COMMITS - 300) * NS),
+        ..Scan::default()
+    };
+    let time = |r: &Reader, many: bool| -> (f64, usize) {
+        let mut t = Vec::new();
+        let mut n = 0;
+        for _ in 0..50 {
+            n = 0;
+            let start = Instant::now();
+            let count = |c: &chunks::Chunk<'_>| {
+                n += c.n as usize;
+                Ok(ControlFlow::Continue(()))
+            };
+            if many {
+                chunks::scan_tagsets(r.conn(), &db, &window, 1..=TAGSETS, count).expect("scan");
+            } else {
+                let one = Scan {
+                    tagset: Some(TAGSETS / 2),
+                    ..window.clone()
+                };
+                chunks::scan(r.conn(), &db, &one, count).expect("scan");
+            }
+            t.push(ms(start.elapsed()));
+        }
+        (median(&mut t), n)
+    };
+    let r = Reader::open(dir.path()).expect("reader");
+    let (one_tail, n1) = time(&r, false);
+    let (many_tail, n2) = time(&r, true);
+    drop(r);
+    let tx = conn.transaction().expect("tx");
+    chunks::index_tail(&tx, &db).expect("index");
+    tx.commit().expect("commit");
+    let r = Reader::open(dir.path()).expect("reader");
+    let (one_idx, m1) = time(&r, false);
+    let (many_idx, m2) = time(&r, true);
+    assert_eq!((n1, n2), (m1, m2), "the same points either way");
+    println!(
+        "\nunindexed tail, {} chunks of {TAGSETS} tag sets (median of 50 reads):",
+        TAGSETS * COMMITS
+    );
+    println!("  one tag set:  {one_tail:.3} ms in the tail, {one_idx:.3} ms indexed ({n1} points)");
+    println!(
+        "  all {TAGSETS} at once: {many_tail:.3} ms in the tail, {many_idx:.3} ms indexed ({n2} points)"
+    );
 }

@@ -462,6 +462,8 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     for p in extra:
         p.stop()
     agent.stop()
+    if args.keep:
+        shutil.copytree(data, os.path.join(args.keep, name), dirs_exist_ok=True)
     clk = os.sysconf("SC_CLK_TCK")
     half = rss[len(rss) // 2:] or rss or [0]
     hours = elapsed / 3600
@@ -498,6 +500,7 @@ def main():
                     help="in the strace window, also break bytes written and syncs down by thread and file")
     ap.add_argument("--wal-frames", action="store_true",
                     help="at the end of the full phase, count the WAL's frames by table and index (dbstat)")
+    ap.add_argument("--keep", help="copy each phase's stopped data directory to KEEP/PHASE (to inspect the store)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
     if not os.path.exists(args.bin):

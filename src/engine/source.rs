@@ -3,7 +3,7 @@
 //! into [`Steps`] from that tier plus the raw chunks it has not rolled up yet. Read-only;
 //! it never aggregates steps into answers (that is `query` and `inference`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 
 use super::rowcache::{self, RowCache};
@@ -106,7 +106,8 @@ pub fn collect(
         Some(t) => tiers::state(conn, path, t.key())?.cursor,
         None => 0,
     };
-    let mut sets = Vec::new();
+    // The matching tag sets' series, each with its steps.
+    let mut found: Vec<(BTreeMap<String, String>, i64, i64, ByStep)> = Vec::new();
     for set in dict::tagsets_matching(conn, path, measurement, tags)? {
         if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
             continue;
@@ -118,13 +119,48 @@ pub fn collect(
             steps: Steps::default(),
             step_ns,
         };
-        read_series(
-            reader, tier, cursor, set.id, sid, from, to, need, &mut steps,
-        )?;
-        if !steps.steps.is_empty() {
-            sets.push((set.tags, steps.steps));
+        if let Some(t) = tier {
+            read_tier_rows(reader, t, sid, from, to, need, &mut steps)?;
         }
+        found.push((set.tags, set.id, sid, steps));
     }
+    // Raw points of all of them in one pass (each tag set's chunks in id order, the
+    // unindexed tail read once): all points for the raw source, else only chunks the tier
+    // has not rolled up yet.
+    let exact = tier.is_none();
+    let of_tagset: HashMap<i64, usize> = found.iter().enumerate().map(|(i, f)| (f.1, i)).collect();
+    let scan = Scan {
+        after: Some(cursor),
+        ts_from: Some(from),
+        ts_to: Some(to),
+        ..Scan::default()
+    };
+    let tagsets: Vec<i64> = found.iter().map(|f| f.1).collect();
+    chunks::scan_tagsets(conn, path, &scan, tagsets, |c| {
+        let Some(&i) = of_tagset.get(&c.tagset_id) else {
+            return Ok(ControlFlow::Continue(()));
+        };
+        let (_, _, sid, slots) = &mut found[i];
+        let sid = *sid;
+        c.decode(path, |ts, s, v| {
+            if s != sid || ts < from || ts > to {
+                return;
+            }
+            if let Some(f) = numeric(&v) {
+                let step = slots.at(ts);
+                step.acc.add(ts, f);
+                if exact {
+                    step.exact.get_or_insert_with(Vec::new).push(f);
+                }
+            }
+        })?;
+        Ok(ControlFlow::Continue(()))
+    })?;
+    let sets = found
+        .into_iter()
+        .filter(|f| !f.3.steps.is_empty())
+        .map(|f| (f.0, f.3.steps))
+        .collect();
     Ok(Collected {
         tier: tier_name,
         from,
@@ -156,14 +192,11 @@ impl Slots for StepAcc {
     }
 }
 
-/// Reads series `sid` (of tag set `tagset`) over `[from, to]` into `slots`: the tier's rows
-/// (when `tier`) plus the raw chunks after `cursor`, or every raw point (exact values kept).
-#[allow(clippy::too_many_arguments)]
-fn read_series(
+/// Reads tier `t`'s rows of series `sid` over `[from, to]` into `slots` (the raw chunks
+/// the tier has not rolled up yet are read by the caller).
+fn read_tier_rows(
     reader: &Reader,
-    tier: Option<&Tier>,
-    cursor: i64,
-    tagset: i64,
+    t: &Tier,
     sid: i64,
     from: i64,
     to: i64,
@@ -171,43 +204,16 @@ fn read_series(
     slots: &mut impl Slots,
 ) -> Result<(), EngineError> {
     let (conn, path) = (reader.conn(), reader.path());
-    if let Some(t) = tier {
-        let lo = bucket_start(from, t.res_ns);
-        tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
-            let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
-            let slot = &mut slots.at(bucket).acc;
-            if slot.count == 0 {
-                *slot = acc;
-            } else {
-                slot.merge(&acc);
-            }
-            Ok::<_, EngineError>(())
-        })?;
-    }
-    // Raw points: all of them for the raw source, else only chunks the tier has not
-    // rolled up yet.
-    let exact = tier.is_none();
-    let scan = Scan {
-        tagset: Some(tagset),
-        after: Some(cursor),
-        ts_from: Some(from),
-        ts_to: Some(to),
-        ..Scan::default()
-    };
-    chunks::scan(conn, path, &scan, |c| {
-        c.decode(path, |ts, s, v| {
-            if s != sid || ts < from || ts > to {
-                return;
-            }
-            if let Some(f) = numeric(&v) {
-                let step = slots.at(ts);
-                step.acc.add(ts, f);
-                if exact {
-                    step.exact.get_or_insert_with(Vec::new).push(f);
-                }
-            }
-        })?;
-        Ok(ControlFlow::Continue(()))
+    let lo = bucket_start(from, t.res_ns);
+    tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
+        let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
+        let slot = &mut slots.at(bucket).acc;
+        if slot.count == 0 {
+            *slot = acc;
+        } else {
+            slot.merge(&acc);
+        }
+        Ok::<_, EngineError>(())
     })?;
     Ok(())
 }

@@ -105,13 +105,13 @@ pub fn merge_step(
     if limits.all {
         // Merging everything (`maintain --recompress`): the unindexed tail too (the writer,
         // if it runs, goes on from the new `indexed_through`).
-        let through = super::chunks::indexed_through(&tx, path)?;
-        super::chunks::index_tail(&tx, path, through)?;
+        super::chunks::index_tail(&tx, path)?;
     }
     let need = if limits.all { 0 } else { TARGET_POINTS as i64 };
     let tagsets: Vec<i64> = tx
         .prepare_cached(
-            "SELECT tagset_id FROM chunks WHERE id <= ?1 AND n < ?2 AND indexed = 1 GROUP BY tagset_id \
+            "SELECT tagset_id FROM chunks WHERE id <= MIN(?1, (SELECT indexed_through FROM chunk_tail)) \
+             AND n < ?2 GROUP BY tagset_id \
              HAVING COUNT(*) > 1 AND SUM(n) >= ?3 ORDER BY MIN(id)",
         )
         .and_then(|mut st| {
@@ -126,8 +126,8 @@ pub fn merge_step(
     let mut budget = limits.max_points.max(1);
     let mut sel = tx
         .prepare_cached(
-            "SELECT id, ts_min, n, data FROM chunks WHERE tagset_id = ?1 AND indexed = 1 \
-             AND id <= ?2 AND n < ?3 ORDER BY id LIMIT ?4",
+            "SELECT c.id, c.ts_min, c.n, c.data FROM chunk_index i CROSS JOIN chunks c ON c.id = i.id \
+             WHERE i.tagset_id = ?1 AND i.id <= ?2 AND c.n < ?3 ORDER BY c.id LIMIT ?4",
         )
         .ctx(path)?;
     for tagset in tagsets {

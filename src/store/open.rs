@@ -193,7 +193,7 @@ pub fn schema_version(conn: &Connection, path: &Path) -> Result<u32, StoreError>
 /// The one schema-version check: never newer than this binary; exactly current for the
 /// connections that do not migrate but write.
 /// The oldest schema a read-only connection can read.
-const READ_VERSION: u32 = 12;
+const READ_VERSION: u32 = 15;
 
 fn check_version(conn: &Connection, path: &Path, mode: Mode) -> Result<(), StoreError> {
     let found = schema_version(conn, path)?;
@@ -205,7 +205,7 @@ fn check_version(conn: &Connection, path: &Path, mode: Mode) -> Result<(), Store
             supported: latest,
         });
     }
-    // Readers need the unindexed-tail table (`0012_chunk_tail.sql`) to read one tag set.
+    // Readers need the chunk index table (`0015_chunk_index.sql`) to read one tag set.
     let stale = match mode {
         Mode::Job | Mode::Cursor => found != latest,
         Mode::ReadOnly => found < READ_VERSION,

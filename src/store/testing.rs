@@ -105,6 +105,12 @@ pub fn downgrade_to_v3(dir: &Path) {
     // Migration 0011's column (the outbox bound).
     c.execute("ALTER TABLE notifiers DROP COLUMN pruned_unsent", [])
         .unwrap();
+    // Migration 0015's index table: back to 0012's partial index.
+    c.execute_batch(
+        "DROP TRIGGER chunk_index_delete; DROP TRIGGER chunk_index_retime; DROP TABLE chunk_index; \
+         CREATE INDEX chunks_tagset_ts_max ON chunks (tagset_id, ts_max) WHERE indexed = 1;",
+    )
+    .unwrap();
     // Migration 0012's unindexed tail: back to one full index.
     c.execute_batch(
         "DROP INDEX chunks_tagset_ts_max; ALTER TABLE chunks DROP COLUMN indexed; \

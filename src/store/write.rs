@@ -61,14 +61,15 @@ struct Tail {
 
 impl Tail {
     /// Whether a commit that brings the tail to `rows` chunks (of the tag sets in
-    /// `self.tagsets`) should index it too: after [`chunks::TAIL_SECONDS`], or once it holds
-    /// [`chunks::TAIL_ROWS`] chunks and [`chunks::TAIL_ROWS_PER_TAGSET`] per tag set.
-    /// Indexing writes about one index leaf per tag set in the tail, so with hundreds of tag
-    /// sets a commit (a scrape, many models) a row count alone would index every commit or two.
+    /// `self.tagsets`) should index it too: after [`chunks::TAIL_SECONDS`], once it holds
+    /// [`chunks::TAIL_ROWS`] chunks and [`chunks::TAIL_ROWS_PER_TAGSET`] per tag set, or
+    /// at [`chunks::TAIL_MAX_ROWS`]. Indexing writes about one index leaf per tag set in
+    /// the tail, so with hundreds of tag sets a commit (a scrape, many models) a row count
+    /// alone would index every commit or two.
     fn due(&self, rows: i64) -> bool {
         let per_tagset = chunks::TAIL_ROWS_PER_TAGSET.saturating_mul(self.tagsets.len() as i64);
         rows > 0
-            && (rows >= chunks::TAIL_ROWS.max(per_tagset)
+            && (rows >= chunks::TAIL_ROWS.max(per_tagset).min(chunks::TAIL_MAX_ROWS)
                 || self.since.elapsed() >= std::time::Duration::from_secs(chunks::TAIL_SECONDS))
     }
 }
@@ -344,8 +345,7 @@ impl Writer {
     ) -> Result<i64, StoreError> {
         let mut ins_chunk = tx
             .prepare_cached(
-                "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data, indexed) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+                "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
             )
             .ctx(path)?;
         let mut newest = latest.as_mut().map(|l| &mut l.1);
@@ -398,7 +398,7 @@ impl Writer {
         rows: i64,
     ) -> Result<Option<i64>, StoreError> {
         if tail.due(tail.rows + rows) {
-            Ok(Some(chunks::index_tail(tx, path, tail.through)?))
+            Ok(Some(chunks::index_tail(tx, path)?))
         } else {
             Ok(None)
         }
