@@ -311,7 +311,7 @@ impl Job {
             }
             let key = tier.key();
             let settled = locked[ti].settled;
-            let mut inserted = 0i64;
+            let (mut inserted, mut corrupt_skipped) = (0i64, 0i64);
             // Sorted, so the write order (and the file) is the same on every run.
             let accs = std::mem::take(&mut fresh[ti]).into_sorted();
             // The existing rows of each series, read together, merged and written back.
@@ -330,28 +330,40 @@ impl Job {
                     tiers::read_buckets(&tx, &path, key, tier.res_ns, settled, sid, &buckets)?;
                 for ((bucket, acc), existing) in group.drain(..).zip(existing) {
                     let exists = existing.is_some();
-                    if !exists {
-                        inserted += 1;
-                    }
                     let merged = match existing {
                         None => acc,
+                        // A stored row whose sketch does not decode: the row stays as it is
+                        // (reads of its percentiles report it) and these points stay out of
+                        // it, counted, so one bad row does not stop the tier for good.
                         Some(Err(())) => {
-                            return Err(RollupError::Corrupt {
-                                path: path.clone(),
-                                tier_s: key,
-                                series_id: sid,
-                                bucket,
-                            })
+                            tracing::warn!(
+                                error = %RollupError::Corrupt {
+                                    path: path.clone(),
+                                    tier_s: key,
+                                    series_id: sid,
+                                    bucket,
+                                },
+                                points = acc.count,
+                                "late points for a corrupt tier row left out of it"
+                            );
+                            corrupt_skipped += acc.count as i64;
+                            continue;
                         }
                         Some(Ok(mut old)) => {
                             old.merge(&acc);
                             old
                         }
                     };
+                    if !exists {
+                        inserted += 1;
+                    }
                     tiers::put(&tx, &path, key, settled, sid, bucket, &merged, exists)?;
                 }
             }
             counters::bump(&tx, &path, &counters::tier_rows(key), inserted)?;
+            if corrupt_skipped > 0 {
+                counters::bump(&tx, &path, &counters::corrupt_skipped(key), corrupt_skipped)?;
+            }
             let s = &states[ti];
             if s.cursor < last_id {
                 let moved = tiers::State {

@@ -39,6 +39,7 @@ pub fn status(reader: &Reader, plan: &Plan, now: i64) -> Result<Rollup, StoreErr
             late_points: s.late,
             rows: c(&counters::tier_rows(t.key())),
             evicted_rows: c(&format!("evicted_rows_{}", t.key())),
+            corrupt_skipped_points: c(&counters::corrupt_skipped(t.key())),
         });
     }
     let sinks = sinks::evictions(conn, path)?

@@ -862,3 +862,113 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
         "moving 71 minutes of 600 series wrote {frames} pages in {steps} steps"
     );
 }
+
+/// A tier row whose sketch does not decode, in either table (settled or recent): reads of
+/// its percentiles are an error naming the store, reads that do not need a sketch and the
+/// other rows still work, and late points for it are left out of it and counted (status
+/// and `/metrics`) instead of failing every fold from then on.
+#[test]
+fn a_corrupt_sketch_in_either_tier_table_is_reported_and_does_not_stop_the_fold() {
+    use crate::engine::{collect_window, need_of, Agg, EngineError, SeriesRef};
+    use crate::store::tiers::{read_ranges, Need};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    let mut r = rng(7);
+    for key in ["m,s=a", "m,s=b", "m,s=c"] {
+        let pts: Vec<(i64, f64)> = (0..720).map(|i| (i * 10 * NS, 1.0 + 9.0 * r())).collect();
+        write(&mut w, key, &pts);
+    }
+    let plan = plan_with(&["1m", "1h"], 100_000, 0);
+    let mut job = Job::open(dir.path(), plan.clone()).unwrap();
+    let now = 2 * HOUR;
+    let mut rep = Report::default();
+    job.rollup(now, false, &|| false, &mut rep).unwrap();
+    job.settle(&|| false, &mut rep).unwrap();
+    assert_eq!(
+        crate::store::testing::tier_rows_by_table(dir.path(), 60),
+        (327, 33)
+    );
+    let (conn, _) = open_conn(dir.path()).unwrap();
+    for (table, sid, bucket) in [("rollups", 1, 30 * MIN), ("rollups_recent", 2, 115 * MIN)] {
+        let n = conn
+            .execute(
+                &format!(
+                    "UPDATE {table} SET sketch = x'ff01' WHERE tier = 60 AND series_id = ?1 \
+                     AND bucket = ?2"
+                ),
+                [sid, bucket],
+            )
+            .unwrap();
+        assert_eq!(n, 1, "{table}");
+    }
+    drop(conn);
+    let rows = |need: Need| {
+        let reader = Reader::open(dir.path()).unwrap();
+        let mut out = Vec::new();
+        read_ranges(
+            reader.conn(),
+            reader.path(),
+            60,
+            &[1, 2, 3],
+            0,
+            now,
+            need,
+            |i, b, acc| {
+                out.push((i, b, acc.map(|a| a.count)));
+                Ok::<_, crate::store::StoreError>(())
+            },
+        )
+        .unwrap();
+        out
+    };
+    let sketches = rows(Need::Sketch);
+    assert_eq!(sketches.len(), 360);
+    let bad: Vec<(usize, i64)> = sketches
+        .iter()
+        .filter(|r| r.2.is_err())
+        .map(|r| (r.0, r.1))
+        .collect();
+    assert_eq!(bad, vec![(0, 30 * MIN), (1, 115 * MIN)]);
+    assert!(rows(Need::Sum).iter().all(|r| r.2 == Ok(6)));
+
+    // Through the engine: a percentile over the corrupt rows names the store; a mean works.
+    let reader = Reader::open(dir.path()).unwrap();
+    let refs = [
+        SeriesRef { tagset: 1, sid: 1 },
+        SeriesRef { tagset: 2, sid: 2 },
+        SeriesRef { tagset: 3, sid: 3 },
+    ];
+    let window = |agg| collect_window(&reader, &plan, &refs, 0, now, 60 * NS, need_of(agg), now);
+    match window(Agg::Quantile(0.99)) {
+        Err(EngineError::Corrupt(p)) => assert_eq!(p, db_path(dir.path())),
+        other => panic!(
+            "expected a corrupt-row error, got {:?}",
+            other.map(|v| v.len())
+        ),
+    }
+    let means = window(Agg::Mean).unwrap();
+    assert!(means
+        .iter()
+        .all(|m| m.as_ref().is_some_and(|m| m.acc.count == 720)));
+    drop(reader);
+
+    // Late points for both corrupt rows and for a sound one: the fold goes on, the corrupt
+    // rows stay as they were, the two points are counted, the sound row takes its point.
+    write(
+        &mut w,
+        "m,s=a",
+        &[(30 * MIN + 2 * NS, 50.0), (31 * MIN + 2 * NS, 50.0)],
+    );
+    write(&mut w, "m,s=b", &[(115 * MIN + 2 * NS, 50.0)]);
+    job.rollup(now, false, &|| false, &mut rep).unwrap();
+    let after = rows(Need::Sum);
+    let count = |i: usize, b: i64| after.iter().find(|r| r.0 == i && r.1 == b).unwrap().2;
+    assert_eq!(
+        (count(0, 30 * MIN), count(1, 115 * MIN), count(0, 31 * MIN)),
+        (Ok(6), Ok(6), Ok(7))
+    );
+    let reader = Reader::open(dir.path()).unwrap();
+    let st = super::status::status(&reader, &plan, now).unwrap();
+    assert_eq!(st.tiers[0].corrupt_skipped_points, 2);
+    assert_eq!(st.tiers[1].corrupt_skipped_points, 0);
+}

@@ -163,6 +163,9 @@ pub struct Tier {
     pub rows: i64,
     /// Rows evicted by its retention or the budget, all time.
     pub evicted_rows: i64,
+    /// Late points left out of a stored row whose sketch does not decode, all time.
+    #[serde(default)]
+    pub corrupt_skipped_points: i64,
 }
 
 /// Raw data evicted by retention or the budget, all time.

@@ -3,7 +3,7 @@
 //! transaction, so a count moves exactly when the rows it counts do.
 //!
 //! Never resets a counter; the names are the callers' (see [`tier_rows`] for the one this
-//! module spells itself).
+//! module spells itself, and [`corrupt_skipped`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,6 +16,12 @@ use super::StoreError;
 /// The counter holding tier `tier_key`'s live row count (migration 0004).
 pub fn tier_rows(tier_key: i64) -> String {
     format!("rows_{tier_key}")
+}
+
+/// The counter of points tier `tier_key`'s fold left out of a stored row whose sketch
+/// does not decode (see `rollup::fold`).
+pub fn corrupt_skipped(tier_key: i64) -> String {
+    format!("corrupt_skipped_{tier_key}")
 }
 
 /// The counter `name` (0 when it does not exist yet).

@@ -334,6 +334,12 @@ fn rollup(s: &mut Scrape, r: &status::Rollup) {
             &l,
             t.evicted_rows as f64,
         );
+        s.counter(
+            "edgewatch_rollup_corrupt_skipped_points_total",
+            "Late points left out of a stored tier row whose sketch does not decode.",
+            &l,
+            t.corrupt_skipped_points as f64,
+        );
     }
     s.counter(
         "edgewatch_evicted_raw_chunks_total",

@@ -151,6 +151,7 @@ fn known_status() -> Status {
                     late_points: 302,
                     rows: 303,
                     evicted_rows: 304,
+                    corrupt_skipped_points: 305,
                 },
                 status::Tier {
                     name: "1h".into(),
@@ -164,6 +165,7 @@ fn known_status() -> Status {
                     late_points: 312,
                     rows: 313,
                     evicted_rows: 314,
+                    corrupt_skipped_points: 315,
                 },
             ],
             newest_chunk_id: 320,
@@ -470,6 +472,10 @@ edgewatch_queue_capacity_points 109
 # HELP edgewatch_queue_points Points waiting between ingest and the writer.
 # TYPE edgewatch_queue_points gauge
 edgewatch_queue_points 108
+# HELP edgewatch_rollup_corrupt_skipped_points_total Late points left out of a stored tier row whose sketch does not decode.
+# TYPE edgewatch_rollup_corrupt_skipped_points_total counter
+edgewatch_rollup_corrupt_skipped_points_total{tier="1h"} 315
+edgewatch_rollup_corrupt_skipped_points_total{tier="1m"} 305
 # HELP edgewatch_rollup_fold_interval_seconds How often the rollup job folds the tier (the lag stays below it in normal running).
 # TYPE edgewatch_rollup_fold_interval_seconds gauge
 edgewatch_rollup_fold_interval_seconds{tier="1h"} 21600
