@@ -256,6 +256,9 @@ fn main() {
     job.fold_cadence = true;
     let mut wall = Vec::new();
     let mut cpu = Vec::new();
+    // Cycles that opened no incident (their CPU), and incidents opened / snapshot wall ms.
+    let mut cpu_quiet: Vec<f64> = Vec::new();
+    let (mut opened, mut snapshot_ms) = (0u64, 0.0f64);
     let mut allocs = Vec::new();
     let mut firing = 0;
     // Live: a clock that advances one interval per cycle from now (the cycles run back to
@@ -297,6 +300,11 @@ fn main() {
             wall.push(dw.as_secs_f64() * 1e3);
             cpu.push(dc.as_secs_f64() * 1e3);
             allocs.push(da as f64);
+            opened += status.last_incidents;
+            snapshot_ms += status.last_incidents_ms;
+            if status.last_incidents == 0 {
+                cpu_quiet.push(dc.as_secs_f64() * 1e3);
+            }
         }
     }
     let med = |v: &mut Vec<f64>| {
@@ -326,6 +334,17 @@ fn main() {
         "{n_rules} rules ({user} + {} built-in), {firing} instances firing: one cycle median {wm:.1} ms wall (max {max:.1}), {cm:.1} ms CPU, {am:.0} allocations over {} cycles",
         n_rules - user,
         wall.len()
+    );
+    let cycles = wall.len().max(1) as f64;
+    let quiet = cpu_quiet.len();
+    let cq = med(&mut cpu_quiet);
+    println!(
+        "incidents: {opened} opened over {} cycles ({:.1} a cycle), their snapshots {:.1} ms wall a cycle; \
+         the {quiet} cycles that opened none: {cq:.1} ms CPU median ({:.3} % of one core at {INTERVAL_S} s)",
+        wall.len(),
+        opened as f64 / cycles,
+        snapshot_ms / cycles,
+        cq / 1e3 / INTERVAL_S * 100.0
     );
     println!(
         "CPU share at a {INTERVAL_S} s interval: {share:.3} % of one core (target < {TARGET_PCT} %): {}",

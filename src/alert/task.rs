@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use tokio_util::sync::CancellationToken;
@@ -29,8 +29,9 @@ use super::event::{AlertEvent, EventStatus, Firing};
 use super::observe::{observe, DropHistory, Inputs, Labels};
 use super::rules::{fmt_value, Rule};
 
-/// Most incidents opened in one evaluation (each takes a triage snapshot, ~0.3 s); instances
-/// beyond it in the same cycle fire without one.
+/// Most incidents opened in one evaluation (each takes a triage snapshot: a few queries, ~8
+/// ms CPU, and the cycle's one process sample, 0.25 s); instances beyond it in the same
+/// cycle fire without one.
 pub const MAX_INCIDENTS_PER_CYCLE: usize = 8;
 /// Most incident points held while the ingest queue is full (the oldest go first, counted
 /// as dropped points).
@@ -257,11 +258,15 @@ impl Evaluator {
         let mut cycle = super::observe::Cycle::with_rows(std::mem::take(&mut self.rows));
         // Rules over the same field and window share one read.
         cycle.prepare(&self.reader, &self.setup.rules);
-        // A snapshot costs a few queries and a /proc sample (~0.3 s): a storm of instances
+        // A snapshot costs a few queries (and the cycle's /proc sample): a storm of instances
         // firing together (a new rule over a whole fleet of series) opens incidents for the
         // first few and fires the rest without one, rather than stalling the evaluation.
         let mut incident_budget = MAX_INCIDENTS_PER_CYCLE;
         let mut incidents_skipped = 0usize;
+        // Incidents opened and the time their snapshots took (reported apart in the status).
+        let (mut incidents_opened, mut incident_time) = (0u64, Duration::ZERO);
+        // The processes sampled for the cycle's first incident, shared by the others.
+        let mut cycle_procs = None;
         // The stored explanation and threshold of each incident its alert's resolve closes.
         let mut closing: BTreeMap<i64, (Explanation, Option<f64>)> = BTreeMap::new();
         let remembered = by_rule(&self.entries, self.setup.rules.len());
@@ -343,7 +348,11 @@ impl Evaluator {
                     inst.incident_id = None;
                     if incident_budget > 0 {
                         incident_budget -= 1;
-                        incident = self.prepare_incident(rule, &labels, &inst, now);
+                        let t0 = Instant::now();
+                        incident =
+                            self.prepare_incident(rule, &labels, &inst, now, &mut cycle_procs);
+                        incident_time += t0.elapsed();
+                        incidents_opened += u64::from(incident.is_some());
                     } else {
                         incidents_skipped += 1;
                     }
@@ -446,6 +455,8 @@ impl Evaluator {
             evaluations: self.evaluations,
             last_evaluation_ns: Some(now),
             last_duration_ms: Some(started.elapsed().as_secs_f64() * 1000.0),
+            last_incidents: incidents_opened,
+            last_incidents_ms: incident_time.as_secs_f64() * 1000.0,
             rule_errors,
             store_error,
             active: items
@@ -567,6 +578,7 @@ impl Evaluator {
         labels: &Labels,
         i: &Instance,
         now: i64,
+        procs: &mut Option<Vec<super::incident::snapshot::Process>>,
     ) -> Option<crate::store::incidents::Draft> {
         let (measurement, field) = rule.measurement_field();
         let mut tags = rule.tag_filter();
@@ -595,12 +607,13 @@ impl Evaluator {
                 return None;
             }
         };
-        match super::incident::prepare(
-            &self.setup.data_dir,
+        match super::incident::prepare_with(
+            &self.reader,
             opts,
             &firing,
             now,
             &self.setup.base_url,
+            procs,
         ) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -931,6 +944,50 @@ mod tests {
         let rows = incidents_of(dir.path());
         assert_eq!(rows.len(), 1);
         assert_eq!(rows[0].resolved_ns, Some(now + 30 * S));
+    }
+
+    /// A storm: ten instances fire in one evaluation. The first `MAX_INCIDENTS_PER_CYCLE`
+    /// get an incident, the rest fire without one, and the cycle's incidents share one
+    /// process sample (each waits 0.25 s; one each held a cycle of eight for 2 s). The status
+    /// counts them.
+    #[test]
+    fn a_storm_opens_a_bounded_number_of_incidents_that_share_one_process_sample() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        let body: String = (0..10)
+            .flat_map(|h| (0..20).map(move |i| format!("m,host=h{h} v=10 {}\n", now - i * S)))
+            .collect();
+        let parsed = parse_body(&body, Precision::Nanos, now);
+        let mut w = Writer::open(dir.path(), 1_000, Synchronous::Normal).unwrap();
+        w.write(&[&parsed.batch]).unwrap();
+        drop(w);
+        let toml = HOT.replace("for = \"0s\"\n", "for = \"0s\"\ngroup_by = [\"host\"]\n");
+        let mut ev = evaluator(dir.path(), &toml, now);
+        let before = super::super::incident::procs::SAMPLES.with(|c| c.get());
+        let (items, status) = ev.evaluate(now);
+        let samples = super::super::incident::procs::SAMPLES.with(|c| c.get()) - before;
+        assert_eq!(status.store_error, None);
+        let fired: Vec<Option<i64>> = items
+            .iter()
+            .filter(|i| i.name == "Hot" && i.state == "firing")
+            .map(|i| i.incident_id)
+            .collect();
+        assert_eq!(fired.len(), 10, "{items:?}");
+        assert_eq!(
+            fired.iter().filter(|i| i.is_some()).count(),
+            MAX_INCIDENTS_PER_CYCLE
+        );
+        assert_eq!(status.last_incidents, MAX_INCIDENTS_PER_CYCLE as u64);
+        assert!(status.last_incidents_ms > 0.0);
+        assert_eq!(samples, 1, "one process sample for the cycle's incidents");
+        assert_eq!(incidents_of(dir.path()).len(), MAX_INCIDENTS_PER_CYCLE);
+        // The next cycle opens none (nothing new fires) and takes no sample.
+        let (_, status) = ev.evaluate(now + S);
+        assert_eq!(status.last_incidents, 0);
+        assert_eq!(
+            super::super::incident::procs::SAMPLES.with(|c| c.get()) - before,
+            1
+        );
     }
 
     /// An incident no firing instance names at the evaluator's start is closed then: left

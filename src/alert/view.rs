@@ -52,6 +52,12 @@ pub struct AlertsStatus {
     pub last_evaluation_ns: Option<i64>,
     /// How long it took, ms.
     pub last_duration_ms: Option<f64>,
+    /// Incidents it opened (each with a triage snapshot).
+    #[serde(default)]
+    pub last_incidents: u64,
+    /// Of its duration, the time their snapshots took, ms.
+    #[serde(default)]
+    pub last_incidents_ms: f64,
     /// Rules whose last evaluation failed.
     pub rule_errors: Vec<RuleError>,
     /// The last failure to record state in the store, if the last evaluation had one.

@@ -151,7 +151,8 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
             // chunk insert (~7 writes a second on the reference workload, flushed to the
             // card every 30 s). The writer's statements touch a few pages each; set after the
             // migrations, whose sorts may be large.
-            conn.pragma_update(None, "temp_store", "MEMORY").ctx(&path)?;
+            conn.pragma_update(None, "temp_store", "MEMORY")
+                .ctx(&path)?;
             Ok((conn, path))
         }
         Mode::Job => {
@@ -172,7 +173,8 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
             conn.pragma_update(None, "synchronous", "FULL").ctx(&path)?;
             conn.pragma_update(None, "cache_size", -256).ctx(&path)?;
             // One-row updates: their statement journals stay in memory (see the writer's).
-            conn.pragma_update(None, "temp_store", "MEMORY").ctx(&path)?;
+            conn.pragma_update(None, "temp_store", "MEMORY")
+                .ctx(&path)?;
             Ok((conn, path))
         }
     }

@@ -31,7 +31,7 @@ use crate::store::{incidents, Mode, Reader};
 
 pub mod explain;
 mod gather;
-mod procs;
+pub(crate) mod procs;
 mod routine;
 pub mod snapshot;
 pub mod view;
@@ -181,12 +181,27 @@ pub fn prepare(
     now_ns: i64,
     link_base: &str,
 ) -> Result<incidents::Draft, IncidentError> {
+    let reader = Reader::open(data_dir)?;
+    prepare_with(&reader, opts, firing, now_ns, link_base, &mut None)
+}
+
+/// [`prepare`] through `reader` (the evaluator's, inside its cycle's read snapshot), with
+/// `procs` the processes sampled for an earlier incident of the same cycle, if any: the
+/// incidents an evaluation opens describe the same moment, so they share one sample (each
+/// sample waits `opts.cpu_sample`; eight of them held a cycle for 2 s).
+pub fn prepare_with(
+    reader: &Reader,
+    opts: &Options,
+    firing: &Firing,
+    now_ns: i64,
+    link_base: &str,
+    procs: &mut Option<Vec<snapshot::Process>>,
+) -> Result<incidents::Draft, IncidentError> {
     let started = std::time::Instant::now();
-    let mut snap = {
-        let reader = Reader::open(data_dir)?;
-        snapshot(&reader, &opts.plan, firing, now_ns)?
-    };
-    snap.processes.by_cpu = procs::top_by_cpu(&opts.proc_dir, opts.cpu_sample, TOP_PROCESSES);
+    let mut snap = snapshot(reader, &opts.plan, firing, now_ns)?;
+    snap.processes.by_cpu = procs
+        .get_or_insert_with(|| procs::top_by_cpu(&opts.proc_dir, opts.cpu_sample, TOP_PROCESSES))
+        .clone();
     let text = serde_json::to_string(&snap)?;
     let top = snap.findings.first().map(|f| f.message.clone());
     let explanation = explain::Explanation::of(&snap);

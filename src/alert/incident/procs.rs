@@ -76,9 +76,17 @@ fn clock_ticks_and_page_size() -> (f64, f64) {
     )
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Samples taken on this thread (tests count them).
+    pub static SAMPLES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// The `n` processes using the most CPU over `interval` (percent of one core), sampled now
 /// from `proc_dir`. Empty where `proc_dir` cannot be read.
 pub fn top_by_cpu(proc_dir: &Path, interval: Duration, n: usize) -> Vec<Process> {
+    #[cfg(test)]
+    SAMPLES.with(|c| c.set(c.get() + 1));
     let (tck, page) = clock_ticks_and_page_size();
     let first = read_all(proc_dir);
     let t0 = Instant::now();
