@@ -193,11 +193,12 @@ pub const TAIL_ROWS_PER_TAGSET: i64 = 64;
 /// indexed, `cargo bench --bench query`), and reads of many tag sets scan it once.
 pub const TAIL_MAX_ROWS: i64 = 20_000;
 
-/// Seconds the writer lets unindexed chunks accumulate before it indexes them: on the
-/// reference device workload (~20 chunks a second over ~180 tag sets) each indexing
-/// writes a leaf per tag set, so this is what sets the index's writes (30 s before
-/// `0015_chunk_index.sql`: ~6 leaves a second once the index outgrew one leaf per tag set).
-pub const TAIL_SECONDS: u64 = 300;
+/// Seconds the writer lets unindexed chunks accumulate before it indexes them. Each
+/// indexing writes about a leaf per tag set, and more once a tag set's entries outgrow a
+/// leaf: on the reference device workload (~20 chunks a second over ~180 tag sets, the index
+/// ~280 leaves after an hour) one indexing wrote ~390 leaves, every 30 s before
+/// `0015_chunk_index.sql`. [`TAIL_MAX_ROWS`] bounds the tail on a busier device.
+pub const TAIL_SECONDS: u64 = 900;
 
 /// Indexes every chunk above `chunk_tail.indexed_through` (the writer's periodic step, and
 /// `maintain --recompress`'s first, inside the caller's transaction): one `chunk_index`
