@@ -694,6 +694,23 @@ fn tier_read_range(
     out
 }
 
+/// Two hours of three series (`m,s=a|b|c`, a point every 10 s) folded into 1m and 1h tiers
+/// at 2:00 (all rows recent): the store, its writer, plan, job and report.
+fn two_hours_folded(seed: u64) -> (tempfile::TempDir, Writer, Plan, Job, Report) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    let mut r = rng(seed);
+    for key in ["m,s=a", "m,s=b", "m,s=c"] {
+        let pts: Vec<(i64, f64)> = (0..720).map(|i| (i * 10 * NS, 1.0 + 9.0 * r())).collect();
+        write(&mut w, key, &pts);
+    }
+    let plan = plan_with(&["1m", "1h"], 100_000, 0);
+    let mut job = Job::open(dir.path(), plan.clone()).unwrap();
+    let mut rep = Report::default();
+    job.rollup(2 * HOUR, false, &|| false, &mut rep).unwrap();
+    (dir, w, plan, job, rep)
+}
+
 /// New tier rows go to `rollups_recent` and stay there until an hour of final buckets waits
 /// (six for the 1h tier), then move to `rollups` in one run; reads return the same rows in
 /// the same order before and after, a late point for a moved bucket merges into its row
@@ -701,18 +718,8 @@ fn tier_read_range(
 #[test]
 fn final_buckets_move_to_the_series_table_an_hour_at_a_time_and_reads_do_not_change() {
     use crate::store::testing::{rollup_rows, tier_rows_by_table};
-    let dir = tempfile::tempdir().unwrap();
-    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
-    let mut r = rng(5);
-    for key in ["m,s=a", "m,s=b", "m,s=c"] {
-        let pts: Vec<(i64, f64)> = (0..720).map(|i| (i * 10 * NS, 1.0 + 9.0 * r())).collect();
-        write(&mut w, key, &pts);
-    }
-    let plan = plan_with(&["1m", "1h"], 100_000, 0);
-    let mut job = Job::open(dir.path(), plan.clone()).unwrap();
+    let (dir, mut w, _, mut job, mut rep) = two_hours_folded(5);
     let now = 2 * HOUR;
-    let mut rep = Report::default();
-    job.rollup(now, false, &|| false, &mut rep).unwrap();
     assert_eq!(tier_rows_by_table(dir.path(), 60), (0, 360));
     assert_eq!(tier_rows_by_table(dir.path(), 3600), (0, 6));
     let (rows, read_1m, read_1h) = (
@@ -871,18 +878,8 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
 fn a_corrupt_sketch_in_either_tier_table_is_reported_and_does_not_stop_the_fold() {
     use crate::engine::{collect_window, need_of, Agg, EngineError, SeriesRef};
     use crate::store::tiers::{read_ranges, Need};
-    let dir = tempfile::tempdir().unwrap();
-    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
-    let mut r = rng(7);
-    for key in ["m,s=a", "m,s=b", "m,s=c"] {
-        let pts: Vec<(i64, f64)> = (0..720).map(|i| (i * 10 * NS, 1.0 + 9.0 * r())).collect();
-        write(&mut w, key, &pts);
-    }
-    let plan = plan_with(&["1m", "1h"], 100_000, 0);
-    let mut job = Job::open(dir.path(), plan.clone()).unwrap();
+    let (dir, mut w, plan, mut job, mut rep) = two_hours_folded(7);
     let now = 2 * HOUR;
-    let mut rep = Report::default();
-    job.rollup(now, false, &|| false, &mut rep).unwrap();
     job.settle(&|| false, &mut rep).unwrap();
     assert_eq!(
         crate::store::testing::tier_rows_by_table(dir.path(), 60),
