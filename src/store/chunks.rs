@@ -989,4 +989,34 @@ mod tests {
         }
         assert_eq!(together.len(), one_at_a_time.len());
     }
+
+    /// However many tag sets, the tail is indexed once it holds `TAIL_MAX_ROWS` chunks (each
+    /// read of one tag set scans it), before it reaches `TAIL_ROWS_PER_TAGSET` of each.
+    #[test]
+    fn the_tail_is_indexed_at_tail_max_rows_whatever_the_tag_sets() {
+        let tagsets = 400;
+        assert!(
+            tagsets * TAIL_ROWS_PER_TAGSET > TAIL_MAX_ROWS,
+            "the test needs more tag sets"
+        );
+        let commits = TAIL_MAX_ROWS / tagsets;
+        let (mut w, dir) = store_with(tagsets, 1, commits - 1);
+        let conn = Connection::open(super::super::db_path(dir.path())).unwrap();
+        assert_eq!(indexed_through(&conn, dir.path()).unwrap(), 0);
+        // The next commit (same writer: it counts the tail's tag sets) reaches TAIL_MAX_ROWS.
+        use crate::model::{Batch, Line, Value};
+        let batch = Batch {
+            lines: (0..tagsets)
+                .map(|s| Line {
+                    key: format!("m,s={s}"),
+                    fields: vec![("f0".to_string(), Value::F64(1.0))],
+                    ts: (commits + 1) * 1_000_000_000,
+                    line_no: 0,
+                })
+                .collect(),
+        };
+        w.write(&[&batch]).unwrap();
+        assert_eq!(indexed_through(&conn, dir.path()).unwrap(), TAIL_MAX_ROWS);
+        assert_eq!(unindexed(&conn), 0);
+    }
 }
