@@ -969,3 +969,37 @@ fn a_corrupt_sketch_in_either_tier_table_is_reported_and_does_not_stop_the_fold(
     assert_eq!(st.tiers[0].corrupt_skipped_points, 2);
     assert_eq!(st.tiers[1].corrupt_skipped_points, 0);
 }
+
+/// The agent's job (`fold_cadence`) looks for small chunks to merge on its first run and then
+/// every `MERGE_EVERY_NS`, not every run (the search scans every chunk row); a job without
+/// the cadence (`edgewatch maintain`, tests) merges at every run as before.
+#[test]
+fn the_agents_job_merges_small_chunks_every_five_minutes_not_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    let one_point_commits = |w: &mut Writer, from: i64| {
+        for i in from..from + 3000 {
+            write(w, "m,s=a", &[(i * NS, i as f64)]);
+        }
+    };
+    one_point_commits(&mut w, 0);
+    let chunks = || crate::store::testing::count_chunks(dir.path());
+    assert_eq!(chunks(), 3000);
+    let plan = plan_with(&["1m"], 100_000, 0);
+    let mut job = Job::open(dir.path(), plan).unwrap();
+    job.fold_cadence = true;
+    let now = 3600 * NS;
+    job.run_once(now, &|| false).unwrap();
+    let after_first = chunks();
+    // 2,048 points merged into one chunk; the rest waits for more (an open run).
+    assert_eq!(after_first, 1 + 3000 - 2048, "merged on the first run");
+    one_point_commits(&mut w, 3000);
+    job.run_once(now + 30 * NS, &|| false).unwrap();
+    assert_eq!(chunks(), after_first + 3000, "30 s later: no search");
+    job.run_once(now + 5 * MIN, &|| false).unwrap();
+    assert_eq!(
+        chunks(),
+        after_first + 3000 + 1 - 2048,
+        "5 minutes later: merged"
+    );
+}

@@ -73,6 +73,13 @@ pub fn count_tier_rows(dir: &Path, key: i64) -> i64 {
         .unwrap()
 }
 
+/// Chunk rows in the store.
+pub fn count_chunks(dir: &Path) -> i64 {
+    conn(dir)
+        .query_row("SELECT COUNT(*) FROM chunks", [], |r| r.get(0))
+        .unwrap()
+}
+
 /// Adds sink `name` with its cursor at `cursor`.
 pub fn add_sink(dir: &Path, name: &str, cursor: i64) {
     conn(dir)
