@@ -211,8 +211,11 @@ pub fn index_tail(tx: &Connection, path: &Path) -> Result<i64, StoreError> {
     if newest == through {
         return Ok(through);
     }
+    // OR IGNORE: a statement that cannot abort half-way needs no statement journal (it
+    // would hold a copy of every index leaf it changes: ~1.6 MB at ~390 leaves); an entry
+    // already there is one this chunk already has.
     tx.prepare_cached(
-        "INSERT INTO chunk_index (tagset_id, ts_max, id) SELECT tagset_id, ts_max, id \
+        "INSERT OR IGNORE INTO chunk_index (tagset_id, ts_max, id) SELECT tagset_id, ts_max, id \
          FROM chunks WHERE id > ?1 AND id <= ?2 ORDER BY tagset_id, ts_max, id",
     )
     .and_then(|mut st| st.execute([through, newest]))
