@@ -387,14 +387,18 @@ fn describe(e: &StoreError) -> (String, bool) {
 /// waits on as dropped.
 fn refuse(requests: impl Iterator<Item = Request>, error: &str, retryable: bool, stats: &Stats) {
     for req in requests {
-        match req.ack {
+        let Request { batch, ack, permit } = req;
+        // The queue capacity goes back before the answer: a producer that retries at once
+        // (or reads the queue's length) finds it free.
+        drop(permit);
+        match ack {
             Some(ack) => {
                 let _ = ack.send(Ack::Failed {
                     error: error.to_string(),
                     retryable,
                 });
             }
-            None => Stats::add(&stats.points_dropped, req.batch.len() as u64),
+            None => Stats::add(&stats.points_dropped, batch.len() as u64),
         }
     }
 }
