@@ -242,13 +242,7 @@ pub fn scan(
 ) -> Result<(), StoreError> {
     let (sql, args) = s.sql();
     let mut st = conn.prepare_cached(&sql).ctx(path)?;
-    let mut rows = st.query(params_from_iter(args)).ctx(path)?;
-    while let Some(r) = rows.next().ctx(path)? {
-        if f(&chunk_of(r, path)?)?.is_break() {
-            break;
-        }
-    }
-    Ok(())
+    each_row(&mut st, path, params_from_iter(args), &mut f).map(|_| ())
 }
 
 /// [`scan`] of `s` for every tag set of `tagsets` (`s.tagset` is replaced), with one
@@ -276,11 +270,8 @@ pub fn scan_tagsets(
     for t in tagsets {
         args[0] = t;
         all.push(t);
-        let mut rows = st.query(params_from_iter(args.iter())).ctx(path)?;
-        while let Some(r) = rows.next().ctx(path)? {
-            if f(&chunk_of(r, path)?)?.is_break() {
-                return Ok(());
-            }
+        if each_row(&mut st, path, params_from_iter(args.iter()), &mut f)?.is_break() {
+            return Ok(());
         }
     }
     if whole || all.is_empty() {
@@ -295,13 +286,23 @@ pub fn scan_tagsets(
         .collect();
     params[0] = rusqlite::types::Value::Text(list);
     let mut st = conn.prepare_cached(&sql).ctx(path)?;
-    let mut rows = st.query(params_from_iter(params)).ctx(path)?;
+    each_row(&mut st, path, params_from_iter(params), &mut f).map(|_| ())
+}
+
+/// Hands each chunk `st` returns to `f`, until it breaks (returned) or they run out.
+fn each_row(
+    st: &mut rusqlite::CachedStatement<'_>,
+    path: &Path,
+    params: impl rusqlite::Params,
+    f: &mut impl FnMut(&Chunk<'_>) -> Result<ControlFlow<()>, StoreError>,
+) -> Result<ControlFlow<()>, StoreError> {
+    let mut rows = st.query(params).ctx(path)?;
     while let Some(r) = rows.next().ctx(path)? {
         if f(&chunk_of(r, path)?)?.is_break() {
-            return Ok(());
+            return Ok(ControlFlow::Break(()));
         }
     }
-    Ok(())
+    Ok(ControlFlow::Continue(()))
 }
 
 /// The chunk of a row of `Scan::sql`'s statement.

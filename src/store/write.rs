@@ -49,8 +49,6 @@ pub struct Writer {
 
 /// The writer's view of the unindexed tail of `chunks`.
 struct Tail {
-    /// `chunk_tail.indexed_through`.
-    through: i64,
     /// Chunks inserted since (an estimate after open: the newest id minus `through`).
     rows: i64,
     /// The tag sets of the chunks this writer inserted since (empty after open).
@@ -129,7 +127,6 @@ impl Writer {
         let (conn, path) = open(dir, Mode::Writer(sync))?;
         let through = chunks::indexed_through(&conn, &path)?;
         let tail = Tail {
-            through,
             rows: chunks::newest_id(&conn, &path)?.saturating_sub(through),
             tagsets: foldhash::HashSet::default(),
             since: std::time::Instant::now(),
@@ -407,8 +404,7 @@ impl Writer {
     /// After a commit that wrote `rows` chunks (and indexed the tail if `indexed`).
     fn committed(&mut self, rows: i64, indexed: Option<i64>) {
         match indexed {
-            Some(through) => {
-                self.tail.through = through;
+            Some(_) => {
                 self.tail.rows = 0;
                 self.tail.tagsets.clear();
                 self.tail.since = std::time::Instant::now();
