@@ -270,26 +270,99 @@ def write_bytes(pid):
 
 def wal_frames(data):
     """(page number, commit flag) of each frame of the WAL's current generation, and the
-    owner of each page (table or index and page type, from dbstat on a copy)."""
-    copy = tempfile.mkdtemp(prefix="wear-copy-")
+    owner of each page (see `page_owners`)."""
+    frames = []
+    wal_path = os.path.join(data, "edgewatch.db-wal")
+    wal = open(wal_path, "rb").read() if os.path.exists(wal_path) else b""
+    if len(wal) >= 32:
+        page_size, salt = struct.unpack(">I", wal[8:12])[0], wal[16:24]
+        off = 32
+        while off + 24 + page_size <= len(wal) and wal[off + 8:off + 16] == salt:
+            pgno, commit = struct.unpack(">II", wal[off:off + 8])
+            frames.append((pgno, commit != 0))
+            off += 24 + page_size
+    return frames, page_owners(data)
+
+
+class WalTracer:
+    """Follows the WAL through the measured window (polling every second) and keeps each
+    commit's page numbers: which kinds of commit write how many pages an hour, across
+    checkpoints (a new generation has new salts and starts again at the first frame)."""
+
+    def __init__(self, data):
+        self.path = os.path.join(data, "edgewatch.db-wal")
+        self.salt, self.off, self.pending = None, 32, []
+        self.commits = []
+        self.generations = 0
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def poll(self):
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(32)
+                if len(head) < 32:
+                    return
+                page_size, salt = struct.unpack(">I", head[8:12])[0], head[16:24]
+                if salt != self.salt:
+                    self.salt, self.off, self.pending = salt, 32, []
+                    self.generations += 1
+                while True:
+                    f.seek(self.off)
+                    fh = f.read(24)
+                    if len(fh) < 24 or fh[8:16] != salt:
+                        return
+                    pgno, commit = struct.unpack(">II", fh[:8])
+                    self.pending.append(pgno)
+                    self.off += 24 + page_size
+                    if commit:
+                        self.commits.append((time.monotonic(), self.pending))
+                        self.pending = []
+        except OSError:
+            return
+
+    def loop(self):
+        while not self.stop_flag.wait(1.0):
+            self.poll()
+
+    def finish(self, data, hours):
+        """Commits grouped by the tables they wrote (page 1, pointer maps, the free list and
+        `sqlite_sequence` left out of the key): commits and pages an hour for each kind."""
+        self.stop_flag.set()
+        self.thread.join()
+        self.poll()
+        owner = page_owners(data)
+        kinds = {}
+        for _, pages in self.commits:
+            tables = sorted({owner.get(p, "page 1 / pointer map / free list").split(" (")[0] for p in pages}
+                            - {"page 1 / pointer map / free list", "sqlite_sequence", "sqlite_schema"})
+            k = "+".join(tables) or "(page 1 / pointer maps only)"
+            e = kinds.setdefault(k, {"commits_per_h": 0.0, "pages_per_h": 0.0})
+            e["commits_per_h"] += 1 / hours
+            e["pages_per_h"] += len(pages) / hours
+        pages = sum(len(p) for _, p in self.commits)
+        return {
+            "commits_per_h": round(len(self.commits) / hours),
+            "pages_per_h": round(pages / hours),
+            "wal_mb_per_h": round(pages * 4096 / 1e6 / hours, 1),
+            "generations": self.generations,
+            "by_kind": {k: {"commits_per_h": round(v["commits_per_h"]), "pages_per_h": round(v["pages_per_h"])}
+                        for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]["pages_per_h"])[:14]},
+        }
+
+
+def page_owners(data):
+    """Page number -> "table (page type)" from dbstat on a copy of the store."""
+    copy = tempfile.mkdtemp(prefix="wear-owners-")
     try:
         for f in os.listdir(data):
             if f.startswith("edgewatch.db"):
                 shutil.copy(os.path.join(data, f), copy)
-        wal_path = os.path.join(copy, "edgewatch.db-wal")
-        wal = open(wal_path, "rb").read() if os.path.exists(wal_path) else b""
-        frames = []
-        if len(wal) >= 32:
-            page_size, salt = struct.unpack(">I", wal[8:12])[0], wal[16:24]
-            off = 32
-            while off + 24 + page_size <= len(wal) and wal[off + 8:off + 16] == salt:
-                pgno, commit = struct.unpack(">II", wal[off:off + 8])
-                frames.append((pgno, commit != 0))
-                off += 24 + page_size
         conn = sqlite3.connect(f"file:{copy}/edgewatch.db?mode=ro", uri=True)
         owner = {p: f"{n} ({t})" for n, p, t in conn.execute("SELECT name, pageno, pagetype FROM dbstat")}
         conn.close()
-        return frames, owner
+        return owner
     finally:
         shutil.rmtree(copy, ignore_errors=True)
 
@@ -421,6 +494,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     t0 = time.monotonic()
     c0, v0, w0, d0 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), store_bytes(data)
     f0 = dir_bytes(data)
+    tracer = WalTracer(data) if args.wal_trace else None
     rss = []
     end = t0 + secs
     while time.monotonic() < end - (strace_s if strace_s else 0):
@@ -430,6 +504,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     c1, v1, w1, d1 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), store_bytes(data)
     f1 = dir_bytes(data)
     hwm = status_kb(pid, "VmHWM")
+    wal_trace = tracer.finish(data, elapsed / 3600) if tracer else None
     fsyncs = None
     io = None
     if strace_s and args.io_trace:
@@ -480,6 +555,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
         "fsyncs_per_s": fsyncs,
         "io_by_thread": io,
         "wal_frames": wal,
+        "wal_trace": wal_trace,
         "points_written": st_json.get("ingest", {}).get("points_written"),
         "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
     }
@@ -500,6 +576,8 @@ def main():
                     help="in the strace window, also break bytes written and syncs down by thread and file")
     ap.add_argument("--wal-frames", action="store_true",
                     help="at the end of the full phase, count the WAL's frames by table and index (dbstat)")
+    ap.add_argument("--wal-trace", action="store_true",
+                    help="follow the WAL through each measured window: commits and pages an hour by the tables they write")
     ap.add_argument("--keep", help="copy each phase's stopped data directory to KEEP/PHASE (to inspect the store)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
@@ -590,6 +668,16 @@ def main():
         print(f"WAL at the end of the full phase: {w['frames']} frames in {w['commits']} commits; frames by owner:")
         for owner, n in w["by_owner"].items():
             print(f"  {n:7d}  {n / max(1, w['commits']):7.2f} per commit  {owner}")
+    for r in results:
+        w = r.get("wal_trace")
+        if not w:
+            continue
+        print(f"WAL traced through {r['phase']}: {w['commits_per_h']} commits/h, {w['pages_per_h']} pages/h "
+              f"({w['wal_mb_per_h']} MB/h), {w['generations']} generations; by the tables a commit writes:")
+        print("| commit writes | commits/h | pages/h | pages per commit |")
+        print("|---|---|---|---|")
+        for k, v in w["by_kind"].items():
+            print(f"| {k} | {v['commits_per_h']} | {v['pages_per_h']} | {v['pages_per_h'] / max(1, v['commits_per_h']):.1f} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

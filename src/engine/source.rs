@@ -115,14 +115,32 @@ pub fn collect(
         let Some(sid) = dict::numeric_series(conn, path, set.id, field)? else {
             continue;
         };
-        let mut steps = ByStep {
+        let steps = ByStep {
             steps: Steps::default(),
             step_ns,
         };
-        if let Some(t) = tier {
-            read_tier_rows(reader, t, sid, from, to, need, &mut steps)?;
-        }
         found.push((set.tags, set.id, sid, steps));
+    }
+    // The tier's rows of all of them in one read: the recent ones of every series at once
+    // (a scan of the span's buckets when they are many of a bucket's rows, see
+    // `tiers::read_ranges`), then each series' settled range.
+    if let Some(t) = tier {
+        let sids: Vec<i64> = found.iter().map(|f| f.2).collect();
+        let lo = bucket_start(from, t.res_ns);
+        tiers::read_ranges(
+            conn,
+            path,
+            t.key(),
+            &sids,
+            lo,
+            to,
+            need,
+            |i, bucket, acc| {
+                let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
+                add_row(&mut found[i].3, bucket, acc);
+                Ok::<_, EngineError>(())
+            },
+        )?;
     }
     // Raw points of all of them in one pass (each tag set's chunks in id order, the
     // unindexed tail read once): all points for the raw source, else only chunks the tier
@@ -192,30 +210,14 @@ impl Slots for StepAcc {
     }
 }
 
-/// Reads tier `t`'s rows of series `sid` over `[from, to]` into `slots` (the raw chunks
-/// the tier has not rolled up yet are read by the caller).
-fn read_tier_rows(
-    reader: &Reader,
-    t: &Tier,
-    sid: i64,
-    from: i64,
-    to: i64,
-    need: Need,
-    slots: &mut impl Slots,
-) -> Result<(), EngineError> {
-    let (conn, path) = (reader.conn(), reader.path());
-    let lo = bucket_start(from, t.res_ns);
-    tiers::read_range(conn, path, t.key(), sid, lo, to, need, |bucket, acc| {
-        let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
-        let slot = &mut slots.at(bucket).acc;
-        if slot.count == 0 {
-            *slot = acc;
-        } else {
-            slot.merge(&acc);
-        }
-        Ok::<_, EngineError>(())
-    })?;
-    Ok(())
+/// Adds a tier row starting at `bucket` to its slot.
+fn add_row(slots: &mut impl Slots, bucket: i64, acc: Acc) {
+    let slot = &mut slots.at(bucket).acc;
+    if slot.count == 0 {
+        *slot = acc;
+    } else {
+        slot.merge(&acc);
+    }
 }
 
 /// A series resolved by the caller (once for many reads): its tag set and numeric series ids.

@@ -74,7 +74,8 @@ fn load_states(
 }
 
 impl Job {
-    /// Moves each tier's final buckets (more than `lateness` behind its watermark) from
+    /// Moves the final buckets (more than `lateness` behind its watermark) of each tier of at
+    /// least [`Plan::settle_from_ns`] resolution from
     /// `rollups_recent` into `rollups` once [`settle_span_ns`] of them wait, in steps of at
     /// most [`tiers::SETTLE_ROWS`] rows, each moving the tier's settled bucket in the same
     /// transaction. Late points for a moved bucket are merged into its row in `rollups`.
@@ -84,7 +85,12 @@ impl Job {
         report: &mut Report,
     ) -> Result<(), RollupError> {
         let path = self.path.clone();
-        for (key, res) in self.plan.tiers.iter().map(|t| (t.key(), t.res_ns)) {
+        let settling = self
+            .plan
+            .tiers
+            .iter()
+            .filter(|t| t.res_ns >= self.plan.settle_from_ns);
+        for (key, res) in settling.map(|t| (t.key(), t.res_ns)) {
             let mut started = false;
             loop {
                 if stop() {

@@ -71,7 +71,20 @@ pub struct Plan {
     /// checkpoint each run only rewrites the same hot pages into the database file again:
     /// write wear for nothing, so the job shrinks only when it gives space back.
     pub checkpoint_each_run: bool,
+    /// Tiers of at least this resolution are settled (their final buckets moved from
+    /// `rollups_recent` into the series-keyed `rollups`, see `Job::settle`); finer ones
+    /// keep their rows keyed by time. Default [`SETTLE_FROM_NS`].
+    pub settle_from_ns: i64,
 }
+
+/// The finest resolution whose rows [`Plan::settle_from_ns`] moves into `rollups` by default:
+/// an hour. Moving a tier's rows writes each of them a second time, a page per series and
+/// move plus the checkpoint's copy: for the 1m tier, the bulk of what the store grows by, that
+/// was ~3,700 pages an hour with 1,000 series (docs/performance.md). Its rows are read by
+/// point reads per bucket and series instead (43,200 buckets for a month of one series),
+/// and retention deletes its oldest buckets as whole pages. Hourly and coarser tiers still
+/// settle: a year of them is read as one range per series.
+pub const SETTLE_FROM_NS: i64 = 3600 * NS;
 
 fn dur_ns(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
@@ -145,6 +158,7 @@ impl Plan {
             enabled: rollup.enabled,
             clock_floor_ns: crate::clock::ClockConfig::default().floor_ns(),
             checkpoint_each_run: false,
+            settle_from_ns: SETTLE_FROM_NS,
         })
     }
 

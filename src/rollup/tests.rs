@@ -40,6 +40,12 @@ fn rng(seed: u64) -> impl FnMut() -> f64 {
     }
 }
 
+/// `plan` with every tier settling (`settle_from_ns = 0`), the 1m tier too.
+fn settling_every_tier(mut plan: Plan) -> Plan {
+    plan.settle_from_ns = 0;
+    plan
+}
+
 fn plan_with(tiers: &[&str], batch_points: usize, max_bytes: u64) -> Plan {
     Plan::new(
         &RollupConfig {
@@ -704,7 +710,8 @@ fn two_hours_folded(seed: u64) -> (tempfile::TempDir, Writer, Plan, Job, Report)
         let pts: Vec<(i64, f64)> = (0..720).map(|i| (i * 10 * NS, 1.0 + 9.0 * r())).collect();
         write(&mut w, key, &pts);
     }
-    let plan = plan_with(&["1m", "1h"], 100_000, 0);
+    // Every tier settles here (the 1m tier too), so the move is tested on two hours of data.
+    let plan = settling_every_tier(plan_with(&["1m", "1h"], 100_000, 0));
     let mut job = Job::open(dir.path(), plan.clone()).unwrap();
     let mut rep = Report::default();
     job.rollup(2 * HOUR, false, &|| false, &mut rep).unwrap();
@@ -829,7 +836,11 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     for m in 0..90 {
         minute(&mut w, &mut r, m);
     }
-    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 1_000_000, 0)).unwrap();
+    let mut job = Job::open(
+        dir.path(),
+        settling_every_tier(plan_with(&["1m", "1h"], 1_000_000, 0)),
+    )
+    .unwrap();
     let mut rep = Report::default();
     job.rollup(90 * MIN, false, &|| false, &mut rep).unwrap();
     job.settle(&|| false, &mut rep).unwrap();
@@ -838,7 +849,11 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     minute(&mut w, &mut r, 90);
     drop(job);
     checkpoint_truncate(dir.path());
-    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 1_000_000, 0)).unwrap();
+    let mut job = Job::open(
+        dir.path(),
+        settling_every_tier(plan_with(&["1m", "1h"], 1_000_000, 0)),
+    )
+    .unwrap();
     let mut rep = Report::default();
     job.rollup(91 * MIN, false, &|| false, &mut rep).unwrap();
     assert_eq!(rep.points, 600);
@@ -857,7 +872,11 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     job.rollup(161 * MIN, false, &|| false, &mut rep).unwrap();
     drop(job);
     checkpoint_truncate(dir.path());
-    let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 1_000_000, 0)).unwrap();
+    let mut job = Job::open(
+        dir.path(),
+        settling_every_tier(plan_with(&["1m", "1h"], 1_000_000, 0)),
+    )
+    .unwrap();
     let mut rep = Report::default();
     job.settle(&|| false, &mut rep).unwrap();
     assert_eq!(rep.settled_rows, 600 * 71);
@@ -867,6 +886,80 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     assert!(
         frames < steps * 3 * 600,
         "moving 71 minutes of 600 series wrote {frames} pages in {steps} steps"
+    );
+}
+
+/// The default plan settles hourly and coarser tiers only: the 1m tier's rows stay keyed by
+/// time (`rollups_recent`) however old, while the 1h tier's final buckets move. Reads of a
+/// span wider than the point-read bound return every row, for one series, a few, all of
+/// them (point reads or the scan, by how many series a bucket holds), and eviction takes
+/// the oldest whole buckets.
+#[test]
+fn the_minute_tier_stays_keyed_by_time_and_reads_of_any_span_find_its_rows() {
+    use crate::store::testing::{rollup_rows, tier_rows_by_table};
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+    let mut r = rng(11);
+    // 30 series, a point every 10 minutes for 75 hours: 450 minute buckets of each, over a
+    // span of 4,500 (past the point-read bound of 4,096).
+    let hours = 75;
+    for s in 0..30 {
+        let pts: Vec<(i64, f64)> = (0..hours * 6)
+            .map(|i| (i * 10 * MIN + s * NS, 1.0 + 9.0 * r()))
+            .collect();
+        write(&mut w, &format!("m,s=s{s:02}"), &pts);
+    }
+    let plan = plan_with(&["1m", "1h"], 1_000_000, 0);
+    assert_eq!(plan.settle_from_ns, HOUR);
+    let mut job = Job::open(dir.path(), plan).unwrap();
+    let mut rep = Report::default();
+    job.rollup(hours * HOUR, false, &|| false, &mut rep)
+        .unwrap();
+    job.settle(&|| false, &mut rep).unwrap();
+    let per_series = hours * 6;
+    assert_eq!(tier_rows_by_table(dir.path(), 60), (0, 30 * per_series));
+    let (settled_1h, recent_1h) = tier_rows_by_table(dir.path(), 3600);
+    assert_eq!(settled_1h + recent_1h, 30 * hours);
+    assert!(
+        settled_1h >= 30 * (hours - 8),
+        "{settled_1h} 1h rows settled"
+    );
+
+    let all = rollup_rows(dir.path());
+    let want = |sids: &[i64], key: i64| -> Vec<(usize, i64, u64, f64)> {
+        let mut out = Vec::new();
+        for (i, &sid) in sids.iter().enumerate() {
+            out.extend(
+                all.iter()
+                    .filter(|r| r.0 == key && r.1 == sid)
+                    .map(|r| (i, r.2, r.3 as u64, r.4)),
+            );
+        }
+        out
+    };
+    let got = |sids: &[i64], key: i64| -> Vec<(usize, i64, u64, f64)> {
+        tier_read_range(dir.path(), key, sids, i64::MIN, i64::MAX)
+            .into_iter()
+            .map(|(i, b, acc)| (i, b, acc.count, acc.sum))
+            .collect()
+    };
+    for sids in [vec![7], vec![3, 1, 3], (1..=30).collect::<Vec<i64>>()] {
+        let g = got(&sids, 60);
+        assert_eq!(g.len() as i64, per_series * sids.len() as i64);
+        assert_eq!(g, want(&sids, 60), "{sids:?}");
+        assert_eq!(got(&sids, 3600), want(&sids, 3600), "{sids:?}");
+    }
+
+    // Retention on a tier that never settled: the oldest whole buckets, in one range.
+    let (mut conn, path) = open_conn(dir.path()).unwrap();
+    let tx = conn.transaction().unwrap();
+    let n = crate::store::tiers::delete_oldest(&tx, &path, 60, 24 * HOUR, 1_000_000).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(n, 30 * (24 * 6 + 1));
+    assert_eq!(
+        got(&[7], 60).len() as i64,
+        per_series - (24 * 6 + 1),
+        "the rows after a day"
     );
 }
 

@@ -114,8 +114,9 @@ pub enum Need {
 /// The three reads of rows with the columns `$cols` (after `bucket`): one series' range of
 /// `rollups`; point reads of `rollups_recent`, one per bucket of the range (`?5`: the tier's
 /// resolution, ns) and series of a list (`?2`, a JSON array of ids); a scan of
-/// `rollups_recent`'s range for those series (when the range spans too many buckets for
-/// point reads). The recent reads end each row with its `series_id`.
+/// `rollups_recent`'s range, every series (the caller keeps those it asked for: a scan is
+/// chosen when they are many of a bucket's rows). The recent reads end each row with its
+/// `series_id`.
 macro_rules! series_sql {
     ($cols:expr) => {
         [
@@ -136,8 +137,7 @@ macro_rules! series_sql {
             concat!(
                 "SELECT bucket, ",
                 $cols,
-                ", series_id FROM rollups_recent WHERE tier = ?1 AND bucket >= ?3 AND bucket <= ?4 \
-                 AND series_id IN (SELECT value FROM json_each(?2))"
+                ", series_id FROM rollups_recent WHERE tier = ?1 AND bucket >= ?2 AND bucket <= ?3"
             ),
         ]
     };
@@ -150,8 +150,27 @@ macro_rules! all_cols {
     };
 }
 
-/// Widest span of buckets read from `rollups_recent` by point reads; a wider one is scanned.
-const MAX_POINT_READS: i64 = 4096;
+/// Spans of at most this many buckets are read from `rollups_recent` by point reads (an
+/// alert window, the recent part of a query: cheap either way); a longer one is scanned when
+/// the series asked are at least a [`SCAN_RATIO`]th of a bucket's rows (a dashboard of every
+/// model), else read by point reads (a tier that is not settled, see `Plan::settle_from_ns`,
+/// holds months of buckets: a scan for a few series would read every series' rows).
+const SHORT_SPAN: i64 = 64;
+
+/// How many rows a scan reads in the time of one point read (a seek from the root), about.
+const SCAN_RATIO: i64 = 10;
+
+/// Rows of tier `key` in `rollups_recent` at `bucket` (one bucket's key range, counted).
+fn rows_in_bucket(
+    conn: &Connection,
+    path: &Path,
+    key: i64,
+    bucket: i64,
+) -> Result<i64, StoreError> {
+    conn.prepare_cached("SELECT COUNT(*) FROM rollups_recent WHERE tier = ?1 AND bucket = ?2")
+        .and_then(|mut st| st.query_row(params![key, bucket], |r| r.get(0)))
+        .ctx(path)
+}
 
 impl Need {
     /// [`series_sql`] for this need.
@@ -331,25 +350,37 @@ fn read_recent(
     let [_, points_sql, scan_sql] = need.sql();
     let mut st;
     let mut rows;
-    if (to - from) / res < MAX_POINT_READS {
+    let span = (to - from) / res + 1;
+    if span <= SHORT_SPAN
+        || (sids.len() as i64).saturating_mul(SCAN_RATIO) < rows_in_bucket(conn, path, key, newest)?
+    {
         st = conn.prepare_cached(points_sql).ctx(path)?;
         rows = st.query(params![key, list, from, to, res]).ctx(path)?;
     } else {
         st = conn.prepare_cached(scan_sql).ctx(path)?;
-        rows = st.query(params![key, list, from, to]).ctx(path)?;
+        rows = st.query(params![key, from, to]).ctx(path)?;
     }
     let sid_col = 1 + need.columns();
+    // Per series asked, in bucket order (rows come by bucket; each list is sorted below,
+    // which is linear when it already is), then one list: a row is moved, not sorted among
+    // all of them, and cloned only for a series asked twice.
+    let mut by_index: Vec<Vec<(i64, Result<Acc, ()>)>> = sids.iter().map(|_| Vec::new()).collect();
     while let Some(r) = rows.next().ctx(path)? {
         let bucket: i64 = r.get(0).ctx(path)?;
         let sid: i64 = r.get(sid_col).ctx(path)?;
-        let acc = need.read(r).ctx(path)?;
-        if let Some(at) = index.get(&sid) {
-            for &i in at {
-                out.push((i, bucket, acc.clone()));
+        if let Some((&last, rest)) = index.get(&sid).and_then(|at| at.split_last()) {
+            let acc = need.read(r).ctx(path)?;
+            for &i in rest {
+                by_index[i].push((bucket, acc.clone()));
             }
+            by_index[last].push((bucket, acc));
         }
     }
-    out.sort_by_key(|r| (r.0, r.1));
+    out.reserve(by_index.iter().map(Vec::len).sum());
+    for (i, mut rows) in by_index.into_iter().enumerate() {
+        rows.sort_by_key(|r| r.0);
+        out.extend(rows.into_iter().map(|(b, acc)| (i, b, acc)));
+    }
     Ok(out)
 }
 
