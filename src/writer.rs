@@ -51,7 +51,9 @@ fn journal_worthy(staged: &Staged) -> bool {
 ///   lines, or of a few points per tag set) is checked, appended to the journal (synced in `full` mode) and answered, then held: it
 ///   is durable from its answer on, and a restart replays it (see `store::journal`);
 /// - a deep acknowledged write (long runs per tag set), and a reader's barrier (`IngestHandle::settle`: an empty
-///   acknowledged batch), are committed at once with everything held, and answered after.
+///   acknowledged batch), are committed at once with everything held, and answered after;
+/// - a barrier for the next commit (`IngestHandle::settle_at_next_commit`, the alert cycle)
+///   is held like a point and answered at the next commit, or at once when nothing is held.
 ///
 /// A held request keeps its queue capacity until its commit, so memory stays bounded by
 /// the queue. When a commit fails (full or read-only disk), the journaled requests stay
@@ -217,7 +219,7 @@ impl Head {
         };
         let barrier = pending
             .iter()
-            .any(|r| r.ack.is_some() && r.batch.is_empty());
+            .any(|r| r.ack.is_some() && r.batch.is_empty() && !r.at_next_commit);
         let large = pending
             .iter()
             .zip(&staged)
@@ -271,7 +273,10 @@ impl Head {
                 tracing::debug!(first = %sum.rejected[0].error, count = sum.rejected.len(), "lines refused");
             }
             let is_barrier = req.ack.is_some() && req.batch.is_empty();
-            if staged.is_empty() && !is_barrier {
+            // A barrier for the next commit with nothing held before it: everything queued
+            // before it is committed already, so it is answered now.
+            let nothing_to_wait_for = req.at_next_commit && self.held.is_empty();
+            if staged.is_empty() && (!is_barrier || nothing_to_wait_for) {
                 // Nothing to store (every line refused, or an empty batch nobody waits on).
                 if let Some(ack) = req.ack {
                     let _ = ack.send(Ack::Committed {
@@ -387,7 +392,9 @@ fn describe(e: &StoreError) -> (String, bool) {
 /// waits on as dropped.
 fn refuse(requests: impl Iterator<Item = Request>, error: &str, retryable: bool, stats: &Stats) {
     for req in requests {
-        let Request { batch, ack, permit } = req;
+        let Request {
+            batch, ack, permit, ..
+        } = req;
         // The queue capacity goes back before the answer: a producer that retries at once
         // (or reads the queue's length) finds it free.
         drop(permit);
@@ -510,6 +517,56 @@ mod tests {
         );
         assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 2);
         assert_eq!(stats.commits.load(Ordering::Relaxed), 2, "held");
+        drop(h);
+        t.join().unwrap();
+    }
+
+    /// A barrier for the next commit (the alert cycle's) is answered by the commit that was
+    /// coming anyway, with every point queued before it stored, and adds no commit; with
+    /// nothing held it is answered at once.
+    #[test]
+    fn a_barrier_for_the_next_commit_waits_for_it_and_adds_no_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let flush = Duration::from_millis(600);
+        let (h, stats, t) = start(dir.path(), flush);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // Nothing held: at once, no commit.
+        let t0 = Instant::now();
+        rt.block_on(h.settle_at_next_commit());
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 0);
+        // Held points: answered by the interval's commit (due `flush` after the first
+        // point was held, not before), the only one, with them stored.
+        let held_at = Instant::now();
+        h.submit(batch("udp", 3), false).unwrap();
+        let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
+        assert!(matches!(
+            ack.blocking_recv().unwrap(),
+            Ack::Committed { .. }
+        ));
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 0, "held");
+        rt.block_on(h.settle_at_next_commit());
+        assert!(
+            held_at.elapsed() >= flush,
+            "answered by the interval's commit, not one of its own ({:?})",
+            held_at.elapsed()
+        );
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
+        assert_eq!(stored(dir.path()), 5);
+        // A reader's barrier, for comparison, commits at once.
+        h.submit(batch("udp", 1), false).unwrap();
+        let forced = Instant::now();
+        rt.block_on(h.settle());
+        assert_eq!(
+            stats.commits.load(Ordering::Relaxed),
+            2,
+            "{:?}",
+            forced.elapsed()
+        );
+        assert_eq!(stored(dir.path()), 6);
+        assert!(t0.elapsed() < Duration::from_secs(30));
         drop(h);
         t.join().unwrap();
     }

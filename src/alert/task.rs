@@ -722,10 +722,12 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
     let mut ticker = crate::periodic::Ticker::new(interval);
     let ingest = ev.setup.points.as_ref().map(|(h, _)| h.clone());
     while ticker.next(&stop).await.is_some() {
-        // Rules see every point received before the cycle, held ones included (the writer
-        // holds points up to `[ingest] flush_interval`; free when nothing is held).
+        // Rules see every point received before the cycle, held ones included: the cycle
+        // waits for the writer's next commit (points are held up to `[ingest]
+        // flush_interval`) rather than forcing one of its own, which would add a commit's
+        // pages every cycle (free when nothing is held).
         if let Some(h) = &ingest {
-            h.settle().await;
+            h.settle_at_next_commit().await;
         }
         // The evaluation runs whole on the blocking pool; cancelling the wait for it would
         // not stop it, so it is awaited to the end (one evaluation is short).
