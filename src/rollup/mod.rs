@@ -22,9 +22,11 @@
 //!   still merged and are counted in `late_points`, so a consumer that copied final buckets
 //!   (the forwarder) knows to resend. Nothing is dropped, so backfilling old data works.
 //! - **Recent rows, then settled.** A fold writes new rows to a time-keyed table, so its row
-//!   per series fills adjacent pages; [`Job::settle`] moves final buckets to the
-//!   series-keyed table an hour at a time (each move in one transaction with the tier's
-//!   settled bucket), so a series' page is written once an hour, not at every fold.
+//!   per series fills adjacent pages; [`Job::settle`] moves the final buckets of hourly and
+//!   coarser tiers ([`Plan::settle_from_ns`]) to the series-keyed table six at a time (each
+//!   move in one transaction with the tier's settled bucket), so a series' page is written
+//!   once per move, not at every fold. Finer tiers stay keyed by time: moving them wrote
+//!   every row twice.
 //! - **Eviction** never deletes a raw chunk that some tier has not rolled up (id above the
 //!   lowest cursor). Retention deletes raw chunks whose newest point is older than `raw`, and
 //!   tier rows whose bucket ended before the tier's retention. The budget evicts the oldest
