@@ -963,6 +963,75 @@ fn the_minute_tier_stays_keyed_by_time_and_reads_of_any_span_find_its_rows() {
     );
 }
 
+/// Why the 1m tier no longer settles: on a store that has run for hours (each series' range
+/// in `rollups` spans many pages), moving each hour of 1m rows writes every row a second
+/// time, the last page of each series' range and a split, where the fold alone appends
+/// them to adjacent pages once. Pages the job writes over two hours of 300 series at 1/min
+/// (its fold every minute, then its settle), both policies on the same data.
+#[test]
+fn on_an_aged_store_the_minute_tier_costs_its_fold_and_no_second_write() {
+    use crate::store::testing::{checkpoint_truncate, wal_frames};
+    let job_pages = |settle_every_tier: bool| -> (u64, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 1000, Synchronous::Normal).unwrap();
+        let mut r = rng(3);
+        let mut minute = |w: &mut Writer, m: i64| {
+            let batch = Batch {
+                lines: (0..300)
+                    .map(|s| Line {
+                        key: format!("m,s=s{s:03}"),
+                        fields: vec![("v".to_string(), Value::F64(r()))],
+                        ts: m * MIN + NS,
+                        line_no: 0,
+                    })
+                    .collect(),
+            };
+            w.write(&[&batch]).unwrap();
+        };
+        let mut plan = plan_with(&["1m", "1h"], 1_000_000, 0);
+        if settle_every_tier {
+            plan = settling_every_tier(plan);
+        }
+        let mut job = Job::open(dir.path(), plan).unwrap();
+        let mut rep = Report::default();
+        // Ten hours of history, folded and settled as the agent would have.
+        for m in 0..600 {
+            minute(&mut w, m);
+            if m % 60 == 59 {
+                job.rollup((m + 1) * MIN, false, &|| false, &mut rep)
+                    .unwrap();
+                job.settle(&|| false, &mut rep).unwrap();
+            }
+        }
+        // Two hours measured: each minute's fold and settle, the job's pages only.
+        let (mut pages, settled_before) = (0, rep.settled_rows);
+        for m in 600..720 {
+            minute(&mut w, m);
+            checkpoint_truncate(dir.path());
+            job.rollup((m + 1) * MIN, false, &|| false, &mut rep)
+                .unwrap();
+            job.settle(&|| false, &mut rep).unwrap();
+            pages += wal_frames(dir.path());
+        }
+        (pages, rep.settled_rows - settled_before)
+    };
+    let (all, moved_all) = job_pages(true);
+    let (default, moved_default) = job_pages(false);
+    eprintln!(
+        "two hours of 300 series: the job wrote {all} pages settling every tier ({moved_all} rows \
+         moved), {default} with the default plan ({moved_default} rows moved)"
+    );
+    assert!(moved_all >= 300 * 60, "the 1m tier settled: {moved_all}");
+    assert!(
+        moved_default < 300 * 3,
+        "only 1h rows move: {moved_default}"
+    );
+    assert!(
+        default * 4 < all * 3,
+        "settling the 1m tier costs more than a quarter of the job's pages: {default} vs {all}"
+    );
+}
+
 /// A tier row whose sketch does not decode, in either table (settled or recent): reads of
 /// its percentiles are an error naming the store, reads that do not need a sketch and the
 /// other rows still work, and late points for it are left out of it and counted (status
