@@ -28,6 +28,7 @@ taken while it is attached).
     python3 scripts/device_budget.py                       # 10 min per phase
     python3 scripts/device_budget.py --seconds 120         # quick
     python3 scripts/device_budget.py --phases full,ui,idle # only these
+    python3 scripts/device_budget.py --phases full --wal-trace  # + WAL pages by commit kind
 
 Targets (issue 33): full < 1 % of one core and < 25 MB steady RSS; idle < 0.2 %; bytes
 written per hour at most 3x the store's growth. Standard library only; every peer on
