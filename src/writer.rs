@@ -277,7 +277,8 @@ impl Head {
             // before it is committed already, so it is answered now.
             let nothing_to_wait_for = req.at_next_commit && self.held.is_empty();
             if staged.is_empty() && (!is_barrier || nothing_to_wait_for) {
-                // Nothing to store (every line refused, or an empty batch nobody waits on).
+                // Nothing to store (every line refused, an empty batch nobody waits on, or
+                // a barrier for the next commit with nothing before it to wait for).
                 if let Some(ack) = req.ack {
                     let _ = ack.send(Ack::Committed {
                         rejected: sum.rejected,

@@ -40,6 +40,22 @@ fn rng(seed: u64) -> impl FnMut() -> f64 {
     }
 }
 
+/// One point of each of `series` series (`m,s=sNNN`, field `v`) at the start of minute `m`
+/// (plus a second), in one batch.
+fn write_minute(w: &mut Writer, r: &mut dyn FnMut() -> f64, series: usize, m: i64) {
+    let batch = Batch {
+        lines: (0..series)
+            .map(|s| Line {
+                key: format!("m,s=s{s:03}"),
+                fields: vec![("v".to_string(), Value::F64(r()))],
+                ts: m * MIN + NS,
+                line_no: 0,
+            })
+            .collect(),
+    };
+    w.write(&[&batch]).unwrap();
+}
+
 /// `plan` with every tier settling (`settle_from_ns = 0`), the 1m tier too.
 fn settling_every_tier(mut plan: Plan) -> Plan {
     plan.settle_from_ns = 0;
@@ -820,19 +836,7 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Writer::open(dir.path(), 1000, Synchronous::Normal).unwrap();
     let mut r = rng(9);
-    let minute = |w: &mut Writer, r: &mut dyn FnMut() -> f64, m: i64| {
-        let batch = Batch {
-            lines: (0..600)
-                .map(|s| Line {
-                    key: format!("m,s=s{s:03}"),
-                    fields: vec![("v".to_string(), Value::F64(r()))],
-                    ts: m * MIN + NS,
-                    line_no: 0,
-                })
-                .collect(),
-        };
-        w.write(&[&batch]).unwrap();
-    };
+    let minute = |w: &mut Writer, r: &mut dyn FnMut() -> f64, m: i64| write_minute(w, r, 600, m);
     for m in 0..90 {
         minute(&mut w, &mut r, m);
     }
@@ -891,9 +895,9 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
 
 /// The default plan settles hourly and coarser tiers only: the 1m tier's rows stay keyed by
 /// time (`rollups_recent`) however old, while the 1h tier's final buckets move. Reads of a
-/// span wider than the point-read bound return every row, for one series, a few, all of
-/// them (point reads or the scan, by how many series a bucket holds), and eviction takes
-/// the oldest whole buckets.
+/// span far longer than a short one return every row, for one series, a few, all of them
+/// (point reads or the scan, by how many of a bucket's rows are asked for), and eviction
+/// takes the oldest whole buckets.
 #[test]
 fn the_minute_tier_stays_keyed_by_time_and_reads_of_any_span_find_its_rows() {
     use crate::store::testing::{rollup_rows, tier_rows_by_table};
@@ -901,7 +905,7 @@ fn the_minute_tier_stays_keyed_by_time_and_reads_of_any_span_find_its_rows() {
     let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
     let mut r = rng(11);
     // 30 series, a point every 10 minutes for 75 hours: 450 minute buckets of each, over a
-    // span of 4,500 (past the point-read bound of 4,096).
+    // span of 4,500 (a short span is 64).
     let hours = 75;
     for s in 0..30 {
         let pts: Vec<(i64, f64)> = (0..hours * 6)
@@ -975,19 +979,7 @@ fn on_an_aged_store_the_minute_tier_costs_its_fold_and_no_second_write() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = Writer::open(dir.path(), 1000, Synchronous::Normal).unwrap();
         let mut r = rng(3);
-        let mut minute = |w: &mut Writer, m: i64| {
-            let batch = Batch {
-                lines: (0..300)
-                    .map(|s| Line {
-                        key: format!("m,s=s{s:03}"),
-                        fields: vec![("v".to_string(), Value::F64(r()))],
-                        ts: m * MIN + NS,
-                        line_no: 0,
-                    })
-                    .collect(),
-            };
-            w.write(&[&batch]).unwrap();
-        };
+        let mut minute = |w: &mut Writer, m: i64| write_minute(w, &mut r, 300, m);
         let mut plan = plan_with(&["1m", "1h"], 1_000_000, 0);
         if settle_every_tier {
             plan = settling_every_tier(plan);

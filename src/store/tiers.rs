@@ -309,7 +309,8 @@ type RecentRows = Vec<(usize, i64, Result<Acc, ()>)>;
 
 /// The `rollups_recent` rows of tier `key` for the series of `sids` with `lo <= bucket <=
 /// hi`: `(index in sids, bucket, row)`, sorted by index then bucket. One statement for all
-/// the series: a point read per bucket and series.
+/// the series: a point read per bucket and series, or a scan of the span's buckets (see
+/// [`SHORT_SPAN`]).
 fn read_recent(
     conn: &Connection,
     path: &Path,
@@ -338,15 +339,6 @@ fn read_recent(
     for (i, &sid) in sids.iter().enumerate() {
         index.entry(sid).or_default().push(i);
     }
-    // The series as a JSON array, for `json_each`.
-    let list = format!(
-        "[{}]",
-        index
-            .keys()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(",")
-    );
     let [_, points_sql, scan_sql] = need.sql();
     let mut st;
     let mut rows;
@@ -354,6 +346,15 @@ fn read_recent(
     if span <= SHORT_SPAN
         || (sids.len() as i64).saturating_mul(SCAN_RATIO) < rows_in_bucket(conn, path, key, newest)?
     {
+        // The series as a JSON array, for `json_each`.
+        let list = format!(
+            "[{}]",
+            index
+                .keys()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
         st = conn.prepare_cached(points_sql).ctx(path)?;
         rows = st.query(params![key, list, from, to, res]).ctx(path)?;
     } else {
