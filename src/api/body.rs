@@ -53,10 +53,17 @@ impl BodyWriter {
                         // if it said so, else an error, which makes hyper abort the
                         // connection instead of writing the last chunk.
                         None if done.load(Ordering::Acquire) => None,
-                        None => Some((
-                            Err(std::io::Error::other("the answer was abandoned halfway")),
-                            None,
-                        )),
+                        None => {
+                            // Hyper drops what it has buffered but not yet written when
+                            // the body fails: one turn of `Pending` first lets it flush the
+                            // pieces already taken, so the client gets everything sent
+                            // before the failure, then the abort.
+                            tokio::task::yield_now().await;
+                            Some((
+                                Err(std::io::Error::other("the answer was abandoned halfway")),
+                                None,
+                            ))
+                        }
                     }
                 }
             }));
