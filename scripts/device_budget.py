@@ -318,7 +318,7 @@ class WalTracer:
                     self.pending.append(pgno)
                     self.off += 24 + page_size
                     if commit:
-                        self.commits.append((time.monotonic(), self.pending))
+                        self.commits.append((self.generations, self.pending))
                         self.pending = []
         except OSError:
             return
@@ -334,15 +334,35 @@ class WalTracer:
         self.thread.join()
         self.poll()
         owner = page_owners(data)
+        hot = "page 1 / pointer map / free list"
+
+        def table(p):
+            return owner.get(p, hot).split(" (")[0]
+
         kinds = {}
         for _, pages in self.commits:
-            tables = sorted({owner.get(p, "page 1 / pointer map / free list").split(" (")[0] for p in pages}
-                            - {"page 1 / pointer map / free list", "sqlite_sequence", "sqlite_schema"})
+            tables = sorted({table(p) for p in pages} - {hot, "sqlite_sequence", "sqlite_schema"})
             k = "+".join(tables) or "(page 1 / pointer maps only)"
             e = kinds.setdefault(k, {"commits_per_h": 0.0, "pages_per_h": 0.0})
             e["commits_per_h"] += 1 / hours
             e["pages_per_h"] += len(pages) / hours
+        # What checkpoints copy: each generation's distinct pages, by table (the last
+        # generation's copy may still be to come).
+        distinct = {}
+        for gen, pages in self.commits:
+            distinct.setdefault(gen, set()).update(pages)
+        copies, frames = {}, {}
+        for pages in distinct.values():
+            for p in pages:
+                copies[table(p)] = copies.get(table(p), 0) + 1
+        for _, pages in self.commits:
+            for p in pages:
+                frames[table(p)] = frames.get(table(p), 0) + 1
         pages = sum(len(p) for _, p in self.commits)
+
+        def per_h(d):
+            return {k: round(v * 4096 / 1e6 / hours, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:14]}
+
         return {
             "commits_per_h": round(len(self.commits) / hours),
             "pages_per_h": round(pages / hours),
@@ -350,7 +370,25 @@ class WalTracer:
             "generations": self.generations,
             "by_kind": {k: {"commits_per_h": round(v["commits_per_h"]), "pages_per_h": round(v["pages_per_h"])}
                         for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]["pages_per_h"])[:14]},
+            "wal_mb_per_h_by_table": per_h(frames),
+            "checkpoint_mb_per_h_by_table": per_h(copies),
+            "store_mb_by_table": table_sizes(data),
         }
+
+
+def table_sizes(data):
+    """MB each table and index holds at the end (dbstat on a copy of the store)."""
+    copy = tempfile.mkdtemp(prefix="wear-sizes-")
+    try:
+        for f in os.listdir(data):
+            if f.startswith("edgewatch.db"):
+                shutil.copy(os.path.join(data, f), copy)
+        conn = sqlite3.connect(f"file:{copy}/edgewatch.db?mode=ro", uri=True)
+        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC LIMIT 12").fetchall()
+        conn.close()
+        return {n: round(b / 1e6, 2) for n, b in rows}
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 def page_owners(data):

@@ -13,6 +13,7 @@ use rusqlite::TransactionBehavior;
 use super::{Job, Plan, Report, RollupError};
 use crate::store::bucket::{bucket_start, numeric, Acc};
 use crate::store::chunks::{self, Scan};
+use crate::store::CHUNK_SPLIT_NS;
 use crate::store::{counters, tiers, Ctx};
 
 /// The buckets one rollup step is building for one tier, in first-seen order, with an index
@@ -52,6 +53,12 @@ impl Fresh {
             .collect()
     }
 }
+
+/// How long after its end the agent's job takes a bucket for closed (see `Job::open_buckets`):
+/// the writer holds points up to `[ingest] flush_interval` (5 s by default) before it commits
+/// them, and clients send theirs a second or so after they stamp them. Points that come later
+/// still fold, into the stored row.
+const CLOSE_MARGIN_NS: i64 = 15 * super::plan::NS;
 
 /// How many final buckets of a tier gather in `rollups_recent` before [`Job::settle`] moves
 /// them into `rollups` together: an hour's, and at least six. A move writes about a page per
@@ -150,13 +157,16 @@ impl Job {
         if !due.contains(&true) {
             return Ok(());
         }
+        let open_from = self.open_buckets(now, all);
+        // The tiers still folding in this run: one that reached its open bucket is done.
+        let mut active = due.clone();
         let mut folded = false;
         loop {
             if stop() {
                 report.interrupted = true;
                 return Ok(());
             }
-            match self.rollup_step(now, &due)? {
+            match self.rollup_step(now, &mut active, &open_from)? {
                 None => {
                     // The cadence starts at a fold that wrote something: a tier with nothing
                     // to fold yet folds the first points at the next run.
@@ -169,10 +179,11 @@ impl Job {
                     }
                     return Ok(());
                 }
-                Some((chunks, points)) => {
+                Some((chunks, points, rewritten)) => {
                     folded = true;
                     report.chunks += chunks;
                     report.points += points;
+                    report.rewritten_rows += rewritten;
                     report.steps += 1;
                 }
             }
@@ -186,9 +197,9 @@ impl Job {
     /// With one (the agent's periodic job) a tier folds once every [`Plan::fold_every_ns`]
     /// (every tier when `all`: a store near its budget, whose raw chunks may be evicted only
     /// once every tier has folded them): a fold rewrites the open bucket of every active
-    /// series, and the rows are keyed by series, so each fold writes about one page per
-    /// active series and tier. Queries lose nothing (they read the raw chunks past a tier's
-    /// cursor); a tier's rows are just written less often.
+    /// series (unless the tier folds closed buckets only, see [`Job::open_buckets`]), so
+    /// a tier folded less often writes its rows less often. Queries lose nothing (they read
+    /// the raw chunks past a tier's cursor).
     ///
     /// [`Plan::fold_every_ns`]: super::Plan::fold_every_ns
     fn due_tiers(&mut self, now: i64, all: bool) -> Vec<bool> {
@@ -207,6 +218,32 @@ impl Job {
             .collect()
     }
 
+    /// Per tier, the start of its open bucket when this run folds only its closed buckets,
+    /// else `None`. In the agent's job (`fold_cadence`, not near the budget) a tier whose
+    /// bucket is no longer than its cadence (the 1m tier folded every minute) stops at the
+    /// first chunk of the bucket `now` is in: folding the open minute's first seconds wrote
+    /// its rows, and the next fold read and wrote them again, the whole 1m tier twice. The
+    /// writer splits a commit's chunks at the start of the current minute and puts the
+    /// earlier ones first ([`CHUNK_SPLIT_NS`]), so the stop leaves nothing of a closed bucket
+    /// behind it (points that come late fold at the next fold, into the stored row). It
+    /// adds at most a bucket to the tier's lag, which reads make up from the raw chunks, as
+    /// for any chunk past a cursor. A bucket counts as closed [`CLOSE_MARGIN_NS`] after its
+    /// end, once the writer has committed the points it held for it.
+    fn open_buckets(&self, now: i64, all: bool) -> Vec<Option<i64>> {
+        let now = now.saturating_sub(CLOSE_MARGIN_NS);
+        self.plan
+            .tiers
+            .iter()
+            .map(|t| {
+                (self.fold_cadence
+                    && !all
+                    && t.res_ns % CHUNK_SPLIT_NS == 0
+                    && t.res_ns <= self.plan.fold_every_ns(t))
+                .then(|| bucket_start(now, t.res_ns))
+            })
+            .collect()
+    }
+
     /// The lowest cursor of all tiers (`i64::MAX` without tiers): chunks above it are not
     /// rolled up everywhere yet.
     pub(super) fn min_cursor(&self) -> Result<i64, RollupError> {
@@ -218,8 +255,15 @@ impl Job {
     }
 
     /// One transaction: the next chunks (up to `batch_points` points) into every `due` tier
-    /// that has not seen them. `None` when every due tier is caught up.
-    fn rollup_step(&mut self, now: i64, due: &[bool]) -> Result<Option<(u64, u64)>, RollupError> {
+    /// that has not seen them, each tier with an open bucket in `open_from` up to the first
+    /// chunk in that bucket (that tier is then no longer `due` in this run): (chunks,
+    /// points, tier rows rewritten). `None` when every due tier is caught up.
+    fn rollup_step(
+        &mut self,
+        now: i64,
+        due: &mut [bool],
+        open_from: &[Option<i64>],
+    ) -> Result<Option<(u64, u64, u64)>, RollupError> {
         let path = self.path.clone();
         let plan = &self.plan;
         // Reading and folding run under a read snapshot, without the write lock: ingest
@@ -233,7 +277,7 @@ impl Job {
         let read_cursors: Vec<i64> = states.iter().map(|s| s.cursor).collect();
         let min_cursor = states
             .iter()
-            .zip(due)
+            .zip(due.iter())
             .filter(|(_, d)| **d)
             .map(|(s, _)| s.cursor)
             .min()
@@ -260,10 +304,35 @@ impl Job {
             Ok(ControlFlow::Continue(()))
         })?;
         read.commit().ctx(&path)?;
-        let Some(last_id) = chunks.last().map(|c| c.0) else {
+        if chunks.is_empty() {
             return Ok(None);
-        };
+        }
+        // The last chunk of the batch each due tier folds: all of them, or those before the
+        // first chunk of its open bucket.
+        let mut upto = vec![i64::MIN; plan.tiers.len()];
+        for (ti, tier) in plan.tiers.iter().enumerate() {
+            if !due[ti] {
+                continue;
+            }
+            let cursor = states[ti].cursor;
+            let mut last = cursor;
+            for &(id, ts_min, _) in &chunks {
+                if id <= cursor {
+                    continue;
+                }
+                if open_from[ti] == Some(bucket_start(ts_min, tier.res_ns)) {
+                    due[ti] = false;
+                    break;
+                }
+                last = id;
+            }
+            upto[ti] = last;
+        }
+        if upto.iter().zip(&states).all(|(u, s)| *u <= s.cursor) {
+            return Ok(None);
+        }
         let mut fresh: Vec<Fresh> = (0..plan.tiers.len()).map(|_| Fresh::default()).collect();
+        let mut rewritten = 0u64;
         let mut values: Vec<(i64, i64, f64)> = Vec::new();
         for (id, ts_min, data) in &chunks {
             values.clear();
@@ -278,7 +347,7 @@ impl Job {
             })?;
             for (ti, tier) in plan.tiers.iter().enumerate() {
                 let state = &mut states[ti];
-                if *id <= state.cursor || !due[ti] {
+                if *id <= state.cursor || *id > upto[ti] {
                     continue;
                 }
                 for &(ts, sid, f) in &values {
@@ -309,10 +378,10 @@ impl Job {
                 ?now_cursors,
                 "tier cursors moved during a rollup step; redoing it"
             );
-            return Ok(Some((0, 0)));
+            return Ok(Some((0, 0, 0)));
         }
         for (ti, tier) in plan.tiers.iter().enumerate() {
-            if !due[ti] {
+            if upto[ti] <= states[ti].cursor {
                 continue;
             }
             let key = tier.key();
@@ -360,7 +429,9 @@ impl Job {
                             old
                         }
                     };
-                    if !exists {
+                    if exists {
+                        rewritten += 1;
+                    } else {
                         inserted += 1;
                     }
                     tiers::put(&tx, &path, key, settled, sid, bucket, &merged, exists)?;
@@ -371,9 +442,9 @@ impl Job {
                 counters::bump(&tx, &path, &counters::corrupt_skipped(key), corrupt_skipped)?;
             }
             let s = &states[ti];
-            if s.cursor < last_id {
+            if s.cursor < upto[ti] {
                 let moved = tiers::State {
-                    cursor: last_id,
+                    cursor: upto[ti],
                     updated: now,
                     settled,
                     ..*s
@@ -382,12 +453,7 @@ impl Job {
             }
         }
         tx.commit().ctx(&path)?;
-        tracing::debug!(
-            chunks = chunks.len(),
-            points,
-            last_id,
-            "rollup step committed"
-        );
-        Ok(Some((chunks.len() as u64, points)))
+        tracing::debug!(chunks = chunks.len(), points, "rollup step committed");
+        Ok(Some((chunks.len() as u64, points, rewritten)))
     }
 }

@@ -97,6 +97,9 @@ pub struct Report {
     pub points: u64,
     /// Transactions committed by the rollup.
     pub steps: u64,
+    /// Tier rows read back and written again with more points (late points, a bucket
+    /// folded while open).
+    pub rewritten_rows: u64,
     /// Raw chunks evicted (retention + budget).
     pub evicted_chunks: u64,
     /// Raw points evicted.

@@ -614,17 +614,22 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
         }
         *chunk_ids(paced.path()).last().unwrap()
     };
+    // The 1m tier (folded every minute, its cadence no shorter than its bucket) folds only
+    // closed minutes: at each of its folds, the chunks written before the minute it runs in.
     let first = run(0);
+    let initial = cursors(paced.path())[1];
     assert_eq!(
         cursors(paced.path()),
-        [first, first, first],
-        "the first fold folds every tier"
+        [first, initial, first],
+        "the first fold folds every tier, the 1m tier's open minute excepted"
     );
-    let (quarter, mut minute) = (first, first);
+    let mut ids = vec![first];
+    let (quarter, mut minute) = (first, initial);
     for k in 1..30 {
         let newest = run(k);
+        ids.push(newest);
         if k % 2 == 0 {
-            minute = newest;
+            minute = ids[k as usize - 1];
         }
         assert_eq!(
             cursors(paced.path()),
@@ -634,8 +639,13 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
         );
         assert_eq!(cursors(each.path()), [newest, newest, newest]);
     }
-    // Fifteen minutes after the first fold every tier catches up.
+    // Fifteen minutes after the first fold every tier catches up, the 1m tier to the
+    // minute before; a minute later, with nothing new, to the end.
     let last = run(30);
+    assert_eq!(cursors(paced.path()), [last, ids[29], last]);
+    jobs[0]
+        .run_once(t0 + 30 * NS + 32 * 30 * NS, &|| false)
+        .unwrap();
     assert_eq!(cursors(paced.path()), [last, last, last]);
     assert_eq!(dump(paced.path()), dump(each.path()));
 }
@@ -1142,7 +1152,8 @@ fn the_agents_job_merges_small_chunks_every_five_minutes_not_every_run() {
     let plan = plan_with(&["1m"], 100_000, 0);
     let mut job = Job::open(dir.path(), plan).unwrap();
     job.fold_cadence = true;
-    let now = 3600 * NS;
+    // Two hours in: every point written below is in a closed minute.
+    let now = 7200 * NS;
     job.run_once(now, &|| false).unwrap();
     let after_first = chunks();
     // 2,048 points merged into one chunk; the rest waits for more (an open run).
@@ -1156,4 +1167,105 @@ fn the_agents_job_merges_small_chunks_every_five_minutes_not_every_run() {
         after_first + 3000 + 1 - 2048,
         "5 minutes later: merged"
     );
+}
+
+thread_local! {
+    /// The made-up wall clock of `clock_now` (tests run on one thread each).
+    static CLOCK: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+fn clock_now() -> i64 {
+    CLOCK.with(|c| c.get())
+}
+
+/// The agent's job folds the 1m tier's minutes once each, when they have closed: a stream of
+/// 100 series committed every 5 s (off the minute, so commits straddle minutes) and the job
+/// every 30 s, for 20 minutes. The minute tier rewrites no row (the old way, folding the open
+/// minute every minute, rewrites every row once) and writes fewer pages; a late point is
+/// still folded into its stored row; the rows end up the same.
+#[test]
+fn the_agents_job_folds_each_minute_once_it_has_closed() {
+    use crate::store::testing::{checkpoint_truncate, wal_frames};
+    const SERIES: usize = 100;
+    let t0 = 1000 * MIN;
+    let end = t0 + 20 * MIN;
+    // (rows rewritten, the fold's pages, the store, its job)
+    let run = |closed_only: bool| -> (u64, u64, tempfile::TempDir, Job) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 1000, Synchronous::Normal).unwrap();
+        w.set_clock(clock_now);
+        let mut job = Job::open(dir.path(), plan_with(&["1m"], 1_000_000, 0)).unwrap();
+        job.fold_cadence = closed_only;
+        let mut rep = Report::default();
+        let mut pages = 0;
+        let mut r = rng(9);
+        // Commits at t0 + 3 s + 5k s, each with the points of the 5 s before it (the newest a
+        // second old); the job at t0 + 10 s + 30k s (the old way: every minute, folding all).
+        let mut t = t0 + 3 * NS;
+        let mut next_job = t0 + 10 * NS;
+        while t < end {
+            CLOCK.with(|c| c.set(t));
+            let lines = (0..SERIES)
+                .flat_map(|s| (1..=5).map(move |k| (s, k)))
+                .map(|(s, k)| Line {
+                    key: format!("m,s=s{s:03}"),
+                    fields: vec![("v".to_string(), Value::F64(r()))],
+                    ts: t - (6 - k) * NS,
+                    line_no: 0,
+                })
+                .collect();
+            w.write(&[&Batch { lines }]).unwrap();
+            t += 5 * NS;
+            if t > next_job {
+                checkpoint_truncate(dir.path());
+                job.rollup(next_job, false, &|| false, &mut rep).unwrap();
+                pages += wal_frames(dir.path());
+                next_job += if closed_only { 30 * NS } else { MIN };
+            }
+        }
+        (rep.rewritten_rows, pages, dir, job)
+    };
+    let (closed_rewritten, closed_pages, closed, mut closed_job) = run(true);
+    let (open_rewritten, open_pages, open, mut open_job) = run(false);
+    eprintln!(
+        "20 minutes of {SERIES} series: closed minutes only {closed_rewritten} rows rewritten, \
+         {closed_pages} pages; the open minute folded too {open_rewritten} rows rewritten, \
+         {open_pages} pages"
+    );
+    assert_eq!(closed_rewritten, 0, "no minute folded twice");
+    assert!(
+        open_rewritten >= (SERIES * 18) as u64,
+        "the old way rewrites each minute's rows: {open_rewritten}"
+    );
+    assert!(
+        closed_pages * 4 < open_pages * 3,
+        "{closed_pages} pages against {open_pages}"
+    );
+    // The last fold, 20 s before the end, folded through the minute before the open one:
+    // the tier lags by its open minute and the margin, no more.
+    let newest = |d: &Path| dump(d).iter().map(|r| r.2).max().unwrap();
+    assert_eq!(newest(closed.path()), end - 2 * MIN);
+    // A late point (three minutes back) folds into its stored row at the next fold.
+    let mut w = Writer::open(closed.path(), 1000, Synchronous::Normal).unwrap();
+    CLOCK.with(|c| c.set(end + MIN));
+    write(&mut w, "m,s=s007", &[(end - 3 * MIN + 30 * NS, 1.0)]);
+    let rep = closed_job.run_once(end + 2 * MIN, &|| false).unwrap();
+    assert_eq!(rep.rewritten_rows, 1, "{rep:?}");
+    let mut w = Writer::open(open.path(), 1000, Synchronous::Normal).unwrap();
+    write(&mut w, "m,s=s007", &[(end - 3 * MIN + 30 * NS, 1.0)]);
+    open_job.run_once(end + 2 * MIN, &|| false).unwrap();
+    // The same rows (sums to rounding: the points were added in another order).
+    let (a, b) = (dump(closed.path()), dump(open.path()));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        let key = (x.0, x.1, x.2);
+        assert_eq!(key, (y.0, y.1, y.2));
+        assert!((x.4 - y.4).abs() <= 1e-9 * x.4.abs().max(1.0), "{key:?}");
+        let strip = |r: &crate::store::testing::RollupRow| {
+            let mut r = r.clone();
+            r.4 = 0.0;
+            r
+        };
+        assert!(strip(x) == strip(y), "row {key:?} differs");
+    }
 }

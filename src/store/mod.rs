@@ -47,7 +47,7 @@ use rusqlite::Connection;
 pub use latest::LatestValues;
 pub use open::{open, Ctx, Mode};
 pub use staged::Staged;
-pub use write::{WriteSummary, Writer, MAX_CHUNK_POINTS};
+pub use write::{WriteSummary, Writer, CHUNK_SPLIT_NS, MAX_CHUNK_POINTS};
 
 mod embedded {
     include!(concat!(env!("OUT_DIR"), "/migrations.rs"));

@@ -45,6 +45,8 @@ pub struct Writer {
     journal: Option<Journal>,
     /// Journal records replayed at open that could not be stored then.
     unstored: Option<Staged>,
+    /// The wall clock a commit splits its chunks by ([`CHUNK_SPLIT_NS`]); tests set their own.
+    clock: fn() -> i64,
 }
 
 /// The writer's view of the unindexed tail of `chunks`.
@@ -141,6 +143,7 @@ impl Writer {
             sids: Vec::with_capacity(64),
             journal: None,
             unstored: None,
+            clock: crate::now_ns,
         };
         w.load_dictionary()?;
         Ok(w)
@@ -154,6 +157,16 @@ impl Writer {
             })
             .ctx(&self.path)
             .map(|s| s.max(0) as u64)
+    }
+
+    /// Where a commit now splits its chunks: the start of the current minute.
+    fn split(clock: fn() -> i64) -> i64 {
+        clock().div_euclid(CHUNK_SPLIT_NS) * CHUNK_SPLIT_NS
+    }
+
+    /// Sets the wall clock commits split chunks by (tests writing at made-up times).
+    pub fn set_clock(&mut self, clock: fn() -> i64) {
+        self.clock = clock;
     }
 
     /// Records the newest value of every numeric series in `latest` after each commit.
@@ -217,9 +230,11 @@ impl Writer {
             &mut self.sids,
             batches,
         )?;
+        let split = Self::split(self.clock);
         let rows = Self::store_chunks(
             &tx,
             &path,
+            split,
             &mut self.latest,
             &mut self.tail,
             staged.iter().map(|(_, s)| s),
@@ -318,7 +333,8 @@ impl Writer {
     ) -> Result<(), StoreError> {
         let path = self.path.clone();
         let tx = self.conn.transaction().ctx(&path)?;
-        let rows = Self::store_chunks(&tx, &path, &mut self.latest, &mut self.tail, staged)?;
+        let split = Self::split(self.clock);
+        let rows = Self::store_chunks(&tx, &path, split, &mut self.latest, &mut self.tail, staged)?;
         if let Some(j) = self.journal.as_ref().filter(|j| !j.is_empty()) {
             tx.prepare_cached("UPDATE chunk_tail SET journal_seq = ?1 WHERE id = 1")
                 .and_then(|mut st| st.execute([j.seq() as i64]))
@@ -336,6 +352,7 @@ impl Writer {
     fn store_chunks<'a>(
         tx: &rusqlite::Transaction<'_>,
         path: &Path,
+        split: i64,
         latest: &mut Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
         tail: &mut Tail,
         staged: impl IntoIterator<Item = &'a Staged>,
@@ -350,9 +367,10 @@ impl Writer {
             n.clear();
         }
         let mut rows = 0i64;
-        // Points grouped by tag set, in arrival order per tag set.
+        // Points grouped by tag set and by which side of the current minute's start
+        // (`split`, see CHUNK_SPLIT_NS) they are on, in arrival order per tag set.
         let mut open: Vec<ChunkBuilder> = Vec::new();
-        let mut open_index: HashMap<i64, usize> = HashMap::default();
+        let mut open_index: HashMap<(i64, bool), usize> = HashMap::default();
         for s in staged {
             let mut start = 0usize;
             for &(tagset_id, ts, end) in &s.lines {
@@ -365,8 +383,9 @@ impl Writer {
                         }
                     }
                 }
-                let slot = *open_index.entry(tagset_id).or_insert_with(|| {
-                    open.push(ChunkBuilder::new(tagset_id));
+                let current = ts >= split;
+                let slot = *open_index.entry((tagset_id, current)).or_insert_with(|| {
+                    open.push(ChunkBuilder::new(tagset_id, current));
                     open.len() - 1
                 });
                 let chunk = &mut open[slot];
@@ -376,6 +395,10 @@ impl Writer {
                 }
             }
         }
+        // The chunks of earlier minutes first (stable: otherwise in arrival order), so a fold
+        // that stops at the first chunk of the open minute leaves none of a closed one
+        // behind it.
+        open.sort_by_key(|c| c.current);
         for chunk in &mut open {
             rows += chunk.flush(&mut ins_chunk).ctx(path)?;
             // Before the commit: a failed one leaves its tag sets counted, which only
@@ -534,15 +557,27 @@ fn resolve(
 pub const MAX_CHUNK_POINTS: usize = 2048;
 
 /// Accumulates the points of one tag set into chunk rows (columnar, [`codec::ChunkEncoder`]).
+/// A commit splits its chunks at the start of the current minute (by the wall clock, a
+/// multiple of this many nanoseconds): a tag set's points from before it and from it on go
+/// in two chunks, the earlier one first. So no chunk spans the boundary between a closed
+/// minute and the open one, and the rollup job's minute tier folds each minute once, when
+/// it has closed, instead of folding the open minute's first seconds and rewriting those
+/// rows at the next fold (`rollup::Job::open_buckets`). Points of other times (late, from a
+/// clock not yet set) stay in one chunk as before.
+pub const CHUNK_SPLIT_NS: i64 = 60_000_000_000;
+
 struct ChunkBuilder {
     tagset_id: i64,
+    /// Whether its points are from the current minute on (see [`CHUNK_SPLIT_NS`]).
+    current: bool,
     enc: codec::ChunkEncoder,
 }
 
 impl ChunkBuilder {
-    fn new(tagset_id: i64) -> Self {
+    fn new(tagset_id: i64, current: bool) -> Self {
         ChunkBuilder {
             tagset_id,
+            current,
             enc: codec::ChunkEncoder::new(),
         }
     }
