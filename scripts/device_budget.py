@@ -376,34 +376,31 @@ class WalTracer:
         }
 
 
-def table_sizes(data):
-    """MB each table and index holds at the end (dbstat on a copy of the store)."""
-    copy = tempfile.mkdtemp(prefix="wear-sizes-")
+def on_a_copy(data, sql):
+    """The rows of `sql` over a copy of the store (database and WAL), so that reading
+    dbstat never holds up the agent."""
+    copy = tempfile.mkdtemp(prefix="wear-dbstat-")
     try:
         for f in os.listdir(data):
             if f.startswith("edgewatch.db"):
                 shutil.copy(os.path.join(data, f), copy)
         conn = sqlite3.connect(f"file:{copy}/edgewatch.db?mode=ro", uri=True)
-        rows = conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC LIMIT 12").fetchall()
+        rows = conn.execute(sql).fetchall()
         conn.close()
-        return {n: round(b / 1e6, 2) for n, b in rows}
+        return rows
     finally:
         shutil.rmtree(copy, ignore_errors=True)
+
+
+def table_sizes(data):
+    """MB each table and index holds at the end."""
+    rows = on_a_copy(data, "SELECT name, sum(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC LIMIT 12")
+    return {n: round(b / 1e6, 2) for n, b in rows}
 
 
 def page_owners(data):
-    """Page number -> "table (page type)" from dbstat on a copy of the store."""
-    copy = tempfile.mkdtemp(prefix="wear-owners-")
-    try:
-        for f in os.listdir(data):
-            if f.startswith("edgewatch.db"):
-                shutil.copy(os.path.join(data, f), copy)
-        conn = sqlite3.connect(f"file:{copy}/edgewatch.db?mode=ro", uri=True)
-        owner = {p: f"{n} ({t})" for n, p, t in conn.execute("SELECT name, pageno, pagetype FROM dbstat")}
-        conn.close()
-        return owner
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
+    """Page number -> "table (page type)"."""
+    return {p: f"{n} ({t})" for n, p, t in on_a_copy(data, "SELECT name, pageno, pagetype FROM dbstat")}
 
 
 def dir_bytes(path):
