@@ -57,6 +57,14 @@ struct Counting;
 
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
+/// The live run's clock, for the writer (it splits a commit's chunks at the current minute,
+/// as the agent's does at the real one).
+static CLOCK: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+fn bench_clock() -> i64 {
+    CLOCK.load(Ordering::Relaxed)
+}
+
 // SAFETY: every call is passed to the system allocator unchanged.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -274,6 +282,8 @@ fn main() {
     for i in 0..runs {
         if live && i > 0 {
             let now = clock(i);
+            CLOCK.store(now, Ordering::Relaxed);
+            w.set_clock(bench_clock);
             for k in 0..3 {
                 gen.push_step(&mut batch, &keys, now - (2 - k) * EVERY_S * NS);
             }

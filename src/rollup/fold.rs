@@ -153,11 +153,19 @@ impl Job {
         if self.plan.tiers.is_empty() {
             return Ok(());
         }
-        let due = self.due_tiers(now, all);
+        // A tier that folds closed buckets only is due at every run: a run in which no
+        // bucket closed writes nothing for it, and one right after a bucket closes keeps the
+        // raw tail that reads merge short.
+        let open_from = self.open_buckets(now, all);
+        let due: Vec<bool> = self
+            .due_tiers(now, all)
+            .into_iter()
+            .zip(&open_from)
+            .map(|(due, open)| due || open.is_some())
+            .collect();
         if !due.contains(&true) {
             return Ok(());
         }
-        let open_from = self.open_buckets(now, all);
         // The tiers still folding in this run: one that reached its open bucket is done.
         let mut active = due.clone();
         let mut folded = false;
@@ -227,8 +235,10 @@ impl Job {
     /// earlier ones first ([`CHUNK_SPLIT_NS`]), so the stop leaves nothing of a closed bucket
     /// behind it (points that come late fold at the next fold, into the stored row). It
     /// adds at most a bucket to the tier's lag, which reads make up from the raw chunks, as
-    /// for any chunk past a cursor. A bucket counts as closed [`CLOSE_MARGIN_NS`] after its
-    /// end, once the writer has committed the points it held for it.
+    /// for any chunk past a cursor; such a tier is folded at every run (a run in which no
+    /// bucket closed writes nothing), so its lag is its open bucket, the margin and a run.
+    /// A bucket counts as closed [`CLOSE_MARGIN_NS`] after its end, once the writer has
+    /// committed the points it held for it.
     fn open_buckets(&self, now: i64, all: bool) -> Vec<Option<i64>> {
         let now = now.saturating_sub(CLOSE_MARGIN_NS);
         self.plan
