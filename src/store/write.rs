@@ -346,8 +346,8 @@ impl Writer {
         Ok(())
     }
 
-    /// Packs the lines into chunk rows, one per tag set (more past
-    /// [`MAX_CHUNK_POINTS`]), in order; returns the rows written. Collects the newest value
+    /// Packs the lines into chunk rows, one per tag set and side of `split` (more past
+    /// [`MAX_CHUNK_POINTS`]), those before `split` first; returns the rows written. Collects the newest value
     /// of each numeric series for [`Writer::committed`].
     fn store_chunks<'a>(
         tx: &rusqlite::Transaction<'_>,
