@@ -1238,7 +1238,7 @@ fn the_agents_job_folds_each_minute_once_it_has_closed() {
         "the old way rewrites each minute's rows: {open_rewritten}"
     );
     assert!(
-        closed_pages * 4 < open_pages * 3,
+        closed_pages * 5 < open_pages * 4,
         "{closed_pages} pages against {open_pages}"
     );
     // The last fold, 20 s before the end, folded through the minute before the open one:
