@@ -262,6 +262,7 @@ fn main() {
     let mut w = Writer::open(&dir, 100_000, Synchronous::Normal).expect("open writer");
     let mut job = Job::open(&dir, plan.clone()).expect("rollup job");
     job.fold_cadence = true;
+    w.set_clock(bench_clock);
     let mut wall = Vec::new();
     let mut cpu = Vec::new();
     // Cycles that opened no incident (their CPU), and incidents opened / snapshot wall ms.
@@ -283,7 +284,6 @@ fn main() {
         if live && i > 0 {
             let now = clock(i);
             CLOCK.store(now, Ordering::Relaxed);
-            w.set_clock(bench_clock);
             for k in 0..3 {
                 gen.push_step(&mut batch, &keys, now - (2 - k) * EVERY_S * NS);
             }

@@ -395,15 +395,16 @@ impl Writer {
                 }
             }
         }
-        // The chunks of earlier minutes first (stable: otherwise in arrival order), so a fold
-        // that stops at the first chunk of the open minute leaves none of a closed one
-        // behind it.
-        open.sort_by_key(|c| c.current);
-        for chunk in &mut open {
-            rows += chunk.flush(&mut ins_chunk).ctx(path)?;
-            // Before the commit: a failed one leaves its tag sets counted, which only
-            // brings the next indexing a little closer.
-            tail.tagsets.insert(chunk.tagset_id);
+        // The chunks of earlier minutes first, then those of the current one (each in
+        // arrival order), so a fold that stops at the first chunk of the open minute leaves
+        // none of a closed one behind it.
+        for current in [false, true] {
+            for chunk in open.iter_mut().filter(|c| c.current == current) {
+                rows += chunk.flush(&mut ins_chunk).ctx(path)?;
+                // Before the commit: a failed one leaves its tag sets counted, which only
+                // brings the next indexing a little closer.
+                tail.tagsets.insert(chunk.tagset_id);
+            }
         }
         Ok(rows)
     }
