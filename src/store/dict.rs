@@ -6,7 +6,7 @@
 //! Never decides whether a new series may be created (the writer's series cap does) and
 //! never deletes an entry.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::ControlFlow;
 use std::path::Path;
 
@@ -148,6 +148,171 @@ pub fn tagsets_matching(
         Ok::<_, StoreError>(ControlFlow::Continue(()))
     })?;
     Ok(out)
+}
+
+/// Most tag sets a [`TagsetCache`] holds; past it the cache lets go and lookups scan the
+/// table (about 300 bytes a tag set: 3 MB at the cap).
+pub const MAX_CACHED_TAGSETS: usize = 10_000;
+
+/// The dictionary's tag sets held by one reader, grouped by measurement, so that a caller
+/// looking up the tag sets of a measurement many times (an alert evaluation's snapshots, a
+/// dashboard's panels) does not read and parse the whole table each time. Filled on first
+/// use, then with only the rows above the highest id read: tag sets are never changed or
+/// deleted, so new ids are all that can differ, and the reader's connection never sees a
+/// row it has not committed. Past [`MAX_CACHED_TAGSETS`] it empties itself for good and
+/// [`TagsetCache::matching`] scans the table as [`tagsets_matching`] does.
+#[derive(Debug)]
+pub struct TagsetCache {
+    /// The highest id read (0: nothing read yet).
+    last_id: i64,
+    /// Per measurement, its tag sets by key.
+    by_measurement: HashMap<Box<str>, Vec<CachedTagset>>,
+    len: usize,
+    /// Most tag sets held.
+    cap: usize,
+    /// The dictionary outgrew the cap.
+    over: bool,
+}
+
+impl Default for TagsetCache {
+    fn default() -> Self {
+        TagsetCache::with_cap(MAX_CACHED_TAGSETS)
+    }
+}
+
+#[derive(Debug)]
+struct CachedTagset {
+    id: i64,
+    key: Box<str>,
+    /// By tag key.
+    tags: Box<[(Box<str>, Box<str>)]>,
+}
+
+impl CachedTagset {
+    fn matches(&self, want: &[(String, String)]) -> bool {
+        want.iter()
+            .all(|(k, v)| self.tags.iter().any(|(tk, tv)| **tk == **k && **tv == **v))
+    }
+}
+
+impl TagsetCache {
+    /// An empty cache that holds at most `cap` tag sets.
+    pub fn with_cap(cap: usize) -> Self {
+        TagsetCache {
+            last_id: 0,
+            by_measurement: HashMap::new(),
+            len: 0,
+            cap,
+            over: false,
+        }
+    }
+
+    /// Whether the dictionary outgrew the cap (lookups scan the table).
+    pub fn is_over(&self) -> bool {
+        self.over
+    }
+
+    /// The tag sets of `measurement` whose tags include every `(key, value)` of `tags`, by
+    /// key: what [`tagsets_matching`] returns, from memory after the first call.
+    pub fn matching(
+        &mut self,
+        conn: &Connection,
+        path: &Path,
+        measurement: &str,
+        tags: &[(String, String)],
+    ) -> Result<Vec<Tagset>, StoreError> {
+        self.refresh(conn, path)?;
+        if self.over {
+            return tagsets_matching(conn, path, measurement, tags);
+        }
+        let Some(sets) = self.by_measurement.get(measurement) else {
+            return Ok(Vec::new());
+        };
+        Ok(sets
+            .iter()
+            .filter(|c| c.matches(tags))
+            .map(|c| Tagset {
+                id: c.id,
+                key: c.key.to_string(),
+                measurement: measurement.to_string(),
+                tags: c
+                    .tags
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// Number of tag sets held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads the tag sets added since the last call.
+    fn refresh(&mut self, conn: &Connection, path: &Path) -> Result<(), StoreError> {
+        if self.over {
+            return Ok(());
+        }
+        let mut st = conn
+            .prepare_cached(
+                "SELECT id, key, measurement, tags FROM tagsets WHERE id > ?1 ORDER BY id",
+            )
+            .ctx(path)?;
+        let mut rows = st.query(params![self.last_id]).ctx(path)?;
+        let mut touched: Vec<Box<str>> = Vec::new();
+        while let Some(r) = rows.next().ctx(path)? {
+            let t = tagset_row(r).ctx(path)?;
+            self.last_id = self.last_id.max(t.id);
+            self.len += 1;
+            if self.len > self.cap {
+                tracing::debug!(
+                    path = %path.display(),
+                    cap = self.cap,
+                    "more tag sets than the reader's cache holds: lookups scan the dictionary"
+                );
+                *self = TagsetCache {
+                    over: true,
+                    ..TagsetCache::with_cap(self.cap)
+                };
+                return Ok(());
+            }
+            let sets = match self.by_measurement.get_mut(t.measurement.as_str()) {
+                Some(sets) => sets,
+                None => self
+                    .by_measurement
+                    .entry(t.measurement.clone().into_boxed_str())
+                    .or_default(),
+            };
+            if sets.last().is_some_and(|l| *l.key > *t.key)
+                && !touched.iter().any(|m| **m == *t.measurement)
+            {
+                touched.push(t.measurement.clone().into_boxed_str());
+            }
+            sets.push(CachedTagset {
+                id: t.id,
+                key: t.key.into_boxed_str(),
+                tags: t
+                    .tags
+                    .into_iter()
+                    .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+                    .collect(),
+            });
+        }
+        // Keys arrive by id: a measurement whose new keys sort before its last one is sorted
+        // again (a stable sort of an ordered run plus a short tail).
+        for m in touched {
+            if let Some(sets) = self.by_measurement.get_mut(&m) {
+                sets.sort_by(|a, b| a.key.cmp(&b.key));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The series of tag set `tagset`, by field.

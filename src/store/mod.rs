@@ -202,13 +202,19 @@ pub fn latest_version() -> u32 {
 pub struct Reader {
     pub(crate) conn: Connection,
     pub(crate) path: PathBuf,
+    /// The tag sets this reader has looked up (see [`Reader::tagsets_matching`]).
+    tagsets: std::cell::RefCell<dict::TagsetCache>,
 }
 
 impl Reader {
     /// Opens the database in `dir` read-only. It must exist and not be newer than us.
     pub fn open(dir: &Path) -> Result<Reader, StoreError> {
         let (conn, path) = open(dir, Mode::ReadOnly)?;
-        Ok(Reader { conn, path })
+        Ok(Reader {
+            conn,
+            path,
+            tagsets: Default::default(),
+        })
     }
 
     /// The database file.
@@ -227,6 +233,19 @@ impl Reader {
     /// guard's end is a rollback of nothing.
     pub fn snapshot(&self) -> Result<rusqlite::Transaction<'_>, StoreError> {
         self.conn.unchecked_transaction().ctx(&self.path)
+    }
+
+    /// The tag sets of `measurement` whose tags include every `(key, value)` of `tags`, by
+    /// key, through this reader's [`dict::TagsetCache`] (the table is read whole once, then
+    /// only its new rows).
+    pub fn tagsets_matching(
+        &self,
+        measurement: &str,
+        tags: &[(String, String)],
+    ) -> Result<Vec<dict::Tagset>, StoreError> {
+        self.tagsets
+            .borrow_mut()
+            .matching(&self.conn, &self.path, measurement, tags)
     }
 
     /// Bytes used on disk by the database and its WAL.
@@ -285,6 +304,111 @@ mod tests {
         assert_eq!(r.raw_points().unwrap(), 2);
         drop(snap);
         assert_eq!(r.raw_points().unwrap(), 3);
+    }
+
+    /// The reader's tag-set cache answers as the table does: the tag sets written after its
+    /// first read (keys that sort before the ones it holds included), by key, filtered by
+    /// tags; past its cap it lets go and scans the table, with the same answers.
+    #[test]
+    fn the_readers_tagset_cache_answers_as_the_table_does_as_tag_sets_arrive() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 1_000, Synchronous::Normal).unwrap();
+        write(
+            &mut w,
+            "m,h=b,v=1 x=1 1
+m,h=c,v=1 x=1 1
+n,h=a x=1 1
+",
+        );
+        let r = Reader::open(dir.path()).unwrap();
+        let table = |m: &str, tags: &[(&str, &str)]| {
+            let tags: Vec<(String, String)> = tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            dict::tagsets_matching(&r.conn, &r.path, m, &tags).unwrap()
+        };
+        let cached = |c: &mut dict::TagsetCache, m: &str, tags: &[(&str, &str)]| {
+            let tags: Vec<(String, String)> = tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            c.matching(&r.conn, &r.path, m, &tags).unwrap()
+        };
+        let keys = |v: Vec<dict::Tagset>| v.into_iter().map(|t| t.key).collect::<Vec<_>>();
+        let asks: [(&str, &[(&str, &str)]); 6] = [
+            ("m", &[]),
+            ("m", &[("v", "1")]),
+            ("m", &[("h", "a"), ("v", "2")]),
+            ("m", &[("h", "zz")]),
+            ("n", &[]),
+            ("none", &[]),
+        ];
+        let mut small = dict::TagsetCache::with_cap(4);
+        let check = |small: &mut dict::TagsetCache| {
+            for (m, tags) in asks {
+                let want = table(m, tags);
+                assert_eq!(
+                    r.tagsets_matching(
+                        m,
+                        &tags
+                            .iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect::<Vec<_>>()
+                    )
+                    .unwrap(),
+                    want,
+                    "{m} {tags:?}"
+                );
+                assert_eq!(
+                    keys(cached(small, m, tags)),
+                    keys(want),
+                    "cap 4: {m} {tags:?}"
+                );
+            }
+        };
+        check(&mut small);
+        assert_eq!(
+            keys(r.tagsets_matching("m", &[]).unwrap()),
+            ["m,h=b,v=1", "m,h=c,v=1"]
+        );
+        assert_eq!(r.tagsets.borrow().len(), 3);
+        // New tag sets, one sorting first: read on the next lookup, in key order.
+        write(
+            &mut w,
+            "m,h=a,v=2 x=1 2
+m,h=d,v=1 x=1 2
+",
+        );
+        check(&mut small);
+        assert_eq!(
+            keys(r.tagsets_matching("m", &[]).unwrap()),
+            ["m,h=a,v=2", "m,h=b,v=1", "m,h=c,v=1", "m,h=d,v=1"]
+        );
+        assert_eq!(r.tagsets.borrow().len(), 5);
+        assert!(small.is_over(), "5 tag sets outgrow a cap of 4");
+        assert!(small.is_empty());
+        // Past its cap it scans: still every new tag set.
+        write(
+            &mut w,
+            "m,h=e,v=1 x=1 3
+",
+        );
+        check(&mut small);
+        assert_eq!(keys(cached(&mut small, "m", &[("v", "1")])).len(), 4);
+        // Tags come back whole, as the table's JSON has them.
+        let got = r
+            .tagsets_matching("m", &[("h".into(), "a".into())])
+            .unwrap();
+        assert_eq!(
+            got[0].tags,
+            [
+                ("h".to_string(), "a".to_string()),
+                ("v".to_string(), "2".to_string())
+            ]
+            .into()
+        );
+        assert_eq!(got[0].measurement, "m");
     }
 
     fn q(measurement: &str) -> RawQuery {
