@@ -1,7 +1,8 @@
 //! The series dictionary (`tagsets`, `series`): loading it whole (the writer's cache, a
-//! forwarder's names, `/metrics`), looking up the tag sets of a measurement and the fields of
-//! a tag set, and the writer's inserts of new entries. Tags are stored as a JSON object and
-//! handed out parsed.
+//! forwarder's names, `/metrics`), looking up the tag sets of a measurement (from the table,
+//! or from a reader's [`TagsetCache`], which holds them parsed and reads only new ids) and
+//! the fields of a tag set, and the writer's inserts of new entries. Tags are stored as a
+//! JSON object and handed out parsed.
 //!
 //! Never decides whether a new series may be created (the writer's series cap does) and
 //! never deletes an entry.
