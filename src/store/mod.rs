@@ -313,27 +313,12 @@ mod tests {
     fn the_readers_tagset_cache_answers_as_the_table_does_as_tag_sets_arrive() {
         let dir = tempfile::tempdir().unwrap();
         let mut w = Writer::open(dir.path(), 1_000, Synchronous::Normal).unwrap();
-        write(
-            &mut w,
-            "m,h=b,v=1 x=1 1
-m,h=c,v=1 x=1 1
-n,h=a x=1 1
-",
-        );
+        write(&mut w, "m,h=b,v=1 x=1 1\nm,h=c,v=1 x=1 1\nn,h=a x=1 1\n");
         let r = Reader::open(dir.path()).unwrap();
-        let table = |m: &str, tags: &[(&str, &str)]| {
-            let tags: Vec<(String, String)> = tags
-                .iter()
+        let owned = |tags: &[(&str, &str)]| -> Vec<(String, String)> {
+            tags.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            dict::tagsets_matching(&r.conn, &r.path, m, &tags).unwrap()
-        };
-        let cached = |c: &mut dict::TagsetCache, m: &str, tags: &[(&str, &str)]| {
-            let tags: Vec<(String, String)> = tags
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            c.matching(&r.conn, &r.path, m, &tags).unwrap()
+                .collect()
         };
         let keys = |v: Vec<dict::Tagset>| v.into_iter().map(|t| t.key).collect::<Vec<_>>();
         let asks: [(&str, &[(&str, &str)]); 6] = [
@@ -344,27 +329,15 @@ n,h=a x=1 1
             ("n", &[]),
             ("none", &[]),
         ];
+        // The reader's own cache, and one with a cap of 4, against the table.
         let mut small = dict::TagsetCache::with_cap(4);
         let check = |small: &mut dict::TagsetCache| {
             for (m, tags) in asks {
-                let want = table(m, tags);
-                assert_eq!(
-                    r.tagsets_matching(
-                        m,
-                        &tags
-                            .iter()
-                            .map(|(k, v)| (k.to_string(), v.to_string()))
-                            .collect::<Vec<_>>()
-                    )
-                    .unwrap(),
-                    want,
-                    "{m} {tags:?}"
-                );
-                assert_eq!(
-                    keys(cached(small, m, tags)),
-                    keys(want),
-                    "cap 4: {m} {tags:?}"
-                );
+                let tags = owned(tags);
+                let want = dict::tagsets_matching(&r.conn, &r.path, m, &tags).unwrap();
+                assert_eq!(r.tagsets_matching(m, &tags).unwrap(), want, "{m} {tags:?}");
+                let got = small.matching(&r.conn, &r.path, m, &tags).unwrap();
+                assert_eq!(keys(got), keys(want), "cap 4: {m} {tags:?}");
             }
         };
         check(&mut small);
@@ -374,12 +347,7 @@ n,h=a x=1 1
         );
         assert_eq!(r.tagsets.borrow().len(), 3);
         // New tag sets, one sorting first: read on the next lookup, in key order.
-        write(
-            &mut w,
-            "m,h=a,v=2 x=1 2
-m,h=d,v=1 x=1 2
-",
-        );
+        write(&mut w, "m,h=a,v=2 x=1 2\nm,h=d,v=1 x=1 2\n");
         check(&mut small);
         assert_eq!(
             keys(r.tagsets_matching("m", &[]).unwrap()),
@@ -389,24 +357,15 @@ m,h=d,v=1 x=1 2
         assert!(small.is_over(), "5 tag sets outgrow a cap of 4");
         assert!(small.is_empty());
         // Past its cap it scans: still every new tag set.
-        write(
-            &mut w,
-            "m,h=e,v=1 x=1 3
-",
-        );
+        write(&mut w, "m,h=e,v=1 x=1 3\n");
         check(&mut small);
-        assert_eq!(keys(cached(&mut small, "m", &[("v", "1")])).len(), 4);
+        let v1 = small.matching(&r.conn, &r.path, "m", &owned(&[("v", "1")]));
+        assert_eq!(v1.unwrap().len(), 4);
         // Tags come back whole, as the table's JSON has them.
-        let got = r
-            .tagsets_matching("m", &[("h".into(), "a".into())])
-            .unwrap();
+        let got = r.tagsets_matching("m", &owned(&[("h", "a")])).unwrap();
         assert_eq!(
             got[0].tags,
-            [
-                ("h".to_string(), "a".to_string()),
-                ("v".to_string(), "2".to_string())
-            ]
-            .into()
+            owned(&[("h", "a"), ("v", "2")]).into_iter().collect()
         );
         assert_eq!(got[0].measurement, "m");
     }
