@@ -109,9 +109,6 @@ pub fn collect(
     // The matching tag sets' series, each with its steps.
     let mut found: Vec<(BTreeMap<String, String>, i64, i64, ByStep)> = Vec::new();
     for set in reader.tagsets_matching(measurement, tags)? {
-        if !tags.iter().all(|(k, v)| set.tags.get(k) == Some(v)) {
-            continue;
-        }
         let Some(sid) = dict::numeric_series(conn, path, set.id, field)? else {
             continue;
         };
