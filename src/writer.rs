@@ -684,6 +684,66 @@ mod tests {
         assert_eq!(stored(dir.path()), 9, "and never twice");
     }
 
+    /// A commit of journaled writes records the journal's number on a page it writes anyway
+    /// (`sqlite_sequence`, for the chunk ids), not on one of its own; a store migrated from
+    /// before (its number in `chunk_tail`) keeps it, and replays exactly the records after it.
+    #[test]
+    fn a_journaled_commit_records_its_number_on_the_page_the_chunk_ids_write_anyway() {
+        use crate::store::testing::{checkpoint_truncate, wal_pages};
+        let dir = tempfile::tempdir().unwrap();
+        let journal = |w: &mut Writer, n: usize| {
+            let b = batch("http", n);
+            let staged = w.stage(&[&b]).unwrap();
+            w.journal(staged.iter().map(|(_, s)| s)).unwrap();
+            staged
+        };
+        let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+        let first = journal(&mut w, 3);
+        w.commit(first.iter().map(|(_, s)| s)).unwrap();
+        checkpoint_truncate(dir.path());
+        let second = journal(&mut w, 2);
+        w.commit(second.iter().map(|(_, s)| s)).unwrap();
+        let conn = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();
+        let root = |name: &str| -> u32 {
+            conn.query_row(
+                "SELECT rootpage FROM sqlite_schema WHERE name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        let pages = wal_pages(dir.path());
+        assert!(pages.contains(&root("sqlite_sequence")), "{pages:?}");
+        assert!(
+            !pages.contains(&root("chunk_tail")),
+            "a page of its own for the journal's number: {pages:?}"
+        );
+        let number = |conn: &rusqlite::Connection| -> i64 {
+            conn.query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'edgewatch.journal'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap()
+        };
+        assert_eq!(number(&conn), 2);
+        // A record appended and not stored, on a store rolled back to before 0016 with its
+        // number in `chunk_tail`: the migration carries the number over, and the next open
+        // stores that record only.
+        journal(&mut w, 4);
+        drop(w);
+        conn.execute_batch(
+            "DELETE FROM sqlite_sequence WHERE name = 'edgewatch.journal'; \
+             UPDATE chunk_tail SET journal_seq = 2; \
+             DELETE FROM schema_migrations WHERE version = 16; PRAGMA user_version = 15;",
+        )
+        .unwrap();
+        assert_eq!(stored(dir.path()), 5);
+        drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
+        assert_eq!(stored(dir.path()), 9, "the record after the carried number, once");
+        assert_eq!(number(&conn), 3);
+    }
+
     #[test]
     fn journaled_writes_a_crash_left_uncommitted_are_stored_at_the_next_open_exactly_once() {
         let dir = tempfile::tempdir().unwrap();

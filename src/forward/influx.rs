@@ -239,7 +239,7 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
     while !stop.is_cancelled() {
         refresh_backlog(
             &src,
-            &cur,
+            &mut cur,
             &ctx.status,
             &mut last_refresh,
             Duration::from_secs(1),

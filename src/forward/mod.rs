@@ -263,14 +263,19 @@ impl Reconnect {
     }
 }
 
-/// Refreshes backlog figures in the status (at most every `every`).
+/// Commits a cursor move that has waited long enough for a batch to carry it
+/// ([`store::Cursor::settle`]), and refreshes backlog figures in the status (at most every
+/// `every`).
 pub(crate) fn refresh_backlog(
     src: &store::Source,
-    cursor: &store::Cursor,
+    cursor: &mut store::Cursor,
     status: &SinkStatus,
     last: &mut Option<Instant>,
     every: Duration,
 ) {
+    if let Err(e) = cursor.settle() {
+        tracing::debug!(error = %e, "cannot persist a held cursor move yet (kept in memory)");
+    }
     if last.is_some_and(|t| t.elapsed() < every) {
         return;
     }

@@ -504,8 +504,9 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 let mut lr = last_refresh;
                 let st = ctx.status.clone();
                 let _ = tokio::task::spawn_blocking(move || {
-                    let g = db2.lock().unwrap_or_else(|p| p.into_inner());
-                    super::refresh_backlog(&g.0, &g.1, &st, &mut lr, Duration::from_secs(1));
+                    let mut guard = db2.lock().unwrap_or_else(|p| p.into_inner());
+                    let g = &mut *guard;
+                    super::refresh_backlog(&g.0, &mut g.1, &st, &mut lr, Duration::from_secs(1));
                     lr
                 })
                 .await
@@ -721,8 +722,9 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
             let mut lr = last_refresh;
             let st = ctx.status.clone();
             if let Ok(lr) = tokio::task::spawn_blocking(move || {
-                let g = db2.lock().unwrap_or_else(|p| p.into_inner());
-                super::refresh_backlog(&g.0, &g.1, &st, &mut lr, Duration::from_secs(1));
+                let mut guard = db2.lock().unwrap_or_else(|p| p.into_inner());
+                let g = &mut *guard;
+                super::refresh_backlog(&g.0, &mut g.1, &st, &mut lr, Duration::from_secs(1));
                 lr
             })
             .await

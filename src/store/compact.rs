@@ -512,6 +512,7 @@ mod tests {
         let (mut cur, _) = Cursor::open(dir.path(), "s").unwrap();
         cur.ack(due.last, 1, due.points.len() as i64, FLOOR, FLOOR)
             .unwrap();
+        cur.flush().unwrap();
         assert!(compact_all(&mut conn, &path) > 0);
         assert!(rows(dir.path(), 1..=400).len() < 10);
         assert_eq!(rows(dir.path(), 401..=i64::MAX), held);
@@ -559,6 +560,7 @@ mod tests {
         let again = src.read(400, 100_000).unwrap();
         assert_eq!((again.last, again.points), (rest.last, rest.points));
         cur.ack(rest.last, 2, 210, now, now).unwrap();
+        cur.flush().unwrap();
         assert!(compact_all(&mut conn, &path) > 0);
         assert!(src.read(rest.last, 100_000).unwrap().points.is_empty());
         assert_eq!(stored(dir.path(), 1..=i64::MAX).len(), 400 + 200 + 10);

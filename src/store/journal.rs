@@ -5,8 +5,9 @@
 //! of a few lines dirties one or two pages. The writer ([`super::Writer`]) checks and
 //! resolves the lines first (so the answer's refusals are final), appends them here as one
 //! record, answers, and stores them in its next commit with everything else it holds; that
-//! commit records the newest record's sequence number (`chunk_tail.journal_seq`) in the same
-//! transaction, and the file is then reused from its start. At open, the records after that
+//! commit records the newest record's sequence number in the same transaction (the
+//! `edgewatch.journal` row of `sqlite_sequence`, a page the commit writes anyway), and the
+//! file is then reused from its start. At open, the records after that
 //! number are replayed into the store before anything else is written.
 //!
 //! A record is `len: u32 | crc32: u32 | seq: u64 | payload` (little-endian; the checksum
@@ -52,7 +53,8 @@ pub struct Journal {
     end: u64,
     /// The newest sequence number appended or stored.
     seq: u64,
-    /// The newest sequence number the store holds (`chunk_tail.journal_seq`).
+    /// The newest sequence number the store holds (the `edgewatch.journal` row of
+    /// `sqlite_sequence`).
     stored_seq: u64,
     /// Sync each append (`synchronous = "full"`).
     sync: bool,

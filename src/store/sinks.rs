@@ -369,19 +369,37 @@ pub struct Ack {
 /// The remote end acknowledged everything through chunk `a.through` (rollup mode: every row
 /// of the buckets through `a.through`): moves the cursor, in one short transaction.
 pub fn ack(conn: &mut Connection, path: &Path, name: &str, a: &Ack) -> Result<(), StoreError> {
+    ack_and_mark(conn, path, name, Some(a), None)
+}
+
+/// [`ack`] (when `a` is given) and [`mark_inflight`] (when `through` is given) in one short
+/// transaction: an acknowledged batch's cursor move riding the next batch's in-flight mark,
+/// one commit where there were two.
+pub fn ack_and_mark(
+    conn: &mut Connection,
+    path: &Path,
+    name: &str,
+    a: Option<&Ack>,
+    through: Option<i64>,
+) -> Result<(), StoreError> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
-    tx.execute(
-        "UPDATE sinks SET \
-         cursor_chunk_id = CASE WHEN rollup_tier > 0 THEN cursor_chunk_id ELSE MAX(cursor_chunk_id, ?2) END, \
-         rollup_cursor_bucket = CASE WHEN rollup_tier > 0 THEN MAX(rollup_cursor_bucket, ?2) ELSE rollup_cursor_bucket END, \
-         batch_seq = MAX(batch_seq, ?3), \
-         forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
-         forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
-        params![name, a.through, a.seq, a.points, a.now_ns, a.ts_max],
-    )
-    .ctx(path)?;
+    if let Some(a) = a {
+        tx.execute(
+            "UPDATE sinks SET \
+             cursor_chunk_id = CASE WHEN rollup_tier > 0 THEN cursor_chunk_id ELSE MAX(cursor_chunk_id, ?2) END, \
+             rollup_cursor_bucket = CASE WHEN rollup_tier > 0 THEN MAX(rollup_cursor_bucket, ?2) ELSE rollup_cursor_bucket END, \
+             batch_seq = MAX(batch_seq, ?3), \
+             forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
+             forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
+            params![name, a.through, a.seq, a.points, a.now_ns, a.ts_max],
+        )
+        .ctx(path)?;
+    }
+    if let Some(through) = through {
+        mark_inflight(&tx, path, name, through)?;
+    }
     tx.commit().ctx(path)
 }
 

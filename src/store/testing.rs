@@ -207,3 +207,18 @@ pub fn wal_frames(dir: &Path) -> u64 {
         .unwrap();
     len.saturating_sub(32) / (page + 24)
 }
+
+/// The page number of each frame in the WAL now, in order.
+pub fn wal_pages(dir: &Path) -> Vec<u32> {
+    let wal = dir.join(format!("{}-wal", super::DB_FILE));
+    let bytes = std::fs::read(wal).unwrap_or_default();
+    let page: usize = conn(dir)
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    bytes
+        .get(32..)
+        .unwrap_or_default()
+        .chunks_exact(page + 24)
+        .map(|f| u32::from_be_bytes([f[0], f[1], f[2], f[3]]))
+        .collect()
+}

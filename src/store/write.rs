@@ -149,12 +149,15 @@ impl Writer {
         Ok(w)
     }
 
-    /// The newest journal record the store holds.
+    /// The newest journal record the store holds: a row of `sqlite_sequence`, the page each
+    /// commit writes anyway for the chunk ids (`migrations/0016_journal_seq_in_sequence.sql`).
     fn journal_seq(&self) -> Result<u64, StoreError> {
         self.conn
-            .query_row("SELECT journal_seq FROM chunk_tail WHERE id = 1", [], |r| {
-                r.get::<_, i64>(0)
-            })
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name = 'edgewatch.journal'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .ctx(&self.path)
             .map(|s| s.max(0) as u64)
     }
@@ -336,9 +339,11 @@ impl Writer {
         let split = Self::split(self.clock);
         let rows = Self::store_chunks(&tx, &path, split, &mut self.latest, &mut self.tail, staged)?;
         if let Some(j) = self.journal.as_ref().filter(|j| !j.is_empty()) {
-            tx.prepare_cached("UPDATE chunk_tail SET journal_seq = ?1 WHERE id = 1")
-                .and_then(|mut st| st.execute([j.seq() as i64]))
-                .ctx(&path)?;
+            tx.prepare_cached(
+                "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'edgewatch.journal'",
+            )
+            .and_then(|mut st| st.execute([j.seq() as i64]))
+            .ctx(&path)?;
         }
         let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
         tx.commit().ctx(&path)?;
