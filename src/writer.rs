@@ -740,7 +740,11 @@ mod tests {
         .unwrap();
         assert_eq!(stored(dir.path()), 5);
         drop(Writer::open(dir.path(), 1000, Synchronous::Full).unwrap());
-        assert_eq!(stored(dir.path()), 9, "the record after the carried number, once");
+        assert_eq!(
+            stored(dir.path()),
+            9,
+            "the record after the carried number, once"
+        );
         assert_eq!(number(&conn), 3);
     }
 

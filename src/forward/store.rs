@@ -402,8 +402,8 @@ pub const ACK_DEFER: Duration = Duration::from_secs(30);
 ///
 /// An acknowledged batch's cursor move is not committed at once: it rides the next batch's
 /// in-flight mark ([`Cursor::mark_inflight`]), one commit per batch instead of two. Each
-/// commit of the sink's one-page row costs a WAL frame, which straddles two file pages: two
-/// a batch were a tenth of what the agent wrote on the reference workload. What the store
+/// commit of the sink's one-page row writes a WAL page: two a batch were 8 % of the bytes the
+/// agent wrote on the reference device workload (docs/performance.md). What the store
 /// holds is then at most one batch behind: a crash before the next batch's mark sends the
 /// acknowledged batch once more (counted as replayed, with the same sequence number and
 /// points), as a crash between send and acknowledgement always could. Reads through
