@@ -61,7 +61,8 @@ fn journal_worthy(staged: &Staged) -> bool {
 /// - a deep acknowledged write (long runs per tag set), and a reader's barrier (`IngestHandle::settle`: an empty
 ///   acknowledged batch), are committed at once with everything held, and answered after;
 /// - a barrier for the next commit (`IngestHandle::settle_at_next_commit`, the alert cycle)
-///   is held like a point and answered at the next commit, or at once when nothing is held.
+///   is held like a point and answered at the next commit when that is due within
+///   [`HELD_SYNC`], at once when nothing is held, and otherwise commits what is held now.
 ///
 /// A held request keeps its queue capacity until its commit, so memory stays bounded by
 /// the queue. When a commit fails (full or read-only disk), the journaled requests stay
@@ -232,9 +233,14 @@ impl Head {
                 return;
             }
         };
-        let barrier = pending
-            .iter()
-            .any(|r| r.ack.is_some() && r.batch.is_empty() && !r.at_next_commit);
+        // A barrier for the next commit (the alert cycle) waits for it when it is due within
+        // HELD_SYNC, and commits now otherwise: a cycle never waits a long interval.
+        let next_due_soon = self
+            .deadline
+            .is_some_and(|at| at.saturating_duration_since(Instant::now()) <= HELD_SYNC);
+        let barrier = pending.iter().any(|r| {
+            r.ack.is_some() && r.batch.is_empty() && (!r.at_next_commit || !next_due_soon)
+        });
         let large = pending
             .iter()
             .zip(&staged)

@@ -55,10 +55,10 @@ impl Fresh {
 }
 
 /// How long after its end the agent's job takes a bucket for closed (see `Job::open_buckets`):
-/// the writer holds points up to `[ingest] flush_interval` (15 s by default) before it
-/// commits them, and clients send theirs a second or so after they stamp them. Points that
-/// come later still fold, into the stored row.
-const CLOSE_MARGIN_NS: i64 = 25 * super::plan::NS;
+/// the writer holds points up to `[ingest] flush_interval` (5 s by default) before it commits
+/// them, and clients send theirs a second or so after they stamp them. Points that come later
+/// still fold, into the stored row.
+const CLOSE_MARGIN_NS: i64 = 15 * super::plan::NS;
 
 /// How many final buckets of a tier gather in `rollups_recent` before [`Job::settle`] moves
 /// them into `rollups` together: an hour's, and at least six. A move writes about a page per
