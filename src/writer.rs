@@ -626,6 +626,31 @@ mod tests {
         t.join().unwrap();
     }
 
+    /// With a long `flush_interval` (held points due more than [`HELD_SYNC`] away), the
+    /// alert cycle's barrier commits what is held itself instead of waiting: a cycle never
+    /// waits a long interval for its data.
+    #[test]
+    fn a_barrier_for_the_next_commit_commits_itself_when_that_is_far() {
+        let dir = tempfile::tempdir().unwrap();
+        let (h, stats, t) = start(dir.path(), Duration::from_secs(60));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        h.submit(batch("udp", 3), false).unwrap();
+        let asked = Instant::now();
+        rt.block_on(h.settle_at_next_commit());
+        assert!(
+            asked.elapsed() < Duration::from_secs(30),
+            "waited for the interval: {:?}",
+            asked.elapsed()
+        );
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
+        assert_eq!(stored(dir.path()), 3);
+        drop(h);
+        t.join().unwrap();
+    }
+
     #[test]
     fn a_failed_commit_keeps_the_journaled_writes_refuses_new_ones_and_stores_them_once_it_can() {
         let dir = tempfile::tempdir().unwrap();
