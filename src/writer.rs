@@ -33,11 +33,10 @@ pub const JOURNAL_MAX_POINTS: usize = 256;
 /// See [`JOURNAL_MAX_POINTS`].
 pub const JOURNAL_POINTS_PER_TAGSET: usize = 8;
 
-/// Held points nobody waits on (UDP, collectors) are in the journal from their arrival, and
-/// synced within this in `full` mode (sooner by the next acknowledged write's synced
-/// append): what a power cut can lose of them, whatever `flush_interval` is. A crash of the
-/// agent loses none of them.
-pub const HELD_SYNC: Duration = Duration::from_secs(5);
+/// The longest an alert cycle's barrier waits for the next commit (see [`run`]): with a
+/// longer `flush_interval` it commits what is held itself, so a cycle never waits long for
+/// its data.
+pub const ALERT_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Whether an acknowledged write's checked lines go to the journal (see
 /// [`JOURNAL_MAX_POINTS`]).
@@ -51,10 +50,8 @@ fn journal_worthy(staged: &Staged) -> bool {
 /// Points are held up to `flush_interval` so that seconds of them share one commit (and
 /// one fsync): one commit per interval instead of one per request, which is most of the
 /// pages the store writes. What is held depends on who waits:
-/// - points nobody waits on (UDP, collectors) are appended to the journal without a sync
-///   and held: a crash of the agent loses none of them (the page cache keeps the file), a
-///   power cut at most [`HELD_SYNC`] of them (the journal is synced within that, or by the
-///   next synced append);
+/// - points nobody waits on (UDP, collectors) are held as they are: a crash loses at most
+///   the interval of them, and they were promised to no one;
 /// - a small or wide acknowledged write (an HTTP write of at most [`JOURNAL_MAX_POINTS`]
 ///   lines, or of a few points per tag set) is checked, appended to the journal (synced in `full` mode) and answered, then held: it
 ///   is durable from its answer on, and a restart replays it (see `store::journal`);
@@ -62,7 +59,7 @@ fn journal_worthy(staged: &Staged) -> bool {
 ///   acknowledged batch), are committed at once with everything held, and answered after;
 /// - a barrier for the next commit (`IngestHandle::settle_at_next_commit`, the alert cycle)
 ///   is held like a point and answered at the next commit when that is due within
-///   [`HELD_SYNC`], at once when nothing is held, and otherwise commits what is held now.
+///   [`ALERT_WAIT_MAX`], at once when nothing is held, and otherwise commits what is held now.
 ///
 /// A held request keeps its queue capacity until its commit, so memory stays bounded by
 /// the queue. When a commit fails (full or read-only disk), the journaled requests stay
@@ -98,7 +95,6 @@ pub fn run(
         points: 0,
         failing: None,
         deadline: None,
-        sync_at: None,
         journal: timer.is_some() && store.has_journal(),
         max_batch_points,
         flush_interval,
@@ -119,11 +115,7 @@ pub fn run(
     }
     let mut pending: Vec<Request> = Vec::new();
     loop {
-        let wake_at = match (head.deadline, head.sync_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let next = match (wake_at, &timer) {
+        let next = match (head.deadline, &timer) {
             (Some(at), Some(rt)) => {
                 let wait = at.saturating_duration_since(Instant::now());
                 match rt.block_on(async { tokio::time::timeout(wait, rx.recv()).await }) {
@@ -149,7 +141,7 @@ pub fn run(
                 }
                 head.take(&mut store, &mut pending, &stats);
             }
-            Some(Wake::Due) => head.due(&mut store, &stats),
+            Some(Wake::Due) => head.commit(&mut store, &stats),
             None => {
                 if !head.held.is_empty() {
                     head.commit(&mut store, &stats);
@@ -198,9 +190,7 @@ struct Head {
     failing: Option<(String, bool)>,
     /// When the held points are due.
     deadline: Option<Instant>,
-    /// When the journal's records appended without a sync must be synced.
-    sync_at: Option<Instant>,
-    /// Whether held points go to the journal.
+    /// Whether small acknowledged writes go to the journal.
     journal: bool,
     max_batch_points: usize,
     flush_interval: Duration,
@@ -234,10 +224,10 @@ impl Head {
             }
         };
         // A barrier for the next commit (the alert cycle) waits for it when it is due within
-        // HELD_SYNC, and commits now otherwise: a cycle never waits a long interval.
+        // ALERT_WAIT_MAX, and commits now otherwise: a cycle never waits a long interval.
         let next_due_soon = self
             .deadline
-            .is_some_and(|at| at.saturating_duration_since(Instant::now()) <= HELD_SYNC);
+            .is_some_and(|at| at.saturating_duration_since(Instant::now()) <= ALERT_WAIT_MAX);
         let barrier = pending.iter().any(|r| {
             r.ack.is_some() && r.batch.is_empty() && (!r.at_next_commit || !next_due_soon)
         });
@@ -253,41 +243,25 @@ impl Head {
             .zip(staged)
             .map(|(r, (sum, s))| (r, sum, s))
             .collect();
-        // Everything held: one journal record for all of it, synced when someone waits on
-        // an answer, then the answers.
+        // Small acknowledged writes: one journal record for all of them, then the answer.
         let mut journaled = false;
         if !now {
             let to_journal = || {
                 entries
                     .iter()
-                    .filter(|(_, _, s)| !s.is_empty())
+                    .filter(|(r, _, s)| r.ack.is_some() && !s.is_empty())
                     .map(|(_, _, s)| s)
             };
-            let acknowledged = entries
-                .iter()
-                .any(|(r, _, s)| r.ack.is_some() && !s.is_empty());
             if to_journal().next().is_some() {
-                let appended = if acknowledged {
-                    store.journal(to_journal())
-                } else {
-                    store.journal_held(to_journal())
-                };
-                match appended {
+                match store.journal(to_journal()) {
                     Ok(_) => {
-                        if acknowledged {
-                            Stats::add(&stats.journal_appends, 1);
-                        }
+                        Stats::add(&stats.journal_appends, 1);
                         journaled = true;
-                        self.sync_at = match self.sync_at {
-                            _ if !store.journal_unsynced() => None,
-                            None => Some(Instant::now() + HELD_SYNC.min(self.flush_interval)),
-                            at => at,
-                        };
                     }
                     Err(e) => {
                         Stats::add(&stats.commit_errors, 1);
                         let (error, retryable) = describe(&e);
-                        tracing::error!(error = %e, retryable, "journal append failed; the acknowledged writes waiting on it were not stored, the other points are held in memory");
+                        tracing::error!(error = %e, retryable, "journal append failed; the acknowledged writes waiting on it were not stored");
                         entries.retain_mut(|(r, _, _)| match r.ack.take() {
                             Some(ack) => {
                                 let _ = ack.send(Ack::Failed {
@@ -323,7 +297,8 @@ impl Head {
                 }
                 continue;
             }
-            let in_journal = journaled && !staged.is_empty();
+            // (A barrier is in no record: it is answered by the commit.)
+            let in_journal = journaled && req.ack.is_some() && !staged.is_empty();
             let ack = match req.ack {
                 Some(ack) if in_journal => {
                     let _ = ack.send(Ack::Committed {
@@ -350,22 +325,6 @@ impl Head {
         }
     }
 
-    /// A wait ended: commits what is held when it is due, else syncs the journal's held
-    /// records.
-    fn due(&mut self, store: &mut Writer, stats: &Stats) {
-        let now = Instant::now();
-        if self.deadline.is_some_and(|at| at <= now) {
-            self.commit(store, stats);
-        } else if self.sync_at.is_some_and(|at| at <= now) {
-            self.sync_at = None;
-            if let Err(e) = store.sync_journal() {
-                // The points stay held (and in the page cache): the next commit stores them.
-                Stats::add(&stats.commit_errors, 1);
-                tracing::error!(error = %e, "syncing the journal's held points failed; they are stored at the next commit");
-            }
-        }
-    }
-
     /// Commits everything held, in one transaction, and answers what is owed.
     fn commit(&mut self, store: &mut Writer, stats: &Stats) {
         self.deadline = None;
@@ -384,7 +343,6 @@ impl Head {
             Ok(()) => {
                 Stats::add(&stats.commits, 1);
                 self.failing = None;
-                self.sync_at = None;
                 self.points = 0;
                 for h in self.held.drain(..) {
                     Stats::add(&stats.points_written, h.staged.points() as u64);
@@ -626,7 +584,7 @@ mod tests {
         t.join().unwrap();
     }
 
-    /// With a long `flush_interval` (held points due more than [`HELD_SYNC`] away), the
+    /// With a long `flush_interval` (held points due more than [`ALERT_WAIT_MAX`] away), the
     /// alert cycle's barrier commits what is held itself instead of waiting: a cycle never
     /// waits a long interval for its data.
     #[test]

@@ -111,38 +111,6 @@ fn a_query_sees_held_udp_points_at_once_and_commits_them() {
     assert_eq!(in_file(), 2);
 }
 
-/// UDP points held for the next commit are in the ingest journal from their arrival: a
-/// kill -9 before that commit loses none of them (the next start stores them, once).
-#[test]
-fn held_udp_points_survive_a_kill9_before_their_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n");
-    let agent = Agent::start(dir.path(), &cfg);
-    // The first alert cycle commits what is held: wait for it, so it cannot commit these.
-    wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
-    })
-    .expect("no alert evaluation at start");
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.send_to(b"kept_m,app=x v=1 1000\nkept_m,app=x v=2 2000\n", agent.udp)
-        .unwrap();
-    // Received, queued and taken by the writer (which journals what it holds) at once. (No
-    // status read meanwhile: it would commit them, as every API read does.)
-    std::thread::sleep(Duration::from_millis(1500));
-    let db = agent.dir.join("edgewatch.db");
-    assert_eq!(points_in_file(&db, "kept_m"), 0, "held, not committed");
-    agent.kill9();
-    let agent = Agent::start(dir.path(), &cfg);
-    assert_eq!(points_in_file(&db, "kept_m"), 2, "{}", agent.log_text());
-    let got = points(&agent, "measurement=kept_m");
-    assert_eq!(got.len(), 2, "stored once: {got:?}");
-    assert!(
-        agent.log_text().contains("replaying journaled points"),
-        "{}",
-        agent.log_text()
-    );
-}
-
 #[test]
 fn udp_lines_are_stored() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,13 +1,11 @@
 //! The ingest journal: `edgewatch.journal` beside the database, an append-only file that
 //! makes a small acknowledged write durable with one synced append instead of a synced
-//! SQLite commit of its own, and keeps the points the writer holds between commits (UDP,
-//! collectors) through a crash of the agent. A commit writes 9-17 pages (chunk leaves, the
-//! chunk index, `sqlite_sequence`, page 1, pointer maps), each written again by the
-//! checkpoint; an append of a few lines dirties one or two pages. The writer
-//! ([`super::Writer`]) checks and resolves the lines first (so the answer's refusals are
-//! final), appends them here as one record (synced when someone waits on the answer;
-//! otherwise synced by the next synced append or within the writer's bound), answers, and
-//! stores them in its next commit with everything else it holds; that commit records the newest record's sequence number in the same transaction (the
+//! SQLite commit of its own. A commit writes 9-17 pages (chunk leaves, the chunk index,
+//! `sqlite_sequence`, page 1, pointer maps), each written again by the checkpoint; an append
+//! of a few lines dirties one or two pages. The writer ([`super::Writer`]) checks and
+//! resolves the lines first (so the answer's refusals are final), appends them here as one
+//! record, answers, and stores them in its next commit with everything else it holds; that
+//! commit records the newest record's sequence number in the same transaction (the
 //! `edgewatch.journal` row of `sqlite_sequence`, a page the commit writes anyway), and the
 //! file is then reused from its start. At open, the records after that
 //! number are replayed into the store before anything else is written.
@@ -15,8 +13,7 @@
 //! A record is `len: u32 | crc32: u32 | seq: u64 | payload` (little-endian; the checksum
 //! covers `seq` and the payload). Replay reads records from the start, skips those already
 //! stored, and stops at the first one that is short, fails its checksum or breaks the
-//! sequence: the rest is an append that never completed (never acknowledged), a record
-//! never synced that a power cut tore, or an older
+//! sequence: the rest is an append that never completed (never acknowledged) or an older
 //! pass over the file (already stored). The open file holds an exclusive `flock`, so a
 //! second writer on the same store (two agents) is refused instead of replaying records
 //! the first one still holds.
@@ -59,11 +56,8 @@ pub struct Journal {
     /// The newest sequence number the store holds (the `edgewatch.journal` row of
     /// `sqlite_sequence`).
     stored_seq: u64,
-    /// Sync each acknowledged append, and held ones within the writer's bound
-    /// (`synchronous = "full"`).
+    /// Sync each append (`synchronous = "full"`).
     sync: bool,
-    /// Records appended without a sync since the last sync or store.
-    unsynced: bool,
     buf: Vec<u8>,
 }
 
@@ -107,7 +101,7 @@ impl Journal {
         file.read_to_end(&mut bytes).map_err(err)?;
         let (staged, seq, records, end) = replay(&bytes, stored, &path);
         if records > 0 {
-            tracing::info!(records, journal = %path.display(), "replaying journaled points not yet in the store");
+            tracing::info!(records, journal = %path.display(), "replaying acknowledged writes not yet in the store");
         }
         let journal = Journal {
             file,
@@ -117,7 +111,6 @@ impl Journal {
             seq,
             stored_seq: stored,
             sync,
-            unsynced: false,
             buf: Vec::new(),
         };
         Ok((journal, staged, seq))
@@ -143,16 +136,13 @@ impl Journal {
         self.seq == self.stored_seq
     }
 
-    /// Appends `staged` as one record and, in `full` mode with `sync`, syncs it (and every
-    /// record before it): once this returns `Ok`, the lines survive a crash, and with the
-    /// sync a power cut. Without it (points nobody waits on) they survive a crash of the
-    /// agent, and a power cut once [`Journal::sync`] or a synced append ran. On an error
-    /// nothing counts as appended (the next record overwrites whatever part of this one
-    /// reached the file). Returns the record's sequence number.
+    /// Appends `staged` as one record and, in `full` mode, syncs it: once this returns
+    /// `Ok`, the lines survive a crash or a power cut. On an error nothing counts as
+    /// appended (the next record overwrites whatever part of this one reached the file).
+    /// Returns the record's sequence number.
     pub fn append<'a>(
         &mut self,
         staged: impl IntoIterator<Item = &'a Staged> + Clone,
-        sync: bool,
     ) -> Result<u64, StoreError> {
         let seq = self.seq + 1;
         self.buf.clear();
@@ -173,11 +163,8 @@ impl Journal {
             source,
         };
         self.file.write_all_at(&self.buf, self.end).map_err(err)?;
-        if self.sync && sync {
+        if self.sync {
             self.file.sync_data().map_err(err)?;
-            self.unsynced = false;
-        } else {
-            self.unsynced = self.sync;
         }
         self.end += self.buf.len() as u64;
         self.seq = seq;
@@ -187,29 +174,9 @@ impl Journal {
         Ok(seq)
     }
 
-    /// Whether records were appended without a sync since the last one (`full` mode only).
-    pub fn has_unsynced(&self) -> bool {
-        self.unsynced
-    }
-
-    /// Syncs the records appended without one (a no-op when there are none).
-    pub fn sync(&mut self) -> Result<(), StoreError> {
-        if self.unsynced {
-            self.file
-                .sync_data()
-                .map_err(|source| StoreError::Journal {
-                    path: self.path.clone(),
-                    source,
-                })?;
-            self.unsynced = false;
-        }
-        Ok(())
-    }
-
     /// Every record appended so far is stored (the commit holding them recorded
     /// [`Journal::seq`]): the file is reused from its start.
     pub fn stored(&mut self) {
-        self.unsynced = false;
         if self.end > SHRINK_BYTES {
             if let Err(e) = self.file.set_len(0) {
                 tracing::debug!(error = %e, "journal: not shrunk");
@@ -355,7 +322,7 @@ mod tests {
             let (mut j, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
             assert_eq!((replayed, seq), (Staged::default(), 0));
             for k in 1..=3 {
-                assert_eq!(j.append([&sample(k)], true).unwrap(), k as u64);
+                assert_eq!(j.append([&sample(k)]).unwrap(), k as u64);
             }
         }
         let (_, replayed, seq) = Journal::open(dir.path(), 1, true).unwrap();
@@ -363,46 +330,13 @@ mod tests {
         assert_eq!(replayed, concat(&[sample(2), sample(3)]));
     }
 
-    /// Held points (nobody waits on them) are appended without a sync: the journal knows
-    /// they are unsynced until a sync, a synced append (which syncs the file) or their
-    /// commit; they replay like any record. In `normal` mode nothing is ever synced.
-    #[test]
-    fn held_records_stay_unsynced_until_a_sync_a_synced_append_or_their_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let (mut j, _, _) = Journal::open(dir.path(), 0, true).unwrap();
-            assert!(!j.has_unsynced());
-            j.append([&sample(1)], false).unwrap();
-            assert!(j.has_unsynced());
-            j.sync().unwrap();
-            assert!(!j.has_unsynced());
-            j.append([&sample(2)], false).unwrap();
-            j.append([&sample(3)], true).unwrap();
-            assert!(
-                !j.has_unsynced(),
-                "a synced append syncs the held records too"
-            );
-            j.append([&sample(4)], false).unwrap();
-            j.stored();
-            assert!(!j.has_unsynced(), "stored: nothing left to sync");
-            j.append([&sample(5)], false).unwrap();
-            // The agent dies here (the page cache keeps what was written).
-        }
-        let (_, replayed, seq) = Journal::open(dir.path(), 4, true).unwrap();
-        assert_eq!((seq, replayed), (5, sample(5)));
-        let other = tempfile::tempdir().unwrap();
-        let (mut j, _, _) = Journal::open(other.path(), 0, false).unwrap();
-        j.append([&sample(1)], false).unwrap();
-        assert!(!j.has_unsynced());
-    }
-
     #[test]
     fn a_torn_or_corrupt_tail_ends_the_replay_and_keeps_what_precedes_it() {
         let dir = tempfile::tempdir().unwrap();
         {
             let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
-            j.append([&sample(1)], true).unwrap();
-            j.append([&sample(2)], true).unwrap();
+            j.append([&sample(1)]).unwrap();
+            j.append([&sample(2)]).unwrap();
         }
         let path = journal_path(dir.path());
         let whole = std::fs::read(&path).unwrap();
@@ -425,11 +359,11 @@ mod tests {
         {
             let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
             for k in 1..=4 {
-                j.append([&sample(k)], true).unwrap();
+                j.append([&sample(k)]).unwrap();
             }
             // The commit holding records 1-4 recorded seq 4: the file is reused.
             j.stored();
-            j.append([&sample(5)], true).unwrap();
+            j.append([&sample(5)]).unwrap();
         }
         let (_, replayed, seq) = Journal::open(dir.path(), 4, false).unwrap();
         assert_eq!((replayed, seq), (sample(5), 5));
@@ -459,7 +393,7 @@ mod tests {
             );
             100
         ]);
-        j.append([&s], true).unwrap();
+        j.append([&s]).unwrap();
         // tag set 1 + time delta 1-9 + count 1 + sid and type 1 + float 8: 12-20 bytes a line.
         assert!(j.len() <= 16 + 1 + 100 * 20, "{}", j.len());
     }

@@ -290,38 +290,13 @@ impl Writer {
         &mut self,
         staged: impl IntoIterator<Item = &'a Staged> + Clone,
     ) -> Result<u64, StoreError> {
-        self.journal_mut()?.append(staged, true)
-    }
-
-    /// [`Writer::journal`] without the sync, for points nobody waits on: they survive a
-    /// crash of the agent at once, and a power cut after the next synced append or
-    /// [`Writer::sync_journal`].
-    pub fn journal_held<'a>(
-        &mut self,
-        staged: impl IntoIterator<Item = &'a Staged> + Clone,
-    ) -> Result<u64, StoreError> {
-        self.journal_mut()?.append(staged, false)
-    }
-
-    /// Syncs the journal's records appended by [`Writer::journal_held`] (`full` mode).
-    pub fn sync_journal(&mut self) -> Result<(), StoreError> {
         match &mut self.journal {
-            Some(j) => j.sync(),
-            None => Ok(()),
+            Some(j) => j.append(staged),
+            None => Err(StoreError::Journal {
+                path: super::journal::journal_path(self.path.parent().unwrap_or(Path::new("."))),
+                source: std::io::Error::other("this writer has no journal"),
+            }),
         }
-    }
-
-    /// Whether [`Writer::journal_held`] appended records not synced yet.
-    pub fn journal_unsynced(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| j.has_unsynced())
-    }
-
-    fn journal_mut(&mut self) -> Result<&mut Journal, StoreError> {
-        let path = self.path.clone();
-        self.journal.as_mut().ok_or_else(|| StoreError::Journal {
-            path: super::journal::journal_path(path.parent().unwrap_or(Path::new("."))),
-            source: std::io::Error::other("this writer has no journal"),
-        })
     }
 
     /// The journal's records [`Writer::open`] replayed but could not store (a full or
