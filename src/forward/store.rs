@@ -682,18 +682,13 @@ mod tests {
         .unwrap()
     }
 
-    /// Frames in the store's WAL (one per page a commit wrote).
-    fn wal_frames(dir: &Path) -> u64 {
-        let len = std::fs::metadata(dir.join("edgewatch.db-wal")).map_or(0, |m| m.len());
-        len.saturating_sub(32) / (4096 + 24)
-    }
-
     /// A sink's cursor costs one commit per batch: each acknowledgement rides the next
     /// batch's in-flight mark. A crash meanwhile sends the acknowledged batch once more; a
     /// quiet link ([`ACK_DEFER`]), a clean stop or any other move of the row commits it; a
     /// failing store makes acknowledgements commit at once, so the loop sees the error.
     #[test]
     fn an_acknowledgement_rides_the_next_batchs_mark_and_is_never_lost() {
+        use crate::store::testing::wal_frames;
         let dir = tempfile::tempdir().unwrap();
         drop(
             crate::store::Writer::open(dir.path(), 100, crate::config::Synchronous::Normal)

@@ -367,14 +367,10 @@ pub struct Ack {
 }
 
 /// The remote end acknowledged everything through chunk `a.through` (rollup mode: every row
-/// of the buckets through `a.through`): moves the cursor, in one short transaction.
-pub fn ack(conn: &mut Connection, path: &Path, name: &str, a: &Ack) -> Result<(), StoreError> {
-    ack_and_mark(conn, path, name, Some(a), None)
-}
-
-/// [`ack`] (when `a` is given) and [`mark_inflight`] (when `through` is given) in one short
-/// transaction: an acknowledged batch's cursor move riding the next batch's in-flight mark,
-/// one commit where there were two.
+/// of the buckets through `a.through`): moves the cursor (when `a` is given), and records
+/// the next batch as in flight ([`mark_inflight`], when `through` is given), in one short
+/// transaction: an acknowledged batch's cursor move riding the next batch's mark, one
+/// commit where there were two.
 pub fn ack_and_mark(
     conn: &mut Connection,
     path: &Path,
@@ -583,18 +579,13 @@ mod tests {
             ts_max: 77,
             now_ns: 1,
         };
-        ack(&mut c, &path, "s", &a).unwrap();
-        ack(
-            &mut c,
-            &path,
-            "s",
-            &Ack {
-                through: 3,
-                seq: 1,
-                ..a
-            },
-        )
-        .unwrap();
+        ack_and_mark(&mut c, &path, "s", Some(&a), None).unwrap();
+        let older = Ack {
+            through: 3,
+            seq: 1,
+            ..a
+        };
+        ack_and_mark(&mut c, &path, "s", Some(&older), None).unwrap();
         let d = load(&c, &path, "s").unwrap();
         assert_eq!(
             (d.cursor, d.seq, d.forwarded, d.forwarded_ts_max),

@@ -154,8 +154,8 @@ impl Writer {
     fn journal_seq(&self) -> Result<u64, StoreError> {
         self.conn
             .query_row(
-                "SELECT seq FROM sqlite_sequence WHERE name = 'edgewatch.journal'",
-                [],
+                "SELECT seq FROM sqlite_sequence WHERE name = ?1",
+                [JOURNAL_SEQ_ROW],
                 |r| r.get::<_, i64>(0),
             )
             .ctx(&self.path)
@@ -339,11 +339,9 @@ impl Writer {
         let split = Self::split(self.clock);
         let rows = Self::store_chunks(&tx, &path, split, &mut self.latest, &mut self.tail, staged)?;
         if let Some(j) = self.journal.as_ref().filter(|j| !j.is_empty()) {
-            tx.prepare_cached(
-                "UPDATE sqlite_sequence SET seq = ?1 WHERE name = 'edgewatch.journal'",
-            )
-            .and_then(|mut st| st.execute([j.seq() as i64]))
-            .ctx(&path)?;
+            tx.prepare_cached("UPDATE sqlite_sequence SET seq = ?1 WHERE name = ?2")
+                .and_then(|mut st| st.execute(rusqlite::params![j.seq() as i64, JOURNAL_SEQ_ROW]))
+                .ctx(&path)?;
         }
         let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
         tx.commit().ctx(&path)?;
@@ -561,6 +559,10 @@ fn resolve(
 
 /// Most points packed into one chunk row.
 pub const MAX_CHUNK_POINTS: usize = 2048;
+
+/// The `sqlite_sequence` row that holds the newest journal record a commit stored
+/// (`migrations/0016_journal_seq_in_sequence.sql`).
+const JOURNAL_SEQ_ROW: &str = "edgewatch.journal";
 
 /// Accumulates the points of one tag set into chunk rows (columnar, [`codec::ChunkEncoder`]).
 /// A commit splits its chunks at the start of the current minute (by the wall clock, a
