@@ -4,6 +4,11 @@
 # every test of the workspace. Usage: ./scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A run from a fresh clone gains nothing from incremental caches (4 GB of the 9 GB a debug
+# target/ reached), and line tables keep test backtraces readable at a fraction of full
+# debug info's size. The CI machine's disk is shared: a full disk failed a run.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+export CARGO_PROFILE_DEV_DEBUG="${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}"
 
 need_apt=()
 command -v influxd >/dev/null 2>&1 || need_apt+=(influxdb)
