@@ -344,9 +344,29 @@ impl Mosquitto {
     }
 
     pub fn start(dir: &Path, port: u16, tls: Option<&TestCa>) -> Mosquitto {
+        Mosquitto::start_with(dir, port, tls, "")
+    }
+
+    /// Like [`Mosquitto::start`], logging every packet (`log_type all`) to
+    /// `mosquitto.log`: [`Mosquitto::received_publishes`] counts what publishers sent.
+    pub fn start_logging_packets(dir: &Path, port: u16) -> Mosquitto {
+        Mosquitto::start_with(dir, port, None, "log_type all\n")
+    }
+
+    /// PUBLISH packets this broker's directory logged as received on `topic` (from every
+    /// start on that directory; needs [`Mosquitto::start_logging_packets`]).
+    pub fn received_publishes(dir: &Path, topic: &str) -> usize {
+        let log = std::fs::read_to_string(dir.join("mosquitto.log")).unwrap_or_default();
+        let quoted = format!(", '{topic}',");
+        log.lines()
+            .filter(|l| l.contains("Received PUBLISH from") && l.contains(&quoted))
+            .count()
+    }
+
+    fn start_with(dir: &Path, port: u16, tls: Option<&TestCa>, extra: &str) -> Mosquitto {
         std::fs::create_dir_all(dir).unwrap();
         let mut conf = format!(
-            "user root\nlistener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\n",
+            "user root\nlistener {port} 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location {}/\nmax_queued_messages 100000\n{extra}",
             dir.display()
         );
         if let Some(t) = tls {
