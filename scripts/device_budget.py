@@ -295,6 +295,7 @@ class WalTracer:
         self.salt, self.off, self.pending = None, 32, []
         self.commits = []
         self.generations = 0
+        self.page_size = 4096
         self.stop_flag = threading.Event()
         self.thread = threading.Thread(target=self.loop, daemon=True)
         self.thread.start()
@@ -306,6 +307,7 @@ class WalTracer:
                 if len(head) < 32:
                     return
                 page_size, salt = struct.unpack(">I", head[8:12])[0], head[16:24]
+                self.page_size = page_size
                 if salt != self.salt:
                     self.salt, self.off, self.pending = salt, 32, []
                     self.generations += 1
@@ -361,12 +363,13 @@ class WalTracer:
         pages = sum(len(p) for _, p in self.commits)
 
         def per_h(d):
-            return {k: round(v * 4096 / 1e6 / hours, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:14]}
+            return {k: round(v * self.page_size / 1e6 / hours, 2) for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:14]}
 
         return {
             "commits_per_h": round(len(self.commits) / hours),
             "pages_per_h": round(pages / hours),
-            "wal_mb_per_h": round(pages * 4096 / 1e6 / hours, 1),
+            "wal_mb_per_h": round(pages * self.page_size / 1e6 / hours, 1),
+            "page_size": self.page_size,
             "generations": self.generations,
             "by_kind": {k: {"commits_per_h": round(v["commits_per_h"]), "pages_per_h": round(v["pages_per_h"])}
                         for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]["pages_per_h"])[:14]},
