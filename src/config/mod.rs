@@ -502,7 +502,7 @@ impl Default for IngestConfig {
         IngestConfig {
             queue_points: nz(50_000),
             max_batch_points: nz(20_000),
-            flush_interval: crate::config::values::Interval(Duration::from_secs(5)),
+            flush_interval: crate::config::values::Interval(Duration::from_secs(15)),
         }
     }
 }
