@@ -54,12 +54,6 @@ impl Fresh {
     }
 }
 
-/// How long after its end the agent's job takes a bucket for closed (see `Job::open_buckets`):
-/// the writer holds points up to `[ingest] flush_interval` (5 s by default) before it commits
-/// them, and clients send theirs a second or so after they stamp them. Points that come later
-/// still fold, into the stored row.
-const CLOSE_MARGIN_NS: i64 = 15 * super::plan::NS;
-
 /// How many final buckets of a tier gather in `rollups_recent` before [`Job::settle`] moves
 /// them into `rollups` together: an hour's, and at least six. A move writes about a page per
 /// series, as each fold did before recent rows were kept apart, so the 1m tier writes those
@@ -237,10 +231,10 @@ impl Job {
     /// adds at most a bucket to the tier's lag, which reads make up from the raw chunks, as
     /// for any chunk past a cursor; such a tier is folded at every run (a run in which no
     /// bucket closed writes nothing), so its lag is its open bucket, the margin and a run.
-    /// A bucket counts as closed [`CLOSE_MARGIN_NS`] after its end, once the writer has
+    /// A bucket counts as closed [`Plan::close_margin_ns`] after its end, once the writer has
     /// committed the points it held for it.
     fn open_buckets(&self, now: i64, all: bool) -> Vec<Option<i64>> {
-        let now = now.saturating_sub(CLOSE_MARGIN_NS);
+        let now = now.saturating_sub(self.plan.close_margin_ns);
         self.plan
             .tiers
             .iter()

@@ -75,6 +75,10 @@ pub struct Plan {
     /// `rollups_recent` into the series-keyed `rollups`, see `Job::settle`); finer ones
     /// keep their rows keyed by time. Default [`SETTLE_FROM_NS`].
     pub settle_from_ns: i64,
+    /// How long after its end the agent's job takes a bucket for closed
+    /// (`Job::open_buckets`): the writer's hold (`[ingest] flush_interval`) plus
+    /// [`CLOSE_SLACK_NS`], ns.
+    pub close_margin_ns: i64,
 }
 
 /// The finest resolution whose rows [`Plan::settle_from_ns`] moves into `rollups` by default:
@@ -86,6 +90,16 @@ pub struct Plan {
 /// and retention deletes its oldest buckets as whole pages. Hourly and coarser tiers still
 /// settle: a year of them is read as one range per series.
 pub const SETTLE_FROM_NS: i64 = 3600 * NS;
+
+/// What [`Plan::close_margin_ns`] adds to the writer's hold: clients send their points a
+/// second or so after they stamp them. Points that come later still fold, into the stored
+/// row (written again).
+pub const CLOSE_SLACK_NS: i64 = 10 * NS;
+
+/// [`Plan::close_margin_ns`] for a writer holding points up to `hold`.
+fn close_margin_ns(hold: Duration) -> i64 {
+    dur_ns(hold).saturating_add(CLOSE_SLACK_NS)
+}
 
 fn dur_ns(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
@@ -160,6 +174,9 @@ impl Plan {
             clock_floor_ns: crate::clock::ClockConfig::default().floor_ns(),
             checkpoint_each_run: false,
             settle_from_ns: SETTLE_FROM_NS,
+            close_margin_ns: close_margin_ns(
+                crate::config::IngestConfig::default().flush_interval.0,
+            ),
         })
     }
 
@@ -168,6 +185,7 @@ impl Plan {
         let mut plan = Plan::new(&cfg.rollup, &cfg.retention)?;
         plan.clock_floor_ns = cfg.clock.floor_ns();
         plan.checkpoint_each_run = cfg.storage.synchronous == crate::config::Synchronous::Normal;
+        plan.close_margin_ns = close_margin_ns(cfg.ingest.flush_interval.0);
         for s in cfg.sink.iter().filter(|s| s.enabled) {
             let tiers = [
                 s.forward.tier_s(),
@@ -215,6 +233,22 @@ mod tests {
             forwarded(&sink("histograms = true\nenabled = false\n")),
             vec![false, false]
         );
+    }
+
+    /// The job takes a bucket for closed once the writer's hold and the slack have passed:
+    /// the hold comes from `[ingest] flush_interval`, so a longer hold never has the 1m
+    /// tier fold a minute before its held points are committed (and write it again).
+    #[test]
+    fn a_bucket_closes_after_the_writers_hold_and_the_slack() {
+        let margin = |toml: &str| {
+            let cfg = crate::config::Config::from_toml_str(toml, "test").unwrap();
+            Plan::from_config(&cfg).unwrap().close_margin_ns / NS
+        };
+        assert_eq!(margin(""), 25);
+        assert_eq!(margin("[ingest]\nflush_interval = \"5s\"\n"), 15);
+        assert_eq!(margin("[ingest]\nflush_interval = \"60s\"\n"), 70);
+        let default = Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap();
+        assert_eq!(default.close_margin_ns / NS, 25);
     }
 
     #[test]
