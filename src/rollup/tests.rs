@@ -1237,8 +1237,10 @@ fn the_agents_job_folds_each_minute_once_it_has_closed() {
         open_rewritten >= (SERIES * 18) as u64,
         "the old way rewrites each minute's rows: {open_rewritten}"
     );
+    // Fewer pages too, though with rows this small (sparse sketches) a fold's fixed pages
+    // weigh more: 296 against 326 (531 against 712 with the dense sketches of before).
     assert!(
-        closed_pages * 5 < open_pages * 4,
+        closed_pages < open_pages,
         "{closed_pages} pages against {open_pages}"
     );
     // The last fold, 20 s before the end, folded through the minute before the open one:

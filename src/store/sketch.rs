@@ -17,10 +17,22 @@
 //! `encoded_size_is_small_for_typical_buckets`).
 //!
 //! Hand-written rather than taken from a crate: the on-disk BLOB format must stay readable
-//! for years, so it is defined here (versioned, varint-packed dense bins), not by a crate's
-//! serde derive; and it needs the negative/zero handling above. It is ~200 lines of pure
-//! code with its own tests. Decoding never panics on corrupt input; it returns an error.
-//! Non-finite values (NaN, ±inf) are never added: the caller skips them.
+//! for years, so it is defined here (versioned), not by a crate's serde derive; and it needs
+//! the negative/zero handling above. Decoding never panics on corrupt input; it returns an
+//! error. Non-finite values (NaN, ±inf) are never added: the caller skips them.
+//!
+//! The BLOB takes the smallest of three forms, told apart by its first byte; every form
+//! decodes to the same sketch, and version 1 (the only form before) stays readable:
+//! 1. dense: every bin count from the lowest to the highest key, one varint each (a zero
+//!    costs a byte), the form of a latency bucket whose bins are mostly filled;
+//! 2. sparse: the non-empty bins only, each as (gap to the previous key, count), the form
+//!    of a bucket of a few values far apart (two values a decade apart are 230 dense bins);
+//! 3. constant: the count and the one value of a bucket whose values are all equal (a
+//!    steady gauge), whose bins follow from it.
+//!
+//! The dense and sparse forms stay packed when decoded: a quantile reads the bytes as they
+//! are (down from the top bin of the dense form, up the few pairs of the sparse one),
+//! without building the stores; the constant form decodes to the one bin it stands for.
 
 /// Relative accuracy of every quantile the sketch returns.
 pub const ALPHA: f64 = 0.005;
@@ -28,7 +40,10 @@ pub const ALPHA: f64 = 0.005;
 pub const MIN_INDEXABLE: f64 = 1e-9;
 /// Values with a larger magnitude are binned as this value (min/max stay exact).
 pub const MAX_INDEXABLE: f64 = 1e18;
-const FORMAT_VERSION: u8 = 1;
+/// The first byte of each form of the BLOB (see the module docs).
+const FORM_DENSE: u8 = 1;
+const FORM_SPARSE: u8 = 2;
+const FORM_CONSTANT: u8 = 3;
 
 fn gamma_ln() -> f64 {
     ((1.0 + ALPHA) / (1.0 - ALPHA)).ln()
@@ -107,9 +122,11 @@ pub struct Sketch {
 }
 
 /// The shape of a packed form: the positive store's first key, the byte range of its
-/// counts, and the negative store's length.
+/// counts, and the negative store's length. In the sparse form the counts are the
+/// positive store's (key or gap, count) pairs and the lengths count pairs.
 #[derive(Debug, Clone, Copy, Default)]
 struct Layout {
+    sparse: bool,
     pos_offset: i32,
     pos_len: u32,
     counts_start: u32,
@@ -144,10 +161,27 @@ impl Default for Sketch {
     }
 }
 
-/// Parses the packed stores (positive, then negative).
-fn unpack_stores(p: &[u8]) -> Result<[Store; 2], SketchError> {
+/// Parses the packed stores (positive, then negative) of either form.
+fn unpack_stores(p: &[u8], sparse: bool) -> Result<[Store; 2], SketchError> {
     let mut pos = 0usize;
     let mut stores = [Store::default(), Store::default()];
+    if sparse {
+        for store in &mut stores {
+            let n = get_varint(p, &mut pos)?;
+            let mut key = 0i32;
+            for i in 0..n {
+                let v = get_varint(p, &mut pos)?;
+                // Checked when decoded: keys in range.
+                key = if i == 0 {
+                    unzigzag(v) as i32
+                } else {
+                    key.saturating_add(v as i32).saturating_add(1)
+                };
+                store.add(key, get_varint(p, &mut pos)?);
+            }
+        }
+        return Ok(stores);
+    }
     for store in &mut stores {
         let (offset, len) = store_header(p, &mut pos)?;
         store.offset = offset;
@@ -393,6 +427,23 @@ impl Sketch {
         if self.zero > 0 && self.zero as f64 > rank {
             return Ok(Some(Some(0.0)));
         }
+        if l.sparse {
+            // Few pairs (the form is taken only when smaller than the dense one): walk up.
+            let (mut at, mut cum, mut key) = (l.counts_start as usize, self.zero, 0i32);
+            for i in 0..l.pos_len {
+                let v = get_varint(p, &mut at)?;
+                key = if i == 0 {
+                    unzigzag(v) as i32
+                } else {
+                    key.saturating_add(v as i32).saturating_add(1)
+                };
+                cum += get_varint(p, &mut at)?;
+                if cum as f64 > rank {
+                    return Ok(Some(Some(value_of(key))));
+                }
+            }
+            return Ok(Some(None));
+        }
         let (start, end) = (l.counts_start as usize, l.counts_end as usize);
         // Without negatives, the positive bins hold every value but the zeros.
         let positives = self.count - self.zero;
@@ -436,7 +487,7 @@ impl Sketch {
             None => (Cow::Borrowed(&self.positive), Cow::Borrowed(&self.negative)),
             Some(p) => {
                 // Validated when decoded, so this cannot fail.
-                let [pos, neg] = unpack_stores(p).unwrap_or_default();
+                let [pos, neg] = unpack_stores(p, self.layout.sparse).unwrap_or_default();
                 (Cow::Owned(pos), Cow::Owned(neg))
             }
         }
@@ -445,50 +496,157 @@ impl Sketch {
     /// Builds the stores from the packed bytes, before a change.
     fn unpack(&mut self) {
         if let Some(p) = self.packed.take() {
-            let [pos, neg] = unpack_stores(&p).unwrap_or_default();
+            let [pos, neg] = unpack_stores(&p, self.layout.sparse).unwrap_or_default();
             self.positive = pos;
             self.negative = neg;
         }
     }
 
-    /// The versioned BLOB form.
+    /// The versioned BLOB form: the smallest of the three forms (see the module docs).
     pub fn encode(&self) -> Vec<u8> {
         let (positive, negative) = self.stores();
-        let mut out = Vec::with_capacity(32 + positive.counts.len());
-        out.push(FORMAT_VERSION);
+        if let Some(v) = self.constant_value(&positive, &negative) {
+            let mut out = Vec::with_capacity(11);
+            out.push(FORM_CONSTANT);
+            put_varint(&mut out, self.count);
+            out.extend_from_slice(&v.to_le_bytes());
+            return out;
+        }
+        let dense = dense_len(&positive) + dense_len(&negative);
+        let sparse = sparse_len(&positive) + sparse_len(&negative);
+        let mut out = Vec::with_capacity(32 + dense.min(sparse));
+        out.push(if sparse < dense {
+            FORM_SPARSE
+        } else {
+            FORM_DENSE
+        });
         put_varint(&mut out, self.count);
         out.extend_from_slice(&self.min.to_le_bytes());
         out.extend_from_slice(&self.max.to_le_bytes());
         put_varint(&mut out, self.zero);
         for store in [&*positive, &*negative] {
-            put_varint(&mut out, zigzag(i64::from(store.offset)));
-            put_varint(&mut out, store.counts.len() as u64);
-            for c in &store.counts {
-                put_varint(&mut out, *c);
+            if sparse < dense {
+                put_sparse(&mut out, store);
+            } else {
+                put_dense(&mut out, store);
             }
         }
         out
     }
 
-    /// Parses [`Sketch::encode`]'s output; never panics.
-    pub fn decode(buf: &[u8]) -> Result<Sketch, SketchError> {
-        let mut pos = 0usize;
-        let err = |offset| SketchError { offset };
-        if buf.first() != Some(&FORMAT_VERSION) {
-            return Err(err(0));
+    /// The dense form whatever is smaller (version 1, the form every release can read).
+    #[cfg(test)]
+    fn encode_dense(&self) -> Vec<u8> {
+        let (positive, negative) = self.stores();
+        let mut out = Vec::with_capacity(32 + positive.counts.len());
+        out.push(FORM_DENSE);
+        put_varint(&mut out, self.count);
+        out.extend_from_slice(&self.min.to_le_bytes());
+        out.extend_from_slice(&self.max.to_le_bytes());
+        put_varint(&mut out, self.zero);
+        put_dense(&mut out, &positive);
+        put_dense(&mut out, &negative);
+        out
+    }
+
+    /// The one value of a sketch whose values are all equal, when its bins are exactly what
+    /// adding that value `count` times makes (so the constant form loses nothing).
+    fn constant_value(&self, positive: &Store, negative: &Store) -> Option<f64> {
+        let v = self.min;
+        if self.count == 0 || v != self.max || !v.is_finite() {
+            return None;
         }
-        pos += 1;
-        let count = get_varint(buf, &mut pos)?;
-        let f = |pos: &mut usize| -> Result<f64, SketchError> {
-            let b: [u8; 8] = buf
-                .get(*pos..*pos + 8)
-                .and_then(|s| s.try_into().ok())
-                .ok_or(err(*pos))?;
-            *pos += 8;
-            Ok(f64::from_le_bytes(b))
+        let (pos, neg) = (single_bin(positive), single_bin(negative));
+        let fits = if v >= MIN_INDEXABLE {
+            self.zero == 0 && neg == Some(None) && pos == Some(Some((key_of(v), self.count)))
+        } else if v <= -MIN_INDEXABLE {
+            self.zero == 0 && pos == Some(None) && neg == Some(Some((key_of(-v), self.count)))
+        } else {
+            self.zero == self.count && pos == Some(None) && neg == Some(None)
         };
-        let min = f(&mut pos)?;
-        let max = f(&mut pos)?;
+        fits.then_some(v)
+    }
+
+    /// Parses [`Sketch::encode`]'s output (any form); never panics.
+    pub fn decode(buf: &[u8]) -> Result<Sketch, SketchError> {
+        match buf.first() {
+            Some(&FORM_DENSE) => Sketch::decode_dense(buf),
+            Some(&FORM_SPARSE) => Sketch::decode_sparse(buf),
+            Some(&FORM_CONSTANT) => Sketch::decode_constant(buf),
+            _ => Err(SketchError { offset: 0 }),
+        }
+    }
+
+    /// The constant form: the count, then the value.
+    fn decode_constant(buf: &[u8]) -> Result<Sketch, SketchError> {
+        let mut pos = 1usize;
+        let count = get_varint(buf, &mut pos)?;
+        let v = get_f64(buf, &mut pos)?;
+        if count == 0 || !v.is_finite() || pos != buf.len() {
+            return Err(SketchError { offset: pos });
+        }
+        let mut s = Sketch {
+            count,
+            min: v,
+            max: v,
+            ..Sketch::default()
+        };
+        if v >= MIN_INDEXABLE {
+            s.positive.add(key_of(v), count);
+        } else if v <= -MIN_INDEXABLE {
+            s.negative.add(key_of(-v), count);
+        } else {
+            s.zero = count;
+        }
+        Ok(s)
+    }
+
+    /// The sparse form, kept packed (checked: keys in range, no empty bin, the total).
+    fn decode_sparse(buf: &[u8]) -> Result<Sketch, SketchError> {
+        let mut pos = 1usize;
+        let err = |offset| SketchError { offset };
+        let count = get_varint(buf, &mut pos)?;
+        let min = get_f64(buf, &mut pos)?;
+        let max = get_f64(buf, &mut pos)?;
+        let zero = get_varint(buf, &mut pos)?;
+        let start = pos;
+        let pos_len = get_varint(buf, &mut pos)?;
+        let counts_start = pos;
+        let (pos_offset, pos_total) = sparse_span(buf, &mut pos, pos_len)?;
+        let counts_end = pos;
+        let neg_len = get_varint(buf, &mut pos)?;
+        let (_, neg_total) = sparse_span(buf, &mut pos, neg_len)?;
+        if pos != buf.len() || zero.wrapping_add(pos_total).wrapping_add(neg_total) != count {
+            return Err(err(pos));
+        }
+        // Pairs have distinct keys in a range of ~6,200, so every length fits u32.
+        let rel = |at: usize| u32::try_from(at - start).map_err(|_| err(at));
+        let len = |n: u64| u32::try_from(n).map_err(|_| err(start));
+        Ok(Sketch {
+            zero,
+            count,
+            min,
+            max,
+            packed: Some(buf[start..].into()),
+            layout: Layout {
+                sparse: true,
+                pos_offset,
+                pos_len: len(pos_len)?,
+                counts_start: rel(counts_start)?,
+                counts_end: rel(counts_end)?,
+                neg_len: len(neg_len)?,
+            },
+            ..Sketch::default()
+        })
+    }
+
+    /// The dense form, kept packed.
+    fn decode_dense(buf: &[u8]) -> Result<Sketch, SketchError> {
+        let mut pos = 1usize;
+        let err = |offset| SketchError { offset };
+        let count = get_varint(buf, &mut pos)?;
+        let min = get_f64(buf, &mut pos)?;
+        let max = get_f64(buf, &mut pos)?;
         let zero = get_varint(buf, &mut pos)?;
         // Validate the stores (bounds, total) without building them; keep them packed.
         let start = pos;
@@ -512,6 +670,7 @@ impl Sketch {
             max,
             packed: Some(buf[start..].into()),
             layout: Layout {
+                sparse: false,
                 pos_offset,
                 pos_len: pos_len as u32,
                 counts_start: rel(counts_start)?,
@@ -520,6 +679,128 @@ impl Sketch {
             },
         })
     }
+}
+
+/// Bytes of a store in the dense form (without the sketch's header).
+fn dense_len(store: &Store) -> usize {
+    varint_len(zigzag(i64::from(store.offset)))
+        + varint_len(store.counts.len() as u64)
+        + store.counts.iter().map(|&c| varint_len(c)).sum::<usize>()
+}
+
+/// Bytes of a store in the sparse form.
+fn sparse_len(store: &Store) -> usize {
+    let mut n = 0u64;
+    let mut len = 0usize;
+    let mut prev: Option<i32> = None;
+    for (i, &c) in store.counts.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        let key = store.offset + i as i32;
+        len += varint_len(c)
+            + match prev {
+                None => varint_len(zigzag(i64::from(key))),
+                Some(p) => varint_len((key - p - 1) as u64),
+            };
+        prev = Some(key);
+        n += 1;
+    }
+    len + varint_len(n)
+}
+
+fn put_dense(out: &mut Vec<u8>, store: &Store) {
+    put_varint(out, zigzag(i64::from(store.offset)));
+    put_varint(out, store.counts.len() as u64);
+    for &c in &store.counts {
+        put_varint(out, c);
+    }
+}
+
+/// The number of non-empty bins, then the first one's key and count, then each next one's
+/// gap (keys skipped) and count.
+fn put_sparse(out: &mut Vec<u8>, store: &Store) {
+    put_varint(out, store.counts.iter().filter(|&&c| c > 0).count() as u64);
+    let mut prev: Option<i32> = None;
+    for (i, &c) in store.counts.iter().enumerate() {
+        if c == 0 {
+            continue;
+        }
+        let key = store.offset + i as i32;
+        match prev {
+            None => put_varint(out, zigzag(i64::from(key))),
+            Some(p) => put_varint(out, (key - p - 1) as u64),
+        }
+        put_varint(out, c);
+        prev = Some(key);
+    }
+}
+
+/// Reads past `n` sparse bins, checking each key is in range (keys strictly rise, so there
+/// are at most ~6,200) and each count non-zero; returns the first key (0 for none) and the
+/// sum of the counts.
+fn sparse_span(buf: &[u8], pos: &mut usize, n: u64) -> Result<(i32, u64), SketchError> {
+    let (lo, hi) = (
+        i64::from(key_of(MIN_INDEXABLE)),
+        i64::from(key_of(MAX_INDEXABLE)),
+    );
+    let (mut first, mut key, mut total) = (0i64, 0i64, 0u64);
+    for i in 0..n {
+        let v = get_varint(buf, pos)?;
+        key = if i == 0 {
+            unzigzag(v)
+        } else {
+            i64::try_from(v)
+                .ok()
+                .and_then(|g| key.checked_add(g)?.checked_add(1))
+                .ok_or(SketchError { offset: *pos })?
+        };
+        if key < lo || key > hi {
+            return Err(SketchError { offset: *pos });
+        }
+        if i == 0 {
+            first = key;
+        }
+        let c = get_varint(buf, pos)?;
+        if c == 0 {
+            return Err(SketchError { offset: *pos });
+        }
+        total = total.wrapping_add(c);
+    }
+    // In range, so it fits an i32.
+    Ok((first as i32, total))
+}
+
+/// `Some(None)`: no non-empty bin; `Some(Some(bin))`: exactly one; `None`: more.
+fn single_bin(store: &Store) -> Option<Option<(i32, u64)>> {
+    let mut found = None;
+    for (i, &c) in store.counts.iter().enumerate() {
+        if c > 0 {
+            if found.is_some() {
+                return None;
+            }
+            found = Some((store.offset + i as i32, c));
+        }
+    }
+    Some(found)
+}
+
+fn get_f64(buf: &[u8], pos: &mut usize) -> Result<f64, SketchError> {
+    let b: [u8; 8] = buf
+        .get(*pos..*pos + 8)
+        .and_then(|s| s.try_into().ok())
+        .ok_or(SketchError { offset: *pos })?;
+    *pos += 8;
+    Ok(f64::from_le_bytes(b))
+}
+
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -715,16 +996,15 @@ mod tests {
         for values in cases {
             let mut s = Sketch::new();
             values.iter().for_each(|&v| s.add(v));
-            let packed = Sketch::decode(&s.encode()).unwrap();
+            // The dense form as stored, and whichever form the encoder picks.
+            let packed = Sketch::decode(&s.encode_dense()).unwrap();
             assert!(packed.packed.is_some());
+            let picked = Sketch::decode(&s.encode()).unwrap();
             for k in 0..=1000 {
                 let q = f64::from(k) / 1000.0;
-                assert_eq!(
-                    packed.quantile(q),
-                    s.quantile(q),
-                    "q={q} n={}",
-                    values.len()
-                );
+                let n = values.len();
+                assert_eq!(packed.quantile(q), s.quantile(q), "q={q} n={n}");
+                assert_eq!(picked.quantile(q), s.quantile(q), "q={q} n={n}");
             }
         }
     }
@@ -751,5 +1031,148 @@ mod tests {
         assert!(minute < 300, "{minute}");
         assert!(hour < 400, "{hour}");
         assert!(steady < 40, "{steady}");
+    }
+    /// Sketches that take each form, and the form each takes.
+    fn one_of_each_form() -> Vec<(u8, Sketch)> {
+        let sketch = |values: &[f64]| {
+            let mut s = Sketch::new();
+            values.iter().for_each(|&v| s.add(v));
+            s
+        };
+        let mut r = rng(13);
+        // An hour of 1 Hz latencies fills its bins; a minute of them is sparse already.
+        let latencies: Vec<f64> = (0..3600).map(|_| 10.0 + r() * 30.0).collect();
+        vec![
+            (FORM_DENSE, sketch(&latencies)),
+            // Two scrapes of a counter a decade apart; negatives and zeros far apart too.
+            (FORM_SPARSE, sketch(&[4885.0, 31337.0])),
+            (FORM_SPARSE, sketch(&[-2000.0, -3.0, 0.0, 1e-3, 7e5, 7e5])),
+            (FORM_SPARSE, Sketch::new()),
+            // Steady gauges: positive, negative, zero, clamped past the indexable range.
+            (FORM_CONSTANT, sketch(&[55.0; 60])),
+            (FORM_CONSTANT, sketch(&[-12.5; 6])),
+            (FORM_CONSTANT, sketch(&[0.0; 4])),
+            (FORM_CONSTANT, sketch(&[1e-12])),
+            (FORM_CONSTANT, sketch(&[3e20, 3e20])),
+        ]
+    }
+
+    #[test]
+    fn each_form_round_trips_to_the_same_sketch_and_is_the_smallest() {
+        for (form, s) in one_of_each_form() {
+            let buf = s.encode();
+            assert_eq!(buf[0], form, "{s:?}");
+            let back = Sketch::decode(&buf).unwrap();
+            assert_eq!(
+                back.packed.is_some(),
+                form != FORM_CONSTANT,
+                "read as stored"
+            );
+            assert_eq!(back, s);
+            assert_eq!(back.bins(), s.bins());
+            assert_eq!(back.encode(), buf, "a decoded sketch encodes the same");
+            for k in 0..=200 {
+                let q = f64::from(k) / 200.0;
+                assert_eq!(back.quantile(q), s.quantile(q), "q={q} {s:?}");
+            }
+            // Merging a decoded sketch of any form equals merging the original.
+            let mut a = back.clone();
+            a.merge(&Sketch::decode(&buf).unwrap());
+            let mut b = s.clone();
+            b.merge(&s);
+            assert_eq!(a, b);
+            // The dense form (what earlier releases stored) is never smaller, and still reads.
+            let dense = s.encode_dense();
+            assert!(buf.len() <= dense.len(), "{} > {}", buf.len(), dense.len());
+            assert_eq!(Sketch::decode(&dense).unwrap(), s);
+        }
+        // The sizes that matter in a 1m tier: two values a decade apart were 190 bytes.
+        let mut pair = Sketch::new();
+        pair.add(4885.0);
+        pair.add(31337.0);
+        assert!(pair.encode().len() <= 30, "{}", pair.encode().len());
+        assert!(pair.encode_dense().len() > 180);
+        let mut gauge = Sketch::new();
+        (0..60).for_each(|_| gauge.add(55.0));
+        assert_eq!(gauge.encode().len(), 10);
+    }
+
+    #[test]
+    fn a_dense_blob_written_by_an_earlier_release_still_decodes() {
+        // A 1m row of the reference workload as stored before the other forms existed:
+        // two values, 4885 and 31337 (187 dense bins, mostly empty).
+        let mut blob = vec![0x01, 0x02];
+        blob.extend_from_slice(&4885f64.to_le_bytes());
+        blob.extend_from_slice(&31337f64.to_le_bytes());
+        blob.extend_from_slice(&[0x00, 0xA4, 0x0D, 0xBB, 0x01, 0x01]);
+        blob.extend_from_slice(&[0; 185]);
+        blob.extend_from_slice(&[0x01, 0x00, 0x00]);
+        let s = Sketch::decode(&blob).unwrap();
+        assert_eq!((s.count(), s.min(), s.max()), (2, 4885.0, 31337.0));
+        let (pos, neg, zero) = s.bins();
+        assert_eq!((pos.len(), neg.len(), zero), (2, 0, 0));
+        assert_eq!(s.quantile(0.5), Some(bin_value(pos[0].0)));
+        assert_eq!(s.encode()[0], FORM_SPARSE, "rewritten in the smaller form");
+    }
+
+    #[test]
+    fn a_corrupt_sparse_or_constant_blob_is_an_error_never_a_panic() {
+        for (_, s) in one_of_each_form() {
+            let buf = s.encode();
+            for cut in 0..buf.len() {
+                assert!(Sketch::decode(&buf[..cut]).is_err(), "cut at {cut}");
+            }
+            let mut longer = buf.clone();
+            longer.push(0);
+            assert!(Sketch::decode(&longer).is_err());
+        }
+        let header = |form: u8, count: u8| {
+            let mut b = vec![form, count];
+            b.extend_from_slice(&1f64.to_le_bytes());
+            b.extend_from_slice(&2f64.to_le_bytes());
+            b.push(0);
+            b
+        };
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            // One bin listed with a zero count.
+            ("empty bin", [header(2, 0), vec![1, zig(50), 0, 0]].concat()),
+            // A key far past the indexable range (the dense form would be huge).
+            (
+                "key out of range",
+                [header(2, 1), vec![1, 0xFE, 0xFF, 0x7F, 1, 0]].concat(),
+            ),
+            // A gap that runs past the range.
+            (
+                "gap out of range",
+                [header(2, 2), vec![2, zig(50), 1, 0xFF, 0xFF, 0x03, 1, 0]].concat(),
+            ),
+            // Bins that do not add up to the count.
+            ("total", [header(2, 5), vec![1, zig(50), 1, 0]].concat()),
+            // A constant of no value, or of nothing.
+            (
+                "constant NaN",
+                [vec![3, 1], f64::NAN.to_le_bytes().to_vec()].concat(),
+            ),
+            (
+                "constant inf",
+                [vec![3, 1], f64::INFINITY.to_le_bytes().to_vec()].concat(),
+            ),
+            (
+                "constant of none",
+                [vec![3, 0], 1f64.to_le_bytes().to_vec()].concat(),
+            ),
+            ("unknown form", vec![4, 0]),
+        ];
+        for (what, blob) in cases {
+            assert!(Sketch::decode(&blob).is_err(), "{what}");
+        }
+        // A well-formed sparse blob, to show the cases above fail for their reason only.
+        let ok = [header(2, 2), vec![2, zig(50), 1, 3, 1, 0]].concat();
+        let s = Sketch::decode(&ok).unwrap();
+        assert_eq!(s.bins().0, vec![(50, 1), (54, 1)]);
+    }
+
+    fn zig(k: i32) -> u8 {
+        u8::try_from(zigzag(i64::from(k))).unwrap()
     }
 }
