@@ -570,8 +570,8 @@ impl Sketch {
     /// Parses [`Sketch::encode`]'s output (any form); never panics.
     pub fn decode(buf: &[u8]) -> Result<Sketch, SketchError> {
         match buf.first() {
-            Some(&FORM_DENSE) => Sketch::decode_dense(buf),
-            Some(&FORM_SPARSE) => Sketch::decode_sparse(buf),
+            Some(&FORM_DENSE) => Sketch::decode_packed(buf, false),
+            Some(&FORM_SPARSE) => Sketch::decode_packed(buf, true),
             Some(&FORM_CONSTANT) => Sketch::decode_constant(buf),
             _ => Err(SketchError { offset: 0 }),
         }
@@ -601,8 +601,9 @@ impl Sketch {
         Ok(s)
     }
 
-    /// The sparse form, kept packed (checked: keys in range, no empty bin, the total).
-    fn decode_sparse(buf: &[u8]) -> Result<Sketch, SketchError> {
+    /// The dense or the sparse form, kept packed: checked (the stores' bounds, and for the
+    /// sparse form keys in range and no empty bin; the total) without building the stores.
+    fn decode_packed(buf: &[u8], sparse: bool) -> Result<Sketch, SketchError> {
         let mut pos = 1usize;
         let err = |offset| SketchError { offset };
         let count = get_varint(buf, &mut pos)?;
@@ -610,16 +611,29 @@ impl Sketch {
         let max = get_f64(buf, &mut pos)?;
         let zero = get_varint(buf, &mut pos)?;
         let start = pos;
-        let pos_len = get_varint(buf, &mut pos)?;
-        let counts_start = pos;
-        let (pos_offset, pos_total) = sparse_span(buf, &mut pos, pos_len)?;
+        // A store's first key, its length (bins, or pairs), the sum of its counts and where
+        // its counts start.
+        let store = |pos: &mut usize| -> Result<(i32, u64, u64, usize), SketchError> {
+            if sparse {
+                let n = get_varint(buf, pos)?;
+                let at = *pos;
+                let (first, total) = sparse_span(buf, pos, n)?;
+                Ok((first, n, total, at))
+            } else {
+                let (offset, len) = store_header(buf, pos)?;
+                let at = *pos;
+                let total = scan_counts(buf, pos, len)?;
+                Ok((offset, len as u64, total, at))
+            }
+        };
+        let (pos_offset, pos_len, pos_total, counts_start) = store(&mut pos)?;
         let counts_end = pos;
-        let neg_len = get_varint(buf, &mut pos)?;
-        let (_, neg_total) = sparse_span(buf, &mut pos, neg_len)?;
+        let (_, neg_len, neg_total, _) = store(&mut pos)?;
         if pos != buf.len() || zero.wrapping_add(pos_total).wrapping_add(neg_total) != count {
             return Err(err(pos));
         }
-        // Pairs have distinct keys in a range of ~6,200, so every length fits u32.
+        // Offsets into the packed copy, which starts at `start`; lengths are bounded (dense
+        // stores by `store_header`, sparse ones by the key range), so all fit u32.
         let rel = |at: usize| u32::try_from(at - start).map_err(|_| err(at));
         let len = |n: u64| u32::try_from(n).map_err(|_| err(start));
         Ok(Sketch {
@@ -629,7 +643,7 @@ impl Sketch {
             max,
             packed: Some(buf[start..].into()),
             layout: Layout {
-                sparse: true,
+                sparse,
                 pos_offset,
                 pos_len: len(pos_len)?,
                 counts_start: rel(counts_start)?,
@@ -637,46 +651,6 @@ impl Sketch {
                 neg_len: len(neg_len)?,
             },
             ..Sketch::default()
-        })
-    }
-
-    /// The dense form, kept packed.
-    fn decode_dense(buf: &[u8]) -> Result<Sketch, SketchError> {
-        let mut pos = 1usize;
-        let err = |offset| SketchError { offset };
-        let count = get_varint(buf, &mut pos)?;
-        let min = get_f64(buf, &mut pos)?;
-        let max = get_f64(buf, &mut pos)?;
-        let zero = get_varint(buf, &mut pos)?;
-        // Validate the stores (bounds, total) without building them; keep them packed.
-        let start = pos;
-        let (pos_offset, pos_len) = store_header(buf, &mut pos)?;
-        let counts_start = pos;
-        let mut total = zero.wrapping_add(scan_counts(buf, &mut pos, pos_len)?);
-        let counts_end = pos;
-        let (_, neg_len) = store_header(buf, &mut pos)?;
-        total = total.wrapping_add(scan_counts(buf, &mut pos, neg_len)?);
-        if pos != buf.len() || total != count {
-            return Err(err(pos));
-        }
-        // Offsets into the packed copy, which starts at `start`; all fit u32 (bounded lens).
-        let rel = |at: usize| u32::try_from(at - start).map_err(|_| err(at));
-        Ok(Sketch {
-            positive: Store::default(),
-            negative: Store::default(),
-            zero,
-            count,
-            min,
-            max,
-            packed: Some(buf[start..].into()),
-            layout: Layout {
-                sparse: false,
-                pos_offset,
-                pos_len: pos_len as u32,
-                counts_start: rel(counts_start)?,
-                counts_end: rel(counts_end)?,
-                neg_len: neg_len as u32,
-            },
         })
     }
 }
