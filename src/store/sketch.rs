@@ -172,11 +172,7 @@ fn unpack_stores(p: &[u8], sparse: bool) -> Result<[Store; 2], SketchError> {
             for i in 0..n {
                 let v = get_varint(p, &mut pos)?;
                 // Checked when decoded: keys in range.
-                key = if i == 0 {
-                    unzigzag(v) as i32
-                } else {
-                    key.saturating_add(v as i32).saturating_add(1)
-                };
+                key = sparse_key(i == 0, v, key);
                 store.add(key, get_varint(p, &mut pos)?);
             }
         }
@@ -432,11 +428,7 @@ impl Sketch {
             let (mut at, mut cum, mut key) = (l.counts_start as usize, self.zero, 0i32);
             for i in 0..l.pos_len {
                 let v = get_varint(p, &mut at)?;
-                key = if i == 0 {
-                    unzigzag(v) as i32
-                } else {
-                    key.saturating_add(v as i32).saturating_add(1)
-                };
+                key = sparse_key(i == 0, v, key);
                 cum += get_varint(p, &mut at)?;
                 if cum as f64 > rank {
                     return Ok(Some(Some(value_of(key))));
@@ -512,40 +504,33 @@ impl Sketch {
             out.extend_from_slice(&v.to_le_bytes());
             return out;
         }
-        let dense = dense_len(&positive) + dense_len(&negative);
-        let sparse = sparse_len(&positive) + sparse_len(&negative);
-        let mut out = Vec::with_capacity(32 + dense.min(sparse));
-        out.push(if sparse < dense {
-            FORM_SPARSE
-        } else {
-            FORM_DENSE
-        });
-        put_varint(&mut out, self.count);
-        out.extend_from_slice(&self.min.to_le_bytes());
-        out.extend_from_slice(&self.max.to_le_bytes());
-        put_varint(&mut out, self.zero);
-        for store in [&*positive, &*negative] {
-            if sparse < dense {
-                put_sparse(&mut out, store);
-            } else {
-                put_dense(&mut out, store);
-            }
-        }
-        out
+        let sparse = sparse_len(&positive) + sparse_len(&negative)
+            < dense_len(&positive) + dense_len(&negative);
+        self.encode_stores(&positive, &negative, sparse)
     }
 
     /// The dense form whatever is smaller (version 1, the form every release can read).
     #[cfg(test)]
     fn encode_dense(&self) -> Vec<u8> {
         let (positive, negative) = self.stores();
+        self.encode_stores(&positive, &negative, false)
+    }
+
+    /// The dense or the sparse form of these stores.
+    fn encode_stores(&self, positive: &Store, negative: &Store, sparse: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity(32 + positive.counts.len());
-        out.push(FORM_DENSE);
+        out.push(if sparse { FORM_SPARSE } else { FORM_DENSE });
         put_varint(&mut out, self.count);
         out.extend_from_slice(&self.min.to_le_bytes());
         out.extend_from_slice(&self.max.to_le_bytes());
         put_varint(&mut out, self.zero);
-        put_dense(&mut out, &positive);
-        put_dense(&mut out, &negative);
+        for store in [positive, negative] {
+            if sparse {
+                put_sparse(&mut out, store);
+            } else {
+                put_dense(&mut out, store);
+            }
+        }
         out
     }
 
@@ -707,6 +692,16 @@ fn put_sparse(out: &mut Vec<u8>, store: &Store) {
         }
         put_varint(out, c);
         prev = Some(key);
+    }
+}
+
+/// The key of a decoded sparse form's next bin: the first key itself, then a gap past the
+/// previous one (keys were checked to be in range when decoded).
+fn sparse_key(first: bool, v: u64, prev: i32) -> i32 {
+    if first {
+        unzigzag(v) as i32
+    } else {
+        prev.saturating_add(v as i32).saturating_add(1)
     }
 }
 
