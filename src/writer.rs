@@ -262,16 +262,19 @@ impl Head {
                         Stats::add(&stats.commit_errors, 1);
                         let (error, retryable) = describe(&e);
                         tracing::error!(error = %e, retryable, "journal append failed; the acknowledged writes waiting on it were not stored");
-                        entries.retain_mut(|(r, _, _)| match r.ack.take() {
-                            Some(ack) => {
+                        let (failed, kept): (Vec<_>, Vec<_>) =
+                            entries.into_iter().partition(|(r, _, _)| r.ack.is_some());
+                        entries = kept;
+                        for (req, _, _) in failed {
+                            // Capacity back before the answer, as after a commit.
+                            drop(req.permit);
+                            if let Some(ack) = req.ack {
                                 let _ = ack.send(Ack::Failed {
                                     error: error.clone(),
                                     retryable,
                                 });
-                                false
                             }
-                            None => true,
-                        });
+                        }
                     }
                 }
             }
@@ -289,7 +292,9 @@ impl Head {
             let nothing_to_wait_for = req.at_next_commit && self.held.is_empty();
             if staged.is_empty() && (!is_barrier || nothing_to_wait_for) {
                 // Nothing to store (every line refused, an empty batch nobody waits on, or
-                // a barrier for the next commit with nothing before it to wait for).
+                // a barrier for the next commit with nothing before it to wait for). The
+                // capacity comes back before the answer, as after a commit.
+                drop(req.permit);
                 if let Some(ack) = req.ack {
                     let _ = ack.send(Ack::Committed {
                         rejected: sum.rejected,
@@ -345,12 +350,21 @@ impl Head {
                 self.failing = None;
                 self.points = 0;
                 for h in self.held.drain(..) {
-                    Stats::add(&stats.points_written, h.staged.points() as u64);
-                    Stats::add(&stats.values_written, h.values as u64);
-                    if let Some((ack, rejected)) = h.ack {
+                    let Held {
+                        staged,
+                        ack,
+                        values,
+                        _permit,
+                        ..
+                    } = h;
+                    Stats::add(&stats.points_written, staged.points() as u64);
+                    Stats::add(&stats.values_written, values as u64);
+                    // The queue capacity comes back before the answer: whoever the answer
+                    // wakes (a reader's barrier, a producer about to retry) finds it free.
+                    drop(_permit);
+                    if let Some((ack, rejected)) = ack {
                         let _ = ack.send(Ack::Committed { rejected });
                     }
-                    // The permit drops here: the queue capacity comes back.
                 }
             }
             Err(e) => {
@@ -364,6 +378,8 @@ impl Head {
                         points += h.staged.points();
                         return true;
                     }
+                    // Capacity back before the answer, as after a commit.
+                    h._permit.take();
                     match h.ack.take() {
                         Some((ack, _)) => {
                             let _ = ack.send(Ack::Failed {
