@@ -8,20 +8,44 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free tcp port")
+/// Ports handed out by [`free_port`] and [`free_udp_port`] come from below the kernel's
+/// ephemeral range (32768-60999 by default): a port bound and released there can be taken
+/// by any outgoing connection or `bind(0)` before the peer that was given it starts (a test
+/// that reserves a sink's port and starts the peer minutes later lost it that way). Each
+/// port is handed out once per test process, from an offset of the process id, and is
+/// checked to be free (TCP and UDP) before it is returned.
+const PORT_LOW: u32 = 12_000;
+const PORT_SPAN: u32 = 20_000;
+
+static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+fn next_port() -> u16 {
+    use std::sync::atomic::Ordering;
+    let _ = NEXT_PORT.compare_exchange(
+        u32::MAX,
+        (std::process::id().wrapping_mul(7919)) % PORT_SPAN,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..PORT_SPAN {
+        let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
+        let port = (PORT_LOW + n % PORT_SPAN) as u16;
+        let tcp = TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if tcp && UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {PORT_LOW}..{}", PORT_LOW + PORT_SPAN)
 }
 
-/// A free UDP port on 127.0.0.1.
+/// A free TCP port on 127.0.0.1, outside the ephemeral range (see [`next_port`]).
+pub fn free_port() -> u16 {
+    next_port()
+}
+
+/// A free UDP port on 127.0.0.1, outside the ephemeral range.
 pub fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("free udp port")
+    next_port()
 }
 
 /// Path of the edgewatch binary under test.
