@@ -29,6 +29,7 @@ taken while it is attached).
     python3 scripts/device_budget.py --seconds 120         # quick
     python3 scripts/device_budget.py --phases full,ui,idle # only these
     python3 scripts/device_budget.py --phases full --wal-trace  # + WAL pages by commit kind
+    python3 scripts/device_budget.py --phases full --device     # + what the block device writes (root)
 
 Targets (issue 33): full < 1 % of one core and < 25 MB steady RSS; idle < 0.2 %; bytes
 written per hour at most 3x the store's growth. Standard library only; every peer on
@@ -497,10 +498,62 @@ def io_breakdown(pid, data, work, name, secs):
             for k, v in sorted(acc.items(), key=lambda kv: -kv[1]["mb_per_h"])}
 
 
+class LoopFs:
+    """`--device`: the phase's data directory on an ext4 file system of its own, on a loop
+    device, so the sectors the block device is asked to write (`/sys/block/loopN/stat`)
+    can be read: what a card would see, the file system's journal and metadata included,
+    which `write_bytes` (page-cache bytes the agent dirtied) does not count."""
+
+    def __init__(self, work, name, mountpoint, options="", size_mb=2048):
+        for cmd, pkg in [("losetup", "mount"), ("mkfs.ext4", "e2fsprogs")]:
+            need(cmd, pkg)
+        self.img = os.path.join(work, f"fs-{name}.img")
+        self.mountpoint = mountpoint
+        with open(self.img, "wb") as f:
+            f.truncate(size_mb << 20)
+        subprocess.run(["mkfs.ext4", "-q", "-F", self.img], check=True)
+        self.dev = subprocess.run(["losetup", "-f", "--show", self.img], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+        os.makedirs(mountpoint, exist_ok=True)
+        try:
+            subprocess.run(["mount"] + (["-o", options] if options else []) + [self.dev, mountpoint], check=True)
+        except subprocess.CalledProcessError:
+            subprocess.run(["losetup", "-d", self.dev])
+            raise
+
+    def sectors_written(self):
+        """512-byte sectors written to the device so far, after writing back what is dirty."""
+        fd = os.open(self.mountpoint, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            subprocess.run(["sync", "-f", self.mountpoint], check=True)
+        finally:
+            os.close(fd)
+        with open(f"/sys/block/{os.path.basename(self.dev)}/stat") as f:
+            return int(f.read().split()[6])
+
+    def close(self):
+        subprocess.run(["umount", self.mountpoint])
+        subprocess.run(["losetup", "-d", self.dev])
+        try:
+            os.unlink(self.img)
+        except OSError:
+            pass
+
+
 def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     """Starts a fresh agent (own data dir), warms it up, measures `secs`, stops it."""
     data = os.path.join(work, "data")
     shutil.rmtree(data, ignore_errors=True)
+    loopfs = LoopFs(work, name, data, args.mount_options) if args.device else None
+    try:
+        return measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data, loopfs)
+    finally:
+        if loopfs:
+            loopfs.close()
+
+
+def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data, loopfs):
     cfg = os.path.join(work, "edgewatch.toml")
     with open(cfg, "w") as f:
         f.write(config(work, ports, off, peers))
@@ -537,6 +590,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     t0 = time.monotonic()
     c0, v0, w0, d0 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), store_bytes(data)
     f0 = dir_bytes(data)
+    s0 = loopfs.sectors_written() if loopfs else None
     tracer = WalTracer(data) if args.wal_trace else None
     rss = []
     end = t0 + secs
@@ -546,6 +600,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     elapsed = time.monotonic() - t0
     c1, v1, w1, d1 = proc_ticks(pid), voluntary_switches(pid), write_bytes(pid), store_bytes(data)
     f1 = dir_bytes(data)
+    s1 = loopfs.sectors_written() if loopfs else None
     hwm = status_kb(pid, "VmHWM")
     wal_trace = tracer.finish(data, elapsed / 3600) if tracer else None
     fsyncs = None
@@ -595,6 +650,7 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
         "written_mb_per_h": (w1 - w0) / 1e6 / hours,
         "store_growth_mb_per_h": (d1 - d0) / 1e6 / hours,
         "files_growth_mb_per_h": (f1 - f0) / 1e6 / hours,
+        "device_written_mb_per_h": (s1 - s0) * 512 / 1e6 / hours if loopfs else None,
         "fsyncs_per_s": fsyncs,
         "io_by_thread": io,
         "wal_frames": wal,
@@ -621,6 +677,11 @@ def main():
                     help="at the end of the full phase, count the WAL's frames by table and index (dbstat)")
     ap.add_argument("--wal-trace", action="store_true",
                     help="follow the WAL through each measured window: commits and pages an hour by the tables they write")
+    ap.add_argument("--device", action="store_true",
+                    help="put each phase's store on an ext4 loop device of its own (root) and report the "
+                         "bytes the block device was asked to write, file-system journal included")
+    ap.add_argument("--mount-options", default="",
+                    help="with --device: mount options of the store's file system (e.g. lazytime)")
     ap.add_argument("--keep", help="copy each phase's stopped data directory to KEEP/PHASE (to inspect the store)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()
@@ -697,6 +758,12 @@ def main():
             f"| {r['phase']} | {r['cpu_pct']:.3f} | {r['rss_steady_mb']:.1f} / {r['rss_peak_mb']:.1f} | "
             f"{r['wakeups_per_s']:.1f} | {r['written_mb_per_h']:.2f} | {r['store_growth_mb_per_h']:.2f} | {wa} | {share} |"
         )
+    for r in results:
+        if r.get("device_written_mb_per_h") is not None:
+            g = r["store_growth_mb_per_h"]
+            ratio = f" ({r['device_written_mb_per_h'] / g:.1f}x the growth)" if g > 0 else ""
+            print(f"{r['phase']}: the block device was asked to write {r['device_written_mb_per_h']:.2f} MB/h{ratio}, "
+                  f"against {r['written_mb_per_h']:.2f} MB/h of write_bytes (ext4, its journal included)")
     if full and full["fsyncs_per_s"] is not None:
         print(f"fsync/fdatasync calls per second (full, last {args.strace} s under strace): {full['fsyncs_per_s']:.2f}")
     if full and full.get("io_by_thread"):
