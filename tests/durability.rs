@@ -259,6 +259,48 @@ fn every_204_follows_a_wal_sync_with_full_and_not_with_normal() {
     );
 }
 
+/// SQLite's syncs of its files are `fdatasync`, not `fsync`: the bundled SQLite is built
+/// with `HAVE_FDATASYNC` (`.cargo/config.toml`), without which it calls `fsync`, which also
+/// writes the inode for every mtime change (an ext4 journal commit after each sync).
+#[test]
+fn sqlite_syncs_its_files_with_fdatasync() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Traced::start(dir.path(), "full", "");
+    for i in 0..5 {
+        let (code, body) = post(
+            &agent.url("/write?db=x"),
+            format!("st,k=v v={i}i\n").as_bytes(),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(code, 204, "{body}");
+    }
+    // A read commits what the writer holds first: a synced WAL commit.
+    let (code, body) = get(&agent.url("/api/v1/query?measurement=st&field=v")).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let trace = agent.stop();
+    let syncs_of = |call: &str| {
+        trace
+            .lines()
+            .filter(|l| {
+                l.split_once(char::is_whitespace).is_some_and(|(_, b)| {
+                    b.trim_start().starts_with(&format!("{call}("))
+                        && (b.contains("edgewatch.db>") || b.contains("edgewatch.db-wal>"))
+                })
+            })
+            .count()
+    };
+    assert!(
+        syncs_of("fdatasync") >= 1,
+        "no fdatasync of the database or its WAL in the trace:\n{trace}"
+    );
+    assert_eq!(
+        syncs_of("fsync"),
+        0,
+        "SQLite synced with fsync (is LIBSQLITE3_FLAGS=-DHAVE_FDATASYNC=1 set?)"
+    );
+}
+
 #[test]
 fn the_default_is_full() {
     let dir = tempfile::tempdir().unwrap();
