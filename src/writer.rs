@@ -266,14 +266,14 @@ impl Head {
                             entries.into_iter().partition(|(r, _, _)| r.ack.is_some());
                         entries = kept;
                         for (req, _, _) in failed {
-                            // Capacity back before the answer, as after a commit.
-                            drop(req.permit);
-                            if let Some(ack) = req.ack {
-                                let _ = ack.send(Ack::Failed {
+                            release_and_answer(
+                                req.permit,
+                                req.ack,
+                                Ack::Failed {
                                     error: error.clone(),
                                     retryable,
-                                });
-                            }
+                                },
+                            );
                         }
                     }
                 }
@@ -292,14 +292,14 @@ impl Head {
             let nothing_to_wait_for = req.at_next_commit && self.held.is_empty();
             if staged.is_empty() && (!is_barrier || nothing_to_wait_for) {
                 // Nothing to store (every line refused, an empty batch nobody waits on, or
-                // a barrier for the next commit with nothing before it to wait for). The
-                // capacity comes back before the answer, as after a commit.
-                drop(req.permit);
-                if let Some(ack) = req.ack {
-                    let _ = ack.send(Ack::Committed {
+                // a barrier for the next commit with nothing before it to wait for).
+                release_and_answer(
+                    req.permit,
+                    req.ack,
+                    Ack::Committed {
                         rejected: sum.rejected,
-                    });
-                }
+                    },
+                );
                 continue;
             }
             // (A barrier is in no record: it is answered by the commit.)
@@ -359,12 +359,14 @@ impl Head {
                     } = h;
                     Stats::add(&stats.points_written, staged.points() as u64);
                     Stats::add(&stats.values_written, values as u64);
-                    // The queue capacity comes back before the answer: whoever the answer
-                    // wakes (a reader's barrier, a producer about to retry) finds it free.
-                    drop(_permit);
-                    if let Some((ack, rejected)) = ack {
-                        let _ = ack.send(Ack::Committed { rejected });
-                    }
+                    let (ack, rejected) = ack.unzip();
+                    release_and_answer(
+                        _permit,
+                        ack,
+                        Ack::Committed {
+                            rejected: rejected.unwrap_or_default(),
+                        },
+                    );
                 }
             }
             Err(e) => {
@@ -378,15 +380,15 @@ impl Head {
                         points += h.staged.points();
                         return true;
                     }
-                    // Capacity back before the answer, as after a commit.
-                    h._permit.take();
                     match h.ack.take() {
-                        Some((ack, _)) => {
-                            let _ = ack.send(Ack::Failed {
+                        Some((ack, _)) => release_and_answer(
+                            h._permit.take(),
+                            Some(ack),
+                            Ack::Failed {
                                 error: error.clone(),
                                 retryable,
-                            });
-                        }
+                            },
+                        ),
                         None => Stats::add(&stats.points_dropped, h.staged.points() as u64),
                     }
                     false
@@ -417,6 +419,17 @@ fn describe(e: &StoreError) -> (String, bool) {
     (error, retryable)
 }
 
+/// Gives a request's queue capacity back, then sends its answer (if anyone waits for one):
+/// in that order, so whoever the answer wakes (a reader's barrier, a producer about to retry,
+/// `queued()`) finds the capacity free. Every answer that ends a request goes through here;
+/// a journaled write's early answer does not (it keeps its capacity until the commit).
+fn release_and_answer<P>(permit: P, ack: Option<oneshot::Sender<Ack>>, answer: Ack) {
+    drop(permit);
+    if let Some(ack) = ack {
+        let _ = ack.send(answer);
+    }
+}
+
 /// Answers every request with the error (nothing of them was stored); counts what nobody
 /// waits on as dropped.
 fn refuse(requests: impl Iterator<Item = Request>, error: &str, retryable: bool, stats: &Stats) {
@@ -424,18 +437,17 @@ fn refuse(requests: impl Iterator<Item = Request>, error: &str, retryable: bool,
         let Request {
             batch, ack, permit, ..
         } = req;
-        // The queue capacity goes back before the answer: a producer that retries at once
-        // (or reads the queue's length) finds it free.
-        drop(permit);
-        match ack {
-            Some(ack) => {
-                let _ = ack.send(Ack::Failed {
-                    error: error.to_string(),
-                    retryable,
-                });
-            }
-            None => Stats::add(&stats.points_dropped, batch.len() as u64),
+        if ack.is_none() {
+            Stats::add(&stats.points_dropped, batch.len() as u64);
         }
+        release_and_answer(
+            permit,
+            ack,
+            Ack::Failed {
+                error: error.to_string(),
+                retryable,
+            },
+        );
     }
 }
 
@@ -445,6 +457,31 @@ mod tests {
     use crate::config::Synchronous;
     use crate::model::{Batch, Line, Value};
     use crate::queue::{channel, Ack};
+
+    /// The capacity comes back before the answer is sent: a permit that looks, as it is
+    /// dropped, for an answer already there.
+    #[test]
+    fn capacity_is_given_back_before_the_answer_is_sent() {
+        struct Probe(std::sync::Arc<std::sync::Mutex<oneshot::Receiver<Ack>>>);
+        impl Drop for Probe {
+            fn drop(&mut self) {
+                let answered = self.0.lock().unwrap().try_recv().is_ok();
+                assert!(
+                    !answered,
+                    "the answer was sent before the capacity came back"
+                );
+            }
+        }
+        let (tx, rx) = oneshot::channel();
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        release_and_answer(
+            Probe(rx.clone()),
+            Some(tx),
+            Ack::Committed { rejected: vec![] },
+        );
+        let answer = rx.lock().unwrap().try_recv();
+        assert_eq!(answer.ok(), Some(Ack::Committed { rejected: vec![] }));
+    }
     use std::sync::atomic::Ordering;
 
     fn batch(key: &str, n: usize) -> Batch {

@@ -17,16 +17,14 @@ use std::time::{Duration, Instant};
 const PORT_LOW: u32 = 12_000;
 const PORT_SPAN: u32 = 20_000;
 
-static NEXT_PORT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+/// The next candidate, counted from an offset of the process id.
+static NEXT_PORT: std::sync::LazyLock<std::sync::atomic::AtomicU32> =
+    std::sync::LazyLock::new(|| {
+        std::sync::atomic::AtomicU32::new(std::process::id().wrapping_mul(7919) % PORT_SPAN)
+    });
 
 fn next_port() -> u16 {
     use std::sync::atomic::Ordering;
-    let _ = NEXT_PORT.compare_exchange(
-        u32::MAX,
-        (std::process::id().wrapping_mul(7919)) % PORT_SPAN,
-        Ordering::Relaxed,
-        Ordering::Relaxed,
-    );
     for _ in 0..PORT_SPAN {
         let n = NEXT_PORT.fetch_add(1, Ordering::Relaxed);
         let port = (PORT_LOW + n % PORT_SPAN) as u16;
