@@ -516,6 +516,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
         agent: status::Agent {
             version: env!("CARGO_PKG_VERSION").to_string(),
             uptime_s: ctx.started.elapsed().as_secs(),
+            disk_written_bytes: crate::collect::health::own_written_bytes(),
         },
         ingest: status::Ingest {
             points_written: g(&s.points_written),

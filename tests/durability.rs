@@ -774,3 +774,68 @@ fn a_store_turning_read_only_under_the_agent_is_answered_503_and_loses_nothing()
     );
     agent.kill9();
 }
+
+/// `write_bytes` of `/proc/PID/io`: what the process caused to be written to storage.
+fn proc_write_bytes(pid: i32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).expect("read /proc/PID/io");
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("write_bytes in /proc/PID/io")
+}
+
+/// The agent reports what it costs the device's flash, so an operator sees the wear of
+/// their own workload: `/api/v1/status` `disk_written_bytes` and `/metrics`
+/// `edgewatch_disk_written_bytes_total` are the kernel's count for the agent's process
+/// (`/proc/PID/io` `write_bytes`, read around them here), and an acknowledged write (its
+/// journal append, synced before the 204) moves them by at least the page it dirtied. The
+/// store is on this repository's disk (`CARGO_TARGET_TMPDIR`), not a tmpfs, which counts
+/// no writes.
+#[test]
+fn the_agent_reports_the_bytes_it_has_caused_to_be_written() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n",
+    );
+    let pid = agent.pid();
+    let reported = |agent: &Agent| -> u64 {
+        let st = agent.status();
+        st["disk_written_bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no disk_written_bytes in {st}"))
+    };
+    let before_lo = proc_write_bytes(pid);
+    let before = reported(&agent);
+    assert!(before >= before_lo, "{before} < {before_lo}");
+    assert!(before <= proc_write_bytes(pid));
+    for i in 0..3 {
+        let (code, body) = post(&agent.url("/write"), format!("m v={i}").as_bytes(), &[]).unwrap();
+        assert_eq!(code, 204, "{body}");
+    }
+    let after = reported(&agent);
+    assert!(
+        after >= before + 4096,
+        "three acknowledged writes moved disk_written_bytes from {before} to {after}"
+    );
+    let lo = proc_write_bytes(pid);
+    let (code, metrics) = get(&agent.url("/metrics")).unwrap();
+    let hi = proc_write_bytes(pid);
+    assert_eq!(code, 200);
+    let exported: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("edgewatch_disk_written_bytes_total "))
+        .unwrap_or_else(|| panic!("no edgewatch_disk_written_bytes_total in {metrics}"))
+        .parse()
+        .unwrap();
+    assert!(
+        exported >= lo as f64 && exported <= hi as f64,
+        "/metrics says {exported}, /proc said {lo} before and {hi} after"
+    );
+    promtool_check(&metrics);
+    assert_eq!(count_points(&agent), 3);
+}
+
+fn count_points(agent: &Agent) -> usize {
+    stored_points(agent, "measurement=m").len()
+}

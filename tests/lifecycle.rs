@@ -296,6 +296,12 @@ fn own_health_is_stored_and_each_start_is_an_event() {
         .unwrap_or(0.0);
     assert!(written >= 100.0, "{body}");
     assert!(count(&agent, "measurement=edgewatch_agent&field=rss_bytes") >= 2);
+    assert!(
+        count(
+            &agent,
+            "measurement=edgewatch_agent&field=disk_written_bytes"
+        ) >= 2
+    );
     // /metrics exposes the same health natively, not these series again.
     let (_, metrics) = get(&agent.url("/metrics")).unwrap();
     assert!(!metrics.contains("edgewatch_agent_"), "{metrics}");

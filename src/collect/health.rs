@@ -1,9 +1,9 @@
 //! `[health]`: the agent's own health as data. Emits the `edgewatch_agent` and
 //! `edgewatch_event` measurements: every `[health] interval` one `edgewatch_agent` point
-//! (uptime, memory, CPU, ingest counters, queue, last commit, database size, forwarding
-//! backlog), one `edgewatch_event,kind=start` point when the agent starts, and the agent's
-//! other own events as they are seen at each tick (`own_events.rs`: sink down/up/paused,
-//! collector restarts, clock steps). They go
+//! (uptime, memory, CPU, bytes written to storage, ingest counters, queue, last commit,
+//! database size, forwarding backlog), one `edgewatch_event,kind=start` point when the agent
+//! starts, and the agent's other own events as they are seen at each tick (`own_events.rs`:
+//! sink down/up/paused, collector restarts, clock steps). They go
 //! through the queue like any sample, so they are stored, rolled up and forwarded with the
 //! rest: the fleet sees in InfluxDB/Grafana when an agent restarted, fell behind or dropped
 //! data, next to the latency it explains. (`/metrics` exposes the same health natively and
@@ -48,6 +48,21 @@ pub fn parse_rss_bytes(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// Bytes the process caused to be written to storage (`write_bytes`) from `/proc/self/io`
+/// text.
+pub fn parse_write_bytes(io: &str) -> Option<u64> {
+    let line = io.lines().find(|l| l.starts_with("write_bytes:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Bytes this agent has caused to be written to storage since it started (`None` where the
+/// kernel does not account task IO: no `/proc/self/io`).
+pub fn own_written_bytes() -> Option<u64> {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| parse_write_bytes(&s))
 }
 
 /// User + system CPU time in clock ticks from `/proc/self/stat` text.
@@ -137,6 +152,9 @@ impl Own {
         {
             fields.push(("rss_bytes".into(), int(rss)));
         }
+        if let Some(written) = own_written_bytes() {
+            fields.push(("disk_written_bytes".into(), int(written)));
+        }
         if let Some(ticks) = std::fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|s| parse_cpu_ticks(&s))
@@ -218,6 +236,19 @@ mod tests {
     }
 
     #[test]
+    fn write_bytes_is_read_from_its_own_line_of_proc_io() {
+        let io = "rchar: 323934931\nwchar: 323929600\nsyscr: 632687\nsyscw: 632675\n\
+                  read_bytes: 0\nwrite_bytes: 323932160\ncancelled_write_bytes: 4096\n";
+        assert_eq!(parse_write_bytes(io), Some(323_932_160));
+        // `cancelled_write_bytes` ends with the same name: only the line's own key counts.
+        let reordered = "cancelled_write_bytes: 4096\nwrite_bytes: 8192\n";
+        assert_eq!(parse_write_bytes(reordered), Some(8192));
+        assert_eq!(parse_write_bytes("cancelled_write_bytes: 4096\n"), None);
+        assert_eq!(parse_write_bytes("write_bytes: lots\n"), None);
+        assert_eq!(parse_write_bytes(""), None);
+    }
+
+    #[test]
     fn samples_carry_the_counters_and_a_cpu_rate_from_the_second_on() {
         let (handle, _rx) = crate::queue::channel(100);
         let stats = Stats::default();
@@ -242,6 +273,13 @@ mod tests {
         assert_eq!(field(&first, "points_dropped"), Some(Value::I64(3)));
         assert_eq!(field(&first, "queue_points"), Some(Value::I64(0)));
         assert!(matches!(field(&first, "rss_bytes"), Some(Value::I64(n)) if n > 1_000_000));
+        // This kernel accounts task IO (as the agent's own /proc/self/io shows).
+        let written = own_written_bytes().expect("/proc/self/io write_bytes");
+        assert!(
+            matches!(field(&first, "disk_written_bytes"), Some(Value::I64(n)) if n >= 0 && n as u64 <= written),
+            "{:?}",
+            field(&first, "disk_written_bytes")
+        );
         assert_eq!(field(&first, "cpu_pct"), None, "no rate from one reading");
         assert_eq!(field(&first, "forward_backlog_points"), None, "no sinks");
         std::thread::sleep(Duration::from_millis(20));

@@ -61,6 +61,12 @@ pub struct Agent {
     pub version: String,
     /// Seconds since the agent started.
     pub uptime_s: u64,
+    /// Bytes the agent has caused to be written to storage since it started
+    /// (`/proc/self/io` `write_bytes`: each page of the page cache it dirtied, again each time
+    /// it dirties a page a sync had cleaned): what its store, WAL, journal and logs cost the
+    /// device's flash. `null` where the kernel does not account task IO.
+    #[serde(default)]
+    pub disk_written_bytes: Option<u64>,
 }
 
 /// Ingest counters (all time since start), the queue and the writer.

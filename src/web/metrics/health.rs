@@ -182,6 +182,14 @@ fn agent(s: &mut Scrape, a: &status::Agent) {
         &[],
         a.uptime_s as f64,
     );
+    if let Some(b) = a.disk_written_bytes {
+        s.counter(
+            "edgewatch_disk_written_bytes_total",
+            "Bytes the agent caused to be written to storage since it started (/proc/self/io write_bytes): its wear on the device's flash.",
+            &[],
+            b as f64,
+        );
+    }
 }
 
 fn ingest(s: &mut Scrape, i: &status::Ingest) {

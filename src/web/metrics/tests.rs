@@ -113,6 +113,7 @@ fn known_status() -> Status {
         agent: status::Agent {
             version: "9.8.7".into(),
             uptime_s: 61,
+            disk_written_bytes: Some(109_000),
         },
         ingest: status::Ingest {
             points_written: 101,
@@ -417,6 +418,9 @@ edgewatch_db_budget_bytes 327
 # HELP edgewatch_db_bytes Database plus WAL on disk.
 # TYPE edgewatch_db_bytes gauge
 edgewatch_db_bytes 201
+# HELP edgewatch_disk_written_bytes_total Bytes the agent caused to be written to storage since it started (/proc/self/io write_bytes): its wear on the device's flash.
+# TYPE edgewatch_disk_written_bytes_total counter
+edgewatch_disk_written_bytes_total 109000
 # HELP edgewatch_evicted_raw_chunks_total Raw chunks evicted by retention or the disk budget.
 # TYPE edgewatch_evicted_raw_chunks_total counter
 edgewatch_evicted_raw_chunks_total 321
