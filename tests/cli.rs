@@ -520,6 +520,7 @@ fn status_renders_the_typed_document_with_unknown_parts_said_so() {
     let mut st = status::Status::default();
     st.agent.version = "9.9.9".into();
     st.agent.uptime_s = 3725;
+    st.agent.disk_written_bytes = Some(74_500_000);
     st.ingest = status::Ingest {
         points_written: 10,
         points_rejected: 1,
@@ -565,7 +566,7 @@ fn status_renders_the_typed_document_with_unknown_parts_said_so() {
     server.join().unwrap();
     assert_eq!(code, 0, "{out}{err}");
     let want = format!(
-        "edgewatch 9.9.9 at {base}, up 1h02m\n\
+        "edgewatch 9.9.9 at {base}, up 1h02m; 74.5 MB written to storage since start (72.0 MB/h)\n\
          ingest:     10 points written, 1 rejected, 2 dropped, 3 throttled; queue 4/1000; last commit 1.5 ms\n\
          store:      2.0 MB of no budget (? series of 500 max) in /data/edgewatch.db, synchronous = normal (a power cut may lose writes acknowledged since the last checkpoint)\n\
          rollup:     unknown (the agent could not read its store)\n\

@@ -264,9 +264,23 @@ fn render_notify(n: &edgewatch::status::notify::Notify, now_ns: i64) -> String {
 fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
+    // What the agent has written to storage since it started: its wear on the flash, and
+    // the rate once a minute has passed (the start's own writes weigh less by then).
+    let written = v.agent.disk_written_bytes.map_or_else(String::new, |b| {
+        let up = v.agent.uptime_s as f64;
+        let rate = if up >= 60.0 {
+            format!(" ({}/h)", human_bytes(b as f64 * 3600.0 / up))
+        } else {
+            String::new()
+        };
+        format!(
+            "; {} written to storage since start{rate}",
+            human_bytes(b as f64)
+        )
+    });
     let _ = writeln!(
         o,
-        "edgewatch {} at {base}, up {}",
+        "edgewatch {} at {base}, up {}{written}",
         v.agent.version,
         human_age(v.agent.uptime_s as f64)
     );
