@@ -610,6 +610,11 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
                 || storage.contains("nothing written yet")),
         "{storage}"
     );
+    // What the agent has written to storage (its status' `disk_written_bytes`).
+    assert!(
+        storage.contains("written to storage") && storage.contains("the agent's wear on the flash"),
+        "{storage}"
+    );
     // The evicted table: raw chunks and points, then each tier's rows.
     assert!(
         storage.contains("Evictedwhatcountraw chunks0raw points0rows 1m0rows 1h0"),

@@ -649,6 +649,16 @@ function storageRunway(w) {
   return card;
 }
 
+// What the agent has caused to be written to storage since it started (`/proc/self/io`):
+// its wear on the device's flash, with the hourly rate once it has run a minute.
+function diskWritten(st) {
+  const b = st.disk_written_bytes;
+  if (b == null) return el('div', { class: 'card', id: 'disk-written' }, el('div', { class: 's' }, 'written to storage'), el('div', { class: 'v' }, '?'), el('div', { class: 's' }, 'not accounted by this kernel'));
+  const rate = st.uptime_s >= 60 ? `${bytes((b * 3600) / st.uptime_s)}/h · ` : '';
+  return el('div', { class: 'card', id: 'disk-written' }, el('div', { class: 's' }, 'written to storage'), el('div', { class: 'v' }, bytes(b)),
+    el('div', { class: 's' }, `${rate}since start: the agent's wear on the flash`));
+}
+
 async function loadStorage() {
   const st = await getJSON('/api/v1/status');
   S.status = st;
@@ -668,7 +678,8 @@ async function loadStorage() {
       el('div', { class: 'card' }, el('div', { class: 's' }, 'series'), el('div', { class: 'v' }, st.store.series ?? '?'), el('div', { class: 's' }, `limit ${st.store.max_series}`)),
       el('div', { class: 'card' }, el('div', { class: 's' }, 'ingest'), el('div', { class: 'v' }, st.ingest.points_written),
         el('div', { class: 's' }, `rejected ${st.ingest.points_rejected} · dropped ${st.ingest.points_dropped} · queue ${st.ingest.queue_points}/${st.ingest.queue_capacity} · last commit ${num(st.ingest.last_commit_ms, 'ms')}`)),
-      storageRunway(st.store.write)),
+      storageRunway(st.store.write),
+      diskWritten(st)),
     el('h2', {}, 'Retention per tier'),
     el('div', { class: 'panel' }, table([{ name: 'raw', retention_s: ro.raw_retention_s, res: 'every point', raw: true }].concat(ro.tiers), [
       ['tier', (t) => t.name],
