@@ -575,7 +575,7 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "clients", "python", "src"))
         extra.append(
             Proc(
-                ["python3", "-c", LOADGEN, str(ports["udp"]), str(ports["http"]), TOKEN, str(secs + 60)],
+                ["python3", "-c", LOADGEN, str(ports["udp"]), str(ports["http"]), TOKEN, str(args.warmup + secs + 60)],
                 os.path.join(work, "loadgen.log"),
                 env=env,
             )
