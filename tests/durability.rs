@@ -784,13 +784,26 @@ fn proc_write_bytes(pid: i32) -> u64 {
         .expect("write_bytes in /proc/PID/io")
 }
 
+/// The agent's reported count over `/proc/PID/io` read around it: (reported, the bounds of
+/// what the process had written before the agent's count started).
+fn reported_with_base(agent: &Agent) -> (u64, u64, u64) {
+    let lo = proc_write_bytes(agent.pid());
+    let st = agent.status();
+    let hi = proc_write_bytes(agent.pid());
+    let reported = st["disk_written_bytes"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no disk_written_bytes in {st}"));
+    assert!(reported <= hi, "reported {reported} over the kernel's {hi}");
+    (reported, lo.saturating_sub(reported), hi - reported)
+}
+
 /// The agent reports what it costs the device's flash, so an operator sees the wear of
 /// their own workload: `/api/v1/status` `disk_written_bytes` and `/metrics`
-/// `edgewatch_disk_written_bytes_total` are the kernel's count for the agent's process
-/// (`/proc/PID/io` `write_bytes`, read around them here), and an acknowledged write (its
-/// journal append, synced before the 204) moves them by at least the page it dirtied. The
-/// store is on this repository's disk (`CARGO_TARGET_TMPDIR`), not a tmpfs, which counts
-/// no writes.
+/// `edgewatch_disk_written_bytes_total` follow the kernel's count for the agent's process
+/// (`/proc/PID/io` `write_bytes`, read around them here) from the agent's start, and an
+/// acknowledged write (its journal append, synced before the 204) moves them by at least the
+/// page it dirtied. The store is on this repository's disk (`CARGO_TARGET_TMPDIR`), not a
+/// tmpfs, which counts no writes.
 #[test]
 fn the_agent_reports_the_bytes_it_has_caused_to_be_written() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -798,44 +811,99 @@ fn the_agent_reports_the_bytes_it_has_caused_to_be_written() {
         dir.path(),
         "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n",
     );
-    let pid = agent.pid();
-    let reported = |agent: &Agent| -> u64 {
-        let st = agent.status();
-        st["disk_written_bytes"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no disk_written_bytes in {st}"))
-    };
-    let before_lo = proc_write_bytes(pid);
-    let before = reported(&agent);
-    assert!(before >= before_lo, "{before} < {before_lo}");
-    assert!(before <= proc_write_bytes(pid));
+    let (before, base_lo, base_hi) = reported_with_base(&agent);
+    // Started directly, the process wrote next to nothing before the agent's count began.
+    assert!(base_lo < 1 << 20, "{base_lo} bytes before the start");
     for i in 0..3 {
         let (code, body) = post(&agent.url("/write"), format!("m v={i}").as_bytes(), &[]).unwrap();
         assert_eq!(code, 204, "{body}");
     }
-    let after = reported(&agent);
+    let (after, lo2, hi2) = reported_with_base(&agent);
     assert!(
         after >= before + 4096,
         "three acknowledged writes moved disk_written_bytes from {before} to {after}"
     );
-    let lo = proc_write_bytes(pid);
+    // One base for both readings: the count is the kernel's, less a fixed start.
+    assert!(
+        lo2 <= base_hi && base_lo <= hi2,
+        "[{base_lo}, {base_hi}] then [{lo2}, {hi2}]"
+    );
+    let lo = proc_write_bytes(agent.pid());
     let (code, metrics) = get(&agent.url("/metrics")).unwrap();
-    let hi = proc_write_bytes(pid);
+    let hi = proc_write_bytes(agent.pid());
     assert_eq!(code, 200);
-    let exported: f64 = metrics
+    let exported: u64 = metrics
         .lines()
         .find_map(|l| l.strip_prefix("edgewatch_disk_written_bytes_total "))
         .unwrap_or_else(|| panic!("no edgewatch_disk_written_bytes_total in {metrics}"))
         .parse()
         .unwrap();
     assert!(
-        exported >= lo as f64 && exported <= hi as f64,
-        "/metrics says {exported}, /proc said {lo} before and {hi} after"
+        exported + base_hi >= lo && exported + base_lo <= hi,
+        "/metrics says {exported}, /proc said {lo} before and {hi} after, base [{base_lo}, {base_hi}]"
     );
     promtool_check(&metrics);
     assert_eq!(count_points(&agent), 3);
 }
 
+/// What ran in the process before it became the agent is not the agent's: a wrapper that
+/// writes 8 MiB (synced) and then `exec`s the agent, as `cargo run` does after its build,
+/// leaves those bytes in the kernel's count for the process, and the agent's own count
+/// starts after them.
+#[test]
+fn writes_made_before_the_agent_started_in_its_process_are_not_reported() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let http = free_port();
+    let cfg = dir.path().join("edgewatch.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[http]\nlisten = \"127.0.0.1:{http}\"\n[udp]\nenabled = false\n[storage]\n\
+             data_dir = \"{}\"\n[health]\nenabled = false\n[kmsg]\nenabled = false\n\
+             [host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let filler = dir.path().join("filler");
+    let script = format!(
+        "dd if=/dev/zero of='{}' bs=1M count=8 conv=fsync status=none && exec '{}' run --config '{}'",
+        filler.display(),
+        bin().display(),
+        cfg.display()
+    );
+    let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{http}");
+    let up = wait_for(Duration::from_secs(30), || {
+        get(&format!("{url}/health")).ok().filter(|r| r.0 == 200)
+    });
+    let log_text = || std::fs::read_to_string(dir.path().join("agent.log")).unwrap_or_default();
+    assert!(up.is_some(), "the agent did not start: {}", log_text());
+    let pid = child.id() as i32;
+    let kernel = proc_write_bytes(pid);
+    let (_, body) = get(&format!("{url}/api/v1/status")).unwrap();
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let reported = st["disk_written_bytes"]
+        .as_u64()
+        .expect("disk_written_bytes");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        kernel >= 8 << 20,
+        "the wrapper's 8 MiB are in the process's count: {kernel}"
+    );
+    assert!(
+        reported < 4 << 20,
+        "the agent reported {reported} bytes, the wrapper's included (kernel: {kernel})"
+    );
+}
 fn count_points(agent: &Agent) -> usize {
     stored_points(agent, "measurement=m").len()
 }

@@ -31,6 +31,9 @@ pub struct RunArgs {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    // What this process wrote before it became the agent (the build of a `cargo run`,
+    // which execs into it; a wrapper script) is not the agent's to report.
+    edgewatch::collect::health::mark_written_start();
     let source = edgewatch::reload::Source {
         path: args.config,
         env: std::env::vars().collect(),

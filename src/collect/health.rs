@@ -57,12 +57,31 @@ pub fn parse_write_bytes(io: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// Bytes this agent has caused to be written to storage since it started (`None` where the
-/// kernel does not account task IO: no `/proc/self/io`).
-pub fn own_written_bytes() -> Option<u64> {
+/// The process's `write_bytes` when the agent started ([`mark_written_start`]).
+static WRITTEN_AT_START: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+
+fn process_written_bytes() -> Option<u64> {
     std::fs::read_to_string("/proc/self/io")
         .ok()
         .and_then(|s| parse_write_bytes(&s))
+}
+
+/// Marks where the agent's own count starts: the kernel's count belongs to the process,
+/// which keeps it across `exec` and adds each reaped child's, so what ran in this process
+/// before the agent (the build of a `cargo run`, which execs into the binary; a wrapper
+/// script and its children) would otherwise be reported as the agent's. Only the first call
+/// counts.
+pub fn mark_written_start() {
+    WRITTEN_AT_START.get_or_init(process_written_bytes);
+}
+
+/// Bytes this agent has caused to be written to storage since it started (since
+/// [`mark_written_start`]; `None` where the kernel does not account task IO: no
+/// `/proc/self/io`). Its children's writes count once they are reaped.
+pub fn own_written_bytes() -> Option<u64> {
+    let now = process_written_bytes()?;
+    let start = WRITTEN_AT_START.get().copied().flatten().unwrap_or(0);
+    Some(now.saturating_sub(start))
 }
 
 /// User + system CPU time in clock ticks from `/proc/self/stat` text.
