@@ -457,6 +457,7 @@ mod tests {
     use crate::config::Synchronous;
     use crate::model::{Batch, Line, Value};
     use crate::queue::{channel, Ack};
+    use std::sync::atomic::Ordering;
 
     /// The capacity comes back before the answer is sent: a permit that looks, as it is
     /// dropped, for an answer already there.
@@ -482,7 +483,6 @@ mod tests {
         let answer = rx.lock().unwrap().try_recv();
         assert_eq!(answer.ok(), Some(Ack::Committed { rejected: vec![] }));
     }
-    use std::sync::atomic::Ordering;
 
     fn batch(key: &str, n: usize) -> Batch {
         Batch {

@@ -653,10 +653,9 @@ function storageRunway(w) {
 // its wear on the device's flash, with the hourly rate once it has run a minute.
 function diskWritten(st) {
   const b = st.disk_written_bytes;
-  if (b == null) return el('div', { class: 'card', id: 'disk-written' }, el('div', { class: 's' }, 'written to storage'), el('div', { class: 'v' }, '?'), el('div', { class: 's' }, 'not accounted by this kernel'));
-  const rate = st.uptime_s >= 60 ? `${bytes((b * 3600) / st.uptime_s)}/h · ` : '';
-  return el('div', { class: 'card', id: 'disk-written' }, el('div', { class: 's' }, 'written to storage'), el('div', { class: 'v' }, bytes(b)),
-    el('div', { class: 's' }, `${rate}since start: the agent's wear on the flash`));
+  const rate = b != null && st.uptime_s >= 60 ? `${bytes((b * 3600) / st.uptime_s)}/h · ` : '';
+  return el('div', { class: 'card', id: 'disk-written' }, el('div', { class: 's' }, 'written to storage'), el('div', { class: 'v' }, b == null ? '?' : bytes(b)),
+    el('div', { class: 's' }, b == null ? 'not accounted by this kernel' : `${rate}since start: the agent's wear on the flash`));
 }
 
 async function loadStorage() {
