@@ -241,6 +241,8 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
     );
     let alerts_view = Arc::new(crate::alert::view::AlertsView::default());
     let api_ctx = crate::api::ApiCtx {
+        read: crate::api::Read::Latest,
+        hold: flush,
         notify: Default::default(),
         forward: Default::default(),
         nvml: Arc::new(crate::collect::nvml::NvmlStatus::default()),

@@ -7,7 +7,9 @@
 //! status document, [`Status`], is assembled) and, in `reload.rs`, `/api/v1/config` and
 //! `POST /api/v1/reload` (which asks the reloader: the one route that changes anything). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
-//! ingest like everything else. It never holds more than an answer's bound: large answers
+//! ingest like everything else. A read first has the writer commit the points it holds
+//! (read-your-writes) unless its `X-Edgewatch-Read: stored` asks for what is stored ([`Read`]:
+//! the UI's live refresh, which would otherwise cost a commit every poll). It never holds more than an answer's bound: large answers
 //! are streamed ([`body`]), and `params.rs` holds the page and answer bounds, checked before
 //! a query reads.
 
@@ -15,7 +17,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use warp::http::StatusCode;
@@ -38,9 +40,54 @@ pub use params::{
     SERIES_PAGE,
 };
 
+/// The request header through which a reader says whether its answer must include the
+/// points the writer still holds ([`Read`]).
+pub const READ_HEADER: &str = "x-edgewatch-read";
+
+/// How a read treats the points the writer holds for a shared commit (UDP, collectors and
+/// small acknowledged writes, up to `[ingest] flush_interval`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Read {
+    /// Read-your-writes, the default: what is held is committed first, so every point
+    /// written before the request is in its answer. When points are held, that is a commit
+    /// of its own (its pages, its sync) on the device.
+    #[default]
+    Latest,
+    /// What is stored now, without a commit: up to the hold behind. For a reader that polls
+    /// (the UI's live refresh, a dashboard), where a commit per poll would add its pages to
+    /// every interval's and shorten the writer's hold to the poll's period.
+    Stored,
+}
+
+impl Read {
+    /// The mode a request's [`READ_HEADER`] asks for (`latest` when it has none).
+    pub fn from_header(value: Option<&str>) -> Result<Read, BadRequest> {
+        match value.map(str::trim) {
+            None => Ok(Read::Latest),
+            Some(v) if v.eq_ignore_ascii_case("latest") => Ok(Read::Latest),
+            Some(v) if v.eq_ignore_ascii_case("stored") => Ok(Read::Stored),
+            Some(v) => Err(BadRequest(format!(
+                "X-Edgewatch-Read must be `latest` (commit held points first, the default) or `stored` (what is stored now), not {v:?}"
+            ))),
+        }
+    }
+}
+
+/// A request the API refuses with 400 before reading anything; the message says why.
+#[derive(Debug)]
+pub struct BadRequest(pub String);
+
+impl warp::reject::Reject for BadRequest {}
+
 /// What the read API needs.
 #[derive(Clone)]
 pub struct ApiCtx {
+    /// How this request reads: [`Read::Latest`] unless its [`READ_HEADER`] says otherwise
+    /// (set per request by the routes' filter).
+    pub read: Read,
+    /// `[ingest] flush_interval`: the longest the writer holds points, which a
+    /// [`Read::Stored`] answer may be behind (in the status, for the UI's refresh period).
+    pub hold: Duration,
     /// Read-only connection to the store.
     pub reader: Arc<Mutex<Reader>>,
     /// Counters.
@@ -113,8 +160,10 @@ where
     F: FnOnce(&Reader) -> Result<T, StoreError> + Send + 'static,
 {
     // Read-your-writes: points held for a shared commit (UDP, collectors) are committed
-    // before the read (see `IngestHandle::settle`).
-    ctx.handle.settle().await;
+    // before the read (see `IngestHandle::settle`), unless the request reads what is stored.
+    if ctx.read == Read::Latest {
+        ctx.handle.settle().await;
+    }
     let reader = ctx.reader.clone();
     match tokio::task::spawn_blocking(move || {
         let guard = reader.lock().unwrap_or_else(|p| p.into_inner());
@@ -146,9 +195,16 @@ fn engine_reply<T: serde::Serialize + Send + 'static>(
 
 /// Every read route.
 pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::Rejection> + Clone {
+    // Each request's context, with the read mode its header asks for (a bad value: 400).
     let with = {
         let ctx = ctx.clone();
-        warp::any().map(move || ctx.clone())
+        warp::header::optional::<String>(READ_HEADER).and_then(move |h: Option<String>| {
+            let ctx = ctx.clone();
+            async move {
+                let read = Read::from_header(h.as_deref()).map_err(warp::reject::custom)?;
+                Ok::<ApiCtx, warp::Rejection>(ApiCtx { read, ..ctx })
+            }
+        })
     };
     let health = warp::path("health")
         .and(warp::path::end())
@@ -532,6 +588,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             commit_errors: g(&s.commit_errors),
             journal_appends: g(&s.journal_appends),
             last_commit_ms: g(&s.last_commit_us) as f64 / 1000.0,
+            hold_ms: ctx.hold.as_millis() as u64,
         },
         store: status::Store {
             path: ctx.db_path.clone(),
@@ -570,6 +627,8 @@ pub async fn recover(r: warp::Rejection) -> Result<Response, Infallible> {
         json_error(StatusCode::BAD_REQUEST, &e.to_string())
     } else if let Some(e) = r.find::<warp::reject::InvalidHeader>() {
         json_error(StatusCode::BAD_REQUEST, &e.to_string())
+    } else if let Some(BadRequest(e)) = r.find::<BadRequest>() {
+        json_error(StatusCode::BAD_REQUEST, e)
     } else {
         json_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("{r:?}"))
     })

@@ -111,6 +111,79 @@ fn a_query_sees_held_udp_points_at_once_and_commits_them() {
     assert_eq!(in_file(), 2);
 }
 
+/// A reader that polls (the UI's live refresh) asks for what is stored
+/// (`X-Edgewatch-Read: stored`): its answers and the status cost no commit, so held points
+/// stay held until the writer's own commit or a reader that asks for the latest. A header
+/// that names neither mode is refused with 400, and the held points are neither lost nor
+/// committed by it.
+#[test]
+fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
+    );
+    let first_cycle = wait_for(Duration::from_secs(10), || {
+        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
+    });
+    assert!(first_cycle.is_some(), "no alert evaluation at start");
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(b"held_m,app=x v=1 1000\nheld_m,app=x v=2 2000\n", agent.udp)
+        .unwrap();
+    let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_m");
+    let query = agent.url("/api/v1/query?measurement=held_m&from=0&to=4000000000000000000");
+    let stored = [("X-Edgewatch-Read", "stored")];
+    let status = |h: &[(&str, &str)]| -> J {
+        let (code, body) = get_with(&agent.url("/api/v1/status"), h).unwrap();
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    };
+    // Received and queued: the status read with `stored` says so without committing them.
+    let queued = wait_for(Duration::from_secs(5), || {
+        let st = status(&stored);
+        (st["ingest"]["queue_points"].as_u64() >= Some(2)).then_some(st)
+    })
+    .expect("the datagram is queued");
+    assert_eq!(queued["ingest"]["hold_ms"], 30_000);
+    let commits = queued["ingest"]["commits"].as_u64().unwrap();
+    for _ in 0..3 {
+        let (code, body) = get_with(&query, &stored).unwrap();
+        assert_eq!(code, 200, "{body}");
+        let v: J = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["series"], J::Array(vec![]), "{body}");
+        let (code, body) = get_with(&agent.url("/api/v1/series"), &stored).unwrap();
+        assert_eq!(code, 200, "{body}");
+    }
+    let st = status(&stored);
+    assert_eq!(st["ingest"]["commits"].as_u64(), Some(commits), "{st}");
+    assert_eq!(
+        in_file(),
+        0,
+        "a read of what is stored committed the held points"
+    );
+    // A mode the agent does not know: 400 naming the two it does; nothing read, nothing lost.
+    for bad in ["fresh", "", "stored,latest"] {
+        let (code, body) = get_with(&query, &[("X-Edgewatch-Read", bad)]).unwrap();
+        assert_eq!(code, 400, "{bad:?}: {body}");
+        assert!(
+            body.contains("`latest`") && body.contains("`stored`"),
+            "{bad:?}: {body}"
+        );
+    }
+    assert_eq!(in_file(), 0);
+    // Asking for the latest (as a read without the header does) commits and sees both.
+    let (code, body) = get_with(&query, &[("X-Edgewatch-Read", "Latest")]).unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: J = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        v["series"][0]["points"].as_array().map(Vec::len),
+        Some(2),
+        "{body}"
+    );
+    assert_eq!(in_file(), 2);
+    assert_eq!(points(&agent, "measurement=held_m").len(), 2);
+}
+
 #[test]
 fn udp_lines_are_stored() {
     let dir = tempfile::tempdir().unwrap();

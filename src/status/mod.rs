@@ -100,6 +100,10 @@ pub struct Ingest {
     pub journal_appends: u64,
     /// Duration of the last commit, ms.
     pub last_commit_ms: f64,
+    /// The longest the writer holds points before their commit (`[ingest]
+    /// flush_interval`), ms: how far behind a read with `X-Edgewatch-Read: stored` may be.
+    #[serde(default)]
+    pub hold_ms: u64,
 }
 
 /// The database.

@@ -270,7 +270,16 @@ fn merge_sections(text: &str) -> String {
 
 /// GET; returns (status, body). Network errors are Err.
 pub fn get(url: &str) -> Result<(u16, String), String> {
-    match ureq::get(url).timeout(Duration::from_secs(10)).call() {
+    get_with(url, &[])
+}
+
+/// [`get`] with request headers.
+pub fn get_with(url: &str, headers: &[(&str, &str)]) -> Result<(u16, String), String> {
+    let mut req = ureq::get(url).timeout(Duration::from_secs(10));
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    match req.call() {
         Ok(r) => Ok((r.status(), r.into_string().unwrap_or_default())),
         Err(ureq::Error::Status(code, r)) => Ok((code, r.into_string().unwrap_or_default())),
         Err(e) => Err(e.to_string()),

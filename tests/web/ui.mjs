@@ -19,6 +19,8 @@ try {
   page.on('pageerror', (e) => report.errors.push(String(e)));
   page.on('requestfailed', (r) => report.errors.push('request failed: ' + r.url()));
   page.on('request', (r) => { if (r.url().includes('/api/')) report.steps.push(r.url().replace(url, '')); });
+  // How each read asked the agent to treat the points it holds (X-Edgewatch-Read).
+  const readOf = (r) => r.headers()['x-edgewatch-read'] || 'latest';
 
   // Every chart of the overview, with its series and their point counts, from the DOM.
   const charts = () => page.$$eval('svg[data-chart]', (svgs) => Object.fromEntries(svgs.map((s) => [
@@ -29,7 +31,9 @@ try {
   // The latest /api/v1/inference answer the page got (the cards render it).
   let lastInference = null;
   page.on('response', (r) => { if (r.url().includes('/api/v1/inference')) lastInference = r.json().catch(() => null); });
+  const firstInference = page.waitForRequest((q) => q.url().includes('/api/v1/inference'), { timeout: T });
   await page.goto(url + '/?range=15m', { waitUntil: 'load' });
+  report.firstRead = readOf(await firstInference);
   await page.waitForSelector('svg[data-chart="latency-yolov8n"] path[data-series="p99"]', { timeout: T });
   await page.waitForSelector('svg[data-chart="gpu_temp"] path', { timeout: T });
   report.charts = await charts();
@@ -54,6 +58,19 @@ try {
   report.crosshairs = await page.$$eval('line.xh[visibility="visible"]', (l) => l.length);
   await page.screenshot({ path: shot, fullPage: true });
   await page.mouse.move(5, 5);
+
+  // The live refresh comes on a timer (the range's period, or the agent's hold if longer)
+  // and reads what is stored: an open tab commits nothing of its own.
+  report.live = await page.textContent('#live');
+  const refresh = await page.waitForRequest((q) => q.url().includes('/api/v1/inference'), { timeout: 30000 });
+  const refreshQueries = [];
+  const onQuery = (q) => { if (q.url().includes('/api/v1/query') || q.url().includes('/api/v1/status')) refreshQueries.push(readOf(q)); };
+  page.on('request', onQuery);
+  report.refreshRead = readOf(refresh);
+  await page.waitForResponse((q) => q.url().includes('/api/v1/query'), { timeout: T });
+  await page.waitForTimeout(500);
+  page.off('request', onQuery);
+  report.refreshQueryReads = refreshQueries;
 
   // The range picker changes the query's range and step (rollup tiers for long ranges).
   for (const [r, step] of [['1h', '1m'], ['24h', '5m'], ['7d', '1h']]) {

@@ -9,8 +9,8 @@ const ALERTS_POLL_MS = 15000;
 const STATE_ORDER = { firing: 0, pending: 1, inactive: 2 };
 
 // GET that answers null on 404 (an API this agent does not have).
-async function getOptional(url) {
-  const r = await fetch(url, { headers: { Accept: 'application/json' } });
+async function getOptional(url, stored = S.stored) {
+  const r = await fetch(url, { headers: apiHeaders(stored) });
   if (r.status === 404) return null;
   if (!r.ok) throw new Error(url + ': HTTP ' + r.status);
   return r.json();
@@ -19,15 +19,16 @@ async function getOptional(url) {
 // `{alerts: [...]}`, null without the API, undefined when it failed; updates the badge.
 // From other tabs (`probe`), /api/v1/alerts is asked only when the status document has an
 // `alerts` part (an agent evaluating rules), so an agent without rules is never asked for it.
-async function refreshAlertBadge(probe) {
+// `stored`: the timer's refresh, which reads what is stored (see app.js's `apiHeaders`).
+async function refreshAlertBadge(probe, stored = S.stored) {
   const b = document.querySelector('#alert-badge');
   let a;
   try {
     if (probe) {
-      const st = await getJSON('/api/v1/status');
+      const st = await getJSON('/api/v1/status', stored);
       if (st.alerts == null) a = null;
     }
-    if (a !== null) a = await getOptional('/api/v1/alerts');
+    if (a !== null) a = await getOptional('/api/v1/alerts', stored);
   } catch (err) { a = undefined; }
   const n = a ? (a.alerts || []).filter((x) => x.state === 'firing').length : 0;
   if (b) {
@@ -192,5 +193,5 @@ addEventListener('hashchange', () => { if (!/^#\/incidents\//.test(location.hash
 
 addEventListener('DOMContentLoaded', () => {
   refreshAlertBadge(true);
-  setInterval(() => { if (!document.hidden) refreshAlertBadge(true); }, ALERTS_POLL_MS);
+  setInterval(() => { if (!document.hidden) refreshAlertBadge(true, true); }, ALERTS_POLL_MS);
 });

@@ -46,7 +46,7 @@ const PANELS = [
   ['Host', 'load', 'Load average', '', [{ m: 'host', f: 'load1', n: 'load1' }], {}],
 ];
 
-const S = { range: '1h', tab: 'overview', fields: null, fieldsAt: 0, list: { rows: [], next: null, total: 0, q: '', gen: 0 }, status: null, charts: [], hover: null, gen: 0, timer: null, picked: null };
+const S = { range: '1h', tab: 'overview', fields: null, fieldsAt: 0, list: { rows: [], next: null, total: 0, q: '', gen: 0 }, status: null, charts: [], hover: null, gen: 0, timer: null, picked: null, stored: false };
 
 const $ = (s) => document.querySelector(s);
 function el(tag, attrs, ...kids) {
@@ -71,8 +71,15 @@ function sv(tag, attrs) {
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
   return e;
 }
-async function getJSON(url) {
-  const r = await fetch(url, { headers: { Accept: 'application/json' } });
+// A read the user asked for (a page, tab or range opened) sees every point written before it:
+// the agent commits what it holds first. A refresh on a timer (`S.stored`, or `stored`) reads
+// what is stored (`X-Edgewatch-Read: stored`), up to the agent's hold behind, so an open tab
+// costs the device no commit of its own.
+function apiHeaders(stored) {
+  return stored ? { Accept: 'application/json', 'X-Edgewatch-Read': 'stored' } : { Accept: 'application/json' };
+}
+async function getJSON(url, stored = S.stored) {
+  const r = await fetch(url, { headers: apiHeaders(stored) });
   if (!r.ok) throw new Error(url + ': HTTP ' + r.status);
   return r.json();
 }
@@ -694,20 +701,29 @@ async function loadStorage() {
 
 // ---- wiring ---------------------------------------------------------------------------------
 
-async function load() {
+// New points are stored once a commit of the agent's; it commits at least every `hold_ms`
+// (`[ingest] flush_interval`), so a live refresh more often than that would mostly redraw.
+function livePeriod(R) {
+  const hold = (S.status && S.status.ingest && S.status.ingest.hold_ms) || 0;
+  return Math.max(R.live, hold);
+}
+
+async function load(live) {
   clearTimeout(S.timer);
   const R = RANGES[S.range];
+  S.stored = !!live;
   try {
     if (S.tab === 'overview') await loadOverview();
     else if (S.tab === 'series') await loadSeries();
     else if (S.tab === 'forwarding') await loadForwarding();
     else if (S.tab === 'alerts') await loadAlerts(); // alerts.js
     else await loadStorage();
-    $('#live').textContent = R.live && S.tab === 'overview' ? `live · every ${R.live / 1000} s` : '';
+    $('#live').textContent = R.live && S.tab === 'overview' ? `live · every ${livePeriod(R) / 1000} s` : '';
   } catch (err) {
     $('#live').textContent = 'cannot reach the agent: ' + err.message;
   }
-  if (R.live && S.tab === 'overview' && !document.hidden) S.timer = setTimeout(load, R.live);
+  S.stored = false;
+  if (R.live && S.tab === 'overview' && !document.hidden) S.timer = setTimeout(() => load(true), livePeriod(R));
 }
 
 function route() {

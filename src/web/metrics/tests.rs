@@ -128,6 +128,7 @@ fn known_status() -> Status {
             commits: 110,
             commit_errors: 111,
             journal_appends: 113,
+            hold_ms: 15_000,
             last_commit_ms: 12.5,
         },
         store: status::Store {
