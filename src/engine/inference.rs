@@ -91,7 +91,7 @@ pub fn inference(
     optimal_batch: &BTreeMap<String, f64>,
     q: &InferenceQuery,
     now: i64,
-) -> Result<serde_json::Value, EngineError> {
+) -> Result<InferenceAnswer, EngineError> {
     let tags: Vec<(String, String)> = q
         .model
         .iter()
@@ -125,29 +125,6 @@ pub fn inference(
     }
     let step_s = q.step_ns as f64 / NS as f64;
     let energy = energy(reader, plan, from, q.to, q.step_ns, now)?;
-    let with_energy = |s: &mut serde_json::Value, e: &ModelStep| {
-        let (per, gpu_per, ipj) = e.per_inference();
-        s["energy_mj"] = json_num(e.board_mj);
-        s["energy_mj_per_inference"] = json_num(per);
-        s["gpu_energy_mj_per_inference"] = json_num(gpu_per);
-        s["inferences_per_joule"] = json_num(ipj);
-    };
-    let signals = |w: &StepAcc, g: &StepAcc, b: &StepAcc, seconds: f64, opt: Option<f64>| {
-        let (p50, p95, p99) = (w.quantile(0.5), w.quantile(0.95), w.quantile(0.99));
-        let count = w.acc.count.max(g.acc.count);
-        serde_json::json!({
-            "count": count,
-            "throughput_per_s": count as f64 / seconds,
-            "wall_ms": {"p50": json_num(p50), "p95": json_num(p95), "p99": json_num(p99), "mean": json_num(w.acc.mean())},
-            "gpu_ms": {"p50": json_num(g.quantile(0.5)), "p95": json_num(g.quantile(0.95)), "p99": json_num(g.quantile(0.99)), "mean": json_num(g.acc.mean())},
-            "p99_p50": json_num(ratio(p99, p50)),
-            "p99_p95": json_num(ratio(p99, p95)),
-            "gpu_share": json_num(ratio(Some(g.acc.sum), Some(w.acc.sum)).filter(|_| g.acc.count > 0)),
-            "overhead_ms": json_num(match (w.acc.mean(), g.acc.mean()) { (Some(a), Some(b)) => Some(a - b), _ => None }),
-            "batch_mean": json_num(b.acc.mean()),
-            "batch_efficiency": json_num(ratio(b.acc.mean(), opt)),
-        })
-    };
     let mut models = Vec::new();
     for (model, [wall, gpu, batch]) in per_model {
         let opt = optimal_batch.get(&model).copied();
@@ -155,8 +132,8 @@ pub fn inference(
         times.sort_unstable();
         times.dedup();
         let empty = StepAcc::default();
-        let mut steps = Vec::new();
-        let mut curve: Vec<(f64, f64, f64, i64)> = Vec::new();
+        let mut steps = Vec::with_capacity(times.len());
+        let mut curve: Vec<CurvePoint> = Vec::new();
         let (mut tw, mut tg, mut tb) = (StepAcc::default(), StepAcc::default(), StepAcc::default());
         let mut te = ModelStep::default();
         for t in &times {
@@ -166,41 +143,181 @@ pub fn inference(
             tw.merge(w);
             tg.merge(g);
             tb.merge(b);
-            let mut s = signals(w, g, b, step_s, opt);
-            s["t"] = (*t).into();
             let e = energy.get(&model, *t);
             te.add(&e);
-            with_energy(&mut s, &e);
+            let mut s = Signals::of(w, g, b, step_s, opt, &e);
+            s.t = Some(*t);
             steps.push(s);
-            if let (Some(p50), Some(p99)) = (w.quantile(0.5), w.quantile(0.99)) {
-                curve.push((w.acc.count as f64 / step_s, p50, p99, *t));
+            if let (Some(p50_ms), Some(p99_ms)) = (w.quantile(0.5), w.quantile(0.99)) {
+                curve.push(CurvePoint {
+                    throughput_per_s: w.acc.count as f64 / step_s,
+                    p50_ms,
+                    p99_ms,
+                    t: *t,
+                });
             }
         }
-        curve.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.3.cmp(&b.3)));
-        let k = knee(&curve.iter().map(|c| (c.0, c.2)).collect::<Vec<_>>());
+        curve.sort_by(|a, b| {
+            a.throughput_per_s
+                .total_cmp(&b.throughput_per_s)
+                .then(a.t.cmp(&b.t))
+        });
+        let k = knee(
+            &curve
+                .iter()
+                .map(|c| (c.throughput_per_s, c.p99_ms))
+                .collect::<Vec<_>>(),
+        );
         let seconds = ((q.to - from) as f64 / NS as f64).max(step_s);
-        let mut summary = signals(&tw, &tg, &tb, seconds, opt);
-        with_energy(&mut summary, &te);
-        models.push(serde_json::json!({
-            "model": model,
-            "source": "app",
-            "optimal_batch": json_num(opt),
-            "summary": summary,
-            "steps": steps,
-            "curve": curve.iter().map(|c| serde_json::json!({"throughput_per_s": c.0, "p50_ms": c.1, "p99_ms": c.2, "t": c.3})).collect::<Vec<_>>(),
-            "knee": k.map(|i| serde_json::json!({"throughput_per_s": curve[i].0, "p50_ms": curve[i].1, "p99_ms": curve[i].2, "t": curve[i].3})),
-        }));
+        models.push(Model::App(Box::new(AppModel {
+            knee: k.map(|i| curve[i]),
+            model,
+            source: "app",
+            optimal_batch: finite(opt),
+            summary: Signals::of(&tw, &tg, &tb, seconds, opt, &te),
+            steps,
+            curve,
+        })));
     }
-    models.extend(triton_models(reader, plan, optimal_batch, q, now)?);
-    Ok(serde_json::json!({
-        "measurement": "inference",
-        "step_ns": q.step_ns,
-        "tier": tier,
-        "from": from,
-        "to": q.to,
-        "models": models,
-        "energy": energy.to_json(),
-    }))
+    models.extend(
+        triton_models(reader, plan, optimal_batch, q, now)?
+            .into_iter()
+            .map(Model::Scraped),
+    );
+    Ok(InferenceAnswer {
+        measurement: "inference",
+        step_ns: q.step_ns,
+        tier,
+        from,
+        to: q.to,
+        models,
+        energy: energy.to_json(),
+    })
+}
+
+/// The answer of [`inference`], serialized as it is built: typed rows rather than a JSON
+/// tree, since a tree of an hour's steps of a few dozen models (a map and a string per key
+/// of each step) took more memory than the rest of the agent (docs/performance.md).
+#[derive(Debug, serde::Serialize)]
+pub struct InferenceAnswer {
+    measurement: &'static str,
+    step_ns: i64,
+    tier: String,
+    from: i64,
+    to: i64,
+    models: Vec<Model>,
+    energy: serde_json::Value,
+}
+
+/// A model of the answer: one apps report (`"source": "app"`), or one a scrape reported
+/// ([`triton_models`]).
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum Model {
+    App(Box<AppModel>),
+    Scraped(serde_json::Value),
+}
+
+#[derive(Debug, serde::Serialize)]
+struct AppModel {
+    model: String,
+    source: &'static str,
+    optimal_batch: Option<f64>,
+    summary: Signals,
+    steps: Vec<Signals>,
+    curve: Vec<CurvePoint>,
+    knee: Option<CurvePoint>,
+}
+
+/// One point of the latency-throughput curve.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+struct CurvePoint {
+    throughput_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    t: i64,
+}
+
+/// Percentiles and mean of one latency field.
+#[derive(Debug, serde::Serialize)]
+struct Latency {
+    p50: Option<f64>,
+    p95: Option<f64>,
+    p99: Option<f64>,
+    mean: Option<f64>,
+}
+
+impl Latency {
+    fn of(a: &StepAcc) -> Latency {
+        Latency {
+            p50: finite(a.quantile(0.5)),
+            p95: finite(a.quantile(0.95)),
+            p99: finite(a.quantile(0.99)),
+            mean: finite(a.acc.mean()),
+        }
+    }
+}
+
+/// The signals of one step (with its start `t`), or of the summary over all steps.
+#[derive(Debug, serde::Serialize)]
+struct Signals {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    t: Option<i64>,
+    count: u64,
+    throughput_per_s: f64,
+    wall_ms: Latency,
+    gpu_ms: Latency,
+    p99_p50: Option<f64>,
+    p99_p95: Option<f64>,
+    gpu_share: Option<f64>,
+    overhead_ms: Option<f64>,
+    batch_mean: Option<f64>,
+    batch_efficiency: Option<f64>,
+    energy_mj: Option<f64>,
+    energy_mj_per_inference: Option<f64>,
+    gpu_energy_mj_per_inference: Option<f64>,
+    inferences_per_joule: Option<f64>,
+}
+
+impl Signals {
+    /// Of wall time `w`, GPU time `g` and batch size `b` over `seconds`, with energy `e`.
+    fn of(
+        w: &StepAcc,
+        g: &StepAcc,
+        b: &StepAcc,
+        seconds: f64,
+        opt: Option<f64>,
+        e: &ModelStep,
+    ) -> Signals {
+        let wall_ms = Latency::of(w);
+        let count = w.acc.count.max(g.acc.count);
+        let (per, gpu_per, ipj) = e.per_inference();
+        Signals {
+            t: None,
+            count,
+            throughput_per_s: count as f64 / seconds,
+            p99_p50: finite(ratio(wall_ms.p99, wall_ms.p50)),
+            p99_p95: finite(ratio(wall_ms.p99, wall_ms.p95)),
+            gpu_share: finite(ratio(Some(g.acc.sum), Some(w.acc.sum)).filter(|_| g.acc.count > 0)),
+            overhead_ms: finite(match (w.acc.mean(), g.acc.mean()) {
+                (Some(a), Some(b)) => Some(a - b),
+                _ => None,
+            }),
+            batch_mean: finite(b.acc.mean()),
+            batch_efficiency: finite(ratio(b.acc.mean(), opt)),
+            energy_mj: finite(e.board_mj),
+            energy_mj_per_inference: finite(per),
+            gpu_energy_mj_per_inference: finite(gpu_per),
+            inferences_per_joule: finite(ipj),
+            wall_ms,
+            gpu_ms: Latency::of(g),
+        }
+    }
+}
+
+/// `v` when it is a finite number (JSON has no NaN or infinity: `null` otherwise).
+fn finite(v: Option<f64>) -> Option<f64> {
+    v.filter(|v| v.is_finite())
 }
 
 /// The `triton` fields [`triton_models`] reads, with how each step aggregates them.

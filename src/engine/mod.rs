@@ -45,7 +45,7 @@ mod source;
 mod steps;
 
 pub use config::InferenceConfig;
-pub use inference::{inference, knee, ratio, InferenceQuery};
+pub use inference::{inference, knee, ratio, InferenceAnswer, InferenceQuery};
 pub use llm::{llm, prompt_curve, PromptBucket};
 pub use request::{parse_step, DEFAULT_LIMIT, DEFAULT_RANGE_NS};
 pub use source::{
