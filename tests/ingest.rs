@@ -84,17 +84,11 @@ fn v2_write_with_token_and_gzip() {
     assert_eq!(code, 400);
 }
 
-/// UDP points are held for a shared commit (`[ingest] flush_interval`, here 30 s so the
-/// test cannot race it; the alert cycles' interval is 15 s): not in the database file yet, yet a query through the API sees
-/// them at once (it commits what is held first), and then so does the file.
-#[test]
-fn a_query_sees_held_udp_points_at_once_and_commits_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(
-        dir.path(),
-        &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
-    );
-    // Each alert cycle commits what is held first; the first runs at start: wait for it.
+/// An agent that holds points for 30 s (`[ingest] flush_interval`, longer than the alert
+/// cycles' 15 s, so a test cannot race the writer's own commit), past its first alert cycle
+/// (each commits what is held first), with two UDP points of `held_m` just sent.
+fn agent_holding_two_udp_points(dir: &std::path::Path) -> Agent {
+    let agent = Agent::start(dir, &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"));
     let first_cycle = wait_for(Duration::from_secs(10), || {
         (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
     });
@@ -102,6 +96,16 @@ fn a_query_sees_held_udp_points_at_once_and_commits_them() {
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.send_to(b"held_m,app=x v=1 1000\nheld_m,app=x v=2 2000\n", agent.udp)
         .unwrap();
+    agent
+}
+
+/// UDP points are held for a shared commit (`[ingest] flush_interval`, here 30 s so the
+/// test cannot race it; the alert cycles' interval is 15 s): not in the database file yet, yet a query through the API sees
+/// them at once (it commits what is held first), and then so does the file.
+#[test]
+fn a_query_sees_held_udp_points_at_once_and_commits_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = agent_holding_two_udp_points(dir.path());
     let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_m");
     // The datagram is received and queued at once, but held: nothing in the file.
     std::thread::sleep(Duration::from_millis(500));
@@ -119,17 +123,7 @@ fn a_query_sees_held_udp_points_at_once_and_commits_them() {
 #[test]
 fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(
-        dir.path(),
-        &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
-    );
-    let first_cycle = wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
-    });
-    assert!(first_cycle.is_some(), "no alert evaluation at start");
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.send_to(b"held_m,app=x v=1 1000\nheld_m,app=x v=2 2000\n", agent.udp)
-        .unwrap();
+    let agent = agent_holding_two_udp_points(dir.path());
     let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_m");
     let query = agent.url("/api/v1/query?measurement=held_m&from=0&to=4000000000000000000");
     let stored = [("X-Edgewatch-Read", "stored")];
