@@ -54,6 +54,25 @@ fn json(agent: &Agent, path: &str) -> J {
     serde_json::from_str(&get_ok(agent, path)).unwrap()
 }
 
+/// The steady RSS of `pid` (kB), and its peak (`VmHWM`) reset to it, so that the next
+/// [`assert_peak_within`] sees only what follows.
+fn steady_rss_and_reset_peak(pid: i32) -> u64 {
+    let steady = status_kb(pid, "VmRSS");
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
+    steady
+}
+
+/// The peak RSS of `pid` since [`steady_rss_and_reset_peak`] is at most `limit` times `steady`.
+fn assert_peak_within(pid: i32, steady: u64, limit: f64, what: &str) {
+    let peak = status_kb(pid, "VmHWM");
+    let ratio = peak as f64 / steady as f64;
+    eprintln!("{what}: steady {steady} kB, peak {peak} kB: x{ratio:.2}");
+    assert!(
+        ratio <= limit,
+        "{what}: peak {peak} kB is x{ratio:.2} the steady {steady} kB"
+    );
+}
+
 /// Every page of `/api/v1/series?{query}` with pages of `limit`: (series keys, pages).
 fn list_all(agent: &Agent, query: &str, limit: usize) -> (Vec<String>, usize) {
     let (mut keys, mut pages, mut cursor) = (Vec::new(), 0, String::new());
@@ -103,8 +122,7 @@ fn the_inference_signals_of_many_models_are_answered_near_the_steady_rss() {
     let inf = "/api/v1/inference?from=-15m&step=10s";
     std::thread::sleep(Duration::from_secs(2));
     let pid = agent.pid();
-    let steady = status_kb(pid, "VmRSS");
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
+    let steady = steady_rss_and_reset_peak(pid);
     let first = json(&agent, inf);
     let models = first["models"].as_array().unwrap();
     assert_eq!(models.len(), 35, "{}", &first.to_string()[..2000]);
@@ -119,13 +137,7 @@ fn the_inference_signals_of_many_models_are_answered_near_the_steady_rss() {
     for _ in 0..2 {
         get_ok(&agent, inf);
     }
-    let peak = status_kb(pid, "VmHWM");
-    let ratio = peak as f64 / steady as f64;
-    eprintln!("inference: steady {steady} kB, peak {peak} kB: x{ratio:.2}");
-    assert!(
-        ratio <= 2.0,
-        "peak {peak} kB is x{ratio:.2} the steady {steady} kB"
-    );
+    assert_peak_within(pid, steady, 2.0, "inference");
 }
 
 /// 10,000 series: the peak RSS (VmHWM, reset once the store is written) across five
@@ -139,8 +151,7 @@ fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
     write_series(&agent, "bench", 10_000, "");
     std::thread::sleep(Duration::from_secs(2));
     let pid = agent.pid();
-    let steady = status_kb(pid, "VmRSS");
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
+    let steady = steady_rss_and_reset_peak(pid);
     let mut text = String::new();
     for _ in 0..3 {
         text = get_ok(&agent, "/metrics");
@@ -177,13 +188,7 @@ fn peak_rss_over_scrapes_listings_and_queries_stays_near_steady() {
     for _ in 0..2 {
         get_ok(&agent, "/metrics");
     }
-    let peak = status_kb(pid, "VmHWM");
-    let ratio = peak as f64 / steady as f64;
-    eprintln!("steady {steady} kB, peak {peak} kB: x{ratio:.2}");
-    assert!(
-        ratio <= 1.5,
-        "peak {peak} kB is x{ratio:.2} the steady {steady} kB"
-    );
+    assert_peak_within(pid, steady, 1.5, "scrapes, listings, queries");
     promtool_check(&text);
 }
 
@@ -332,8 +337,7 @@ fn held_kb(n: usize) -> (f64, f64) {
     let pid = agent.pid();
 
     // Listing pages: first page (with the total), a filtered one, one in the middle.
-    let steady = status_kb(pid, "VmRSS");
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
+    let steady = steady_rss_and_reset_peak(pid);
     for _ in 0..3 {
         for p in [
             "/api/v1/series?limit=100".to_string(),

@@ -76,8 +76,7 @@ pub struct InferenceQuery {
 }
 
 fn json_num(v: Option<f64>) -> serde_json::Value {
-    v.filter(|v| v.is_finite())
-        .map_or(serde_json::Value::Null, |v| v.into())
+    finite(v).map_or(serde_json::Value::Null, |v| v.into())
 }
 
 /// Derived signals of the `inference` measurement per model and step: p50/p95/p99 of
