@@ -686,13 +686,15 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         r["written_mb_per_h"] / r["store_growth_mb_per_h"] if r["store_growth_mb_per_h"] > 0 else None
     )
     # The least this design can write: every page the store grew by once into the WAL and
-    # once more when a checkpoint copies it into the database, and one page (PAGE) for each
-    # synced append of the ingest journal (a 204 in `full` waits for it; a synced append of a
-    # few hundred bytes still writes the whole page it dirtied). The agent checkpoints every
+    # once more when a checkpoint copies it into the database, and what each synced append of
+    # the ingest journal costs (a 204 in `full` waits for it): its record padded to the
+    # direct-IO block (512 bytes on this disk), or, where the file system refuses direct IO,
+    # the whole page of the page cache it dirtied. The agent checkpoints every
     # 16 MiB of WAL (~45 min with everything on), so a shorter window usually holds no
     # checkpoint: its bytes then owe the second copy, and its own floor has one.
-    r["journal_appends_per_h"] = (j1 - j0) / hours
-    journal = r["journal_appends_per_h"] * PAGE / 1e6
+    r["journal_appends_per_h"] = (j1[0] - j0[0]) / hours
+    r["journal_mb_per_h"] = (j1[1] - j0[1]) / hours / 1e6
+    journal = r["journal_mb_per_h"]
     r["floor_mb_per_h"] = 2 * r["store_growth_mb_per_h"] + journal
     r["window_checkpointed"] = bool(args.checkpoint_window) or (k0 is not None and k1 is not None and k1 != k0)
     r["window_floor_mb_per_h"] = (2 if r["window_checkpointed"] else 1) * r["store_growth_mb_per_h"] + journal
@@ -727,9 +729,13 @@ def wal_restarts(data):
 
 
 def journal_appends(base):
-    """The agent's synced journal appends so far (`ingest.journal_appends` of its status)."""
+    """The agent's synced journal appends so far and what they cost the storage, bytes
+    (`ingest.journal_appends` and `ingest.journal_bytes` of its status; an agent too old to
+    report the bytes: a page for each append)."""
     st = json.loads(fleet.http_get(base + "/api/v1/status")[1] or "{}")
-    return st.get("ingest", {}).get("journal_appends", 0)
+    ingest = st.get("ingest", {})
+    n = ingest.get("journal_appends", 0)
+    return n, ingest.get("journal_bytes", n * PAGE)
 
 
 def main():
@@ -853,7 +859,8 @@ def main():
                          "has one copy")
             print(f"{r['phase']}: the floor of this design over a long run is {r['floor_mb_per_h']:.2f} MB/h "
                   f"({r['floor_mb_per_h'] / g:.1f}x the growth): 2 x {g:.2f} MB/h of growth (WAL, then "
-                  f"checkpoint) + {r['journal_appends_per_h']:.0f} synced journal appends/h x {PAGE} bytes; "
+                  f"checkpoint) + {r['journal_appends_per_h']:.0f} synced journal appends/h costing "
+                  f"{r['journal_mb_per_h']:.2f} MB/h; "
                   f"this window {held}: {wf:.2f} MB/h ({wf / g:.1f}x), and it wrote "
                   f"{r['written_mb_per_h'] - wf:.2f} MB/h above that")
     if full and full["fsyncs_per_s"] is not None:

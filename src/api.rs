@@ -587,6 +587,7 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
             commits: g(&s.commits),
             commit_errors: g(&s.commit_errors),
             journal_appends: g(&s.journal_appends),
+            journal_bytes: g(&s.journal_bytes),
             last_commit_ms: g(&s.last_commit_us) as f64 / 1000.0,
             hold_ms: ctx.hold.as_millis() as u64,
         },

@@ -26,6 +26,8 @@ pub struct Stats {
     pub commit_errors: AtomicU64,
     /// Acknowledged writes made durable by a journal append (one per group of writes).
     pub journal_appends: AtomicU64,
+    /// What those appends cost the storage, bytes (see `store::journal::Journal::written`).
+    pub journal_bytes: AtomicU64,
     /// Duration of the last commit, microseconds.
     pub last_commit_us: AtomicU64,
     /// Every commit's duration (exported on `/metrics` as a histogram).

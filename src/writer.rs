@@ -253,9 +253,11 @@ impl Head {
                     .map(|(_, _, s)| s)
             };
             if to_journal().next().is_some() {
+                let before = store.journal_written();
                 match store.journal(to_journal()) {
                     Ok(_) => {
                         Stats::add(&stats.journal_appends, 1);
+                        Stats::add(&stats.journal_bytes, store.journal_written() - before);
                         journaled = true;
                     }
                     Err(e) => {

@@ -801,10 +801,12 @@ fn reported_with_base(agent: &Agent) -> (u64, u64, u64) {
 /// The agent reports what it costs the device's flash, so an operator sees the wear of
 /// their own workload: `/api/v1/status` `disk_written_bytes` and `/metrics`
 /// `edgewatch_disk_written_bytes_total` follow the kernel's count for the agent's process
-/// (`/proc/PID/io` `write_bytes`, read around them here) from the agent's start, and an
-/// acknowledged write (its journal append, synced before the 204) moves them by at least the
-/// page it dirtied. The store is on this repository's disk (`CARGO_TARGET_TMPDIR`), not a
-/// tmpfs, which counts no writes.
+/// (`/proc/PID/io` `write_bytes`, read around them here) from the agent's start, and
+/// acknowledged writes move them (each a journal append synced before its 204, and the new
+/// series' dictionary commit). Each append is one padded record written with direct IO:
+/// `ingest.journal_bytes` is a whole number of direct-IO blocks per append, under the 4 KiB
+/// page an append through the page cache costs. The store is on this repository's disk
+/// (`CARGO_TARGET_TMPDIR`), not a tmpfs, which counts no writes and takes no direct IO.
 #[test]
 fn the_agent_reports_the_bytes_it_has_caused_to_be_written() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -823,6 +825,16 @@ fn the_agent_reports_the_bytes_it_has_caused_to_be_written() {
     assert!(
         after >= before + 4096,
         "three acknowledged writes moved disk_written_bytes from {before} to {after}"
+    );
+    let ingest = &agent.status()["ingest"];
+    let (appends, journal) = (
+        ingest["journal_appends"].as_u64().unwrap(),
+        ingest["journal_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(appends, 3, "{ingest}");
+    assert!(
+        journal % appends == 0 && (journal / appends).is_power_of_two() && journal / appends < 4096,
+        "3 journal appends cost {journal} bytes: not direct writes of one block each ({ingest})"
     );
     // One base for both readings: the count is the kernel's, less a fixed start.
     assert!(

@@ -98,6 +98,11 @@ pub struct Ingest {
     /// append per group of writes that arrived together).
     #[serde(default)]
     pub journal_appends: u64,
+    /// What the journal appends cost the storage, bytes: each padded record written directly
+    /// (512 bytes for a few lines on an eMMC), or each page an append through the page cache
+    /// touched. What `full` durability of small writes costs the card.
+    #[serde(default)]
+    pub journal_bytes: u64,
     /// Duration of the last commit, ms.
     pub last_commit_ms: f64,
     /// The longest the writer holds points before their commit (`[ingest]

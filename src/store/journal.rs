@@ -11,7 +11,14 @@
 //! number are replayed into the store before anything else is written.
 //!
 //! A record is `len: u32 | crc32: u32 | seq: u64 | payload` (little-endian; the checksum
-//! covers `seq` and the payload). Replay reads records from the start, skips those already
+//! covers `seq` and the payload). In `full` mode each record is padded with zeros to the
+//! next boundary of the file system's direct-IO block (512 bytes on an eMMC or SD card) and
+//! written with `O_DIRECT`, so a synced append writes one or two such blocks to the device
+//! instead of the whole 4 KiB page of the page cache it would dirty (8x fewer bytes for a
+//! write of a few lines), and never rewrites a block that holds an acknowledged record. A
+//! padded record has the top bit of `len` set, and its `len` counts the padding; a file
+//! system that refuses direct IO (tmpfs, some FUSE) gets the same records through the page
+//! cache. Replay reads records from the start, skips those already
 //! stored, and stops at the first one that is short, fails its checksum or breaks the
 //! sequence: the rest is an append that never completed (never acknowledged) or an older
 //! pass over the file (already stored). The open file holds an exclusive `flock`, so a
@@ -41,6 +48,17 @@ const HEADER: usize = 16;
 /// ingest queue): replay stops there.
 const MAX_RECORD: usize = 1 << 30;
 
+/// The top bit of a record's `len`: the record is padded with zeros after its lines (and
+/// `len` counts the padding), so that the next one starts on a direct-IO block.
+const PADDED: u32 = 1 << 31;
+
+/// The largest direct-IO block the journal pads to; a file system asking for more gets the
+/// page cache. The aligned buffer is allocated to this alignment.
+const MAX_DIRECT_ALIGN: usize = 4096;
+
+/// What a synced append through the page cache costs the storage: each page it touches.
+const PAGE: u64 = 4096;
+
 /// Past this size the file is cut back to empty when it is reused (a long outage, or a
 /// burst, grew it), so it does not keep the space.
 const SHRINK_BYTES: u64 = 4 << 20;
@@ -58,7 +76,86 @@ pub struct Journal {
     stored_seq: u64,
     /// Sync each append (`synchronous = "full"`).
     sync: bool,
+    /// The same file opened with `O_DIRECT` (in `full` mode, where the file system takes
+    /// it), and the block its writes align to.
+    direct: Option<Direct>,
+    /// Bytes the appends have cost the storage so far (see [`Journal::written`]).
+    written: u64,
     buf: Vec<u8>,
+}
+
+/// The journal opened for direct IO.
+struct Direct {
+    file: File,
+    /// Offset and length alignment of a direct write, bytes (a power of two).
+    align: usize,
+    /// Room for one padded record at a [`MAX_DIRECT_ALIGN`]-aligned address (over-allocated;
+    /// see [`aligned`]).
+    mem: Vec<u8>,
+}
+
+impl Direct {
+    /// Opens `path` for direct IO, or `None` where the file system does not take it.
+    fn open(path: &Path) -> Option<Direct> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let align = match dio_align(path) {
+            Some(0) => return None,
+            Some(a) if a > MAX_DIRECT_ALIGN || !a.is_power_of_two() => return None,
+            Some(a) => a,
+            // A kernel before 6.1 does not say: start at the smallest logical block and
+            // widen on EINVAL (see [`Journal::append`]).
+            None => 512,
+        };
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            Ok(file) => Some(Direct {
+                file,
+                align,
+                mem: Vec::new(),
+            }),
+            Err(e) => {
+                tracing::debug!(journal = %path.display(), error = %e, "journal: no direct IO; appends go through the page cache");
+                None
+            }
+        }
+    }
+}
+
+/// `bytes` copied to the start of an aligned region of `mem` (zero-filled past them, grown as
+/// needed), as a slice of `len` bytes.
+fn aligned<'m>(mem: &'m mut Vec<u8>, bytes: &[u8], len: usize) -> &'m [u8] {
+    if mem.len() < len + MAX_DIRECT_ALIGN {
+        *mem = vec![0; len + MAX_DIRECT_ALIGN];
+    }
+    let off = mem.as_ptr().align_offset(MAX_DIRECT_ALIGN);
+    let out = &mut mem[off..off + len];
+    out[..bytes.len()].copy_from_slice(bytes);
+    out[bytes.len()..].fill(0);
+    out
+}
+
+/// The direct-IO offset alignment `statx` reports for `path` (Linux 6.1 and later; 0: the
+/// file system does not take direct IO), `None` where the kernel does not report it.
+fn dio_align(path: &Path) -> Option<usize> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `statx` writes at most one `struct statx` into `st`, which is zeroed and owned
+    // here; `c` is a NUL-terminated path that outlives the call.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statx(libc::AT_FDCWD, c.as_ptr(), 0, libc::STATX_DIOALIGN, &mut st) };
+    if rc != 0 || st.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None;
+    }
+    Some(st.stx_dio_offset_align as usize)
+}
+
+/// `n` rounded up to a multiple of `align` (a power of two).
+fn align_up(n: u64, align: usize) -> u64 {
+    let a = align as u64;
+    n.div_ceil(a) * a
 }
 
 /// Path of the journal in `dir`.
@@ -103,6 +200,7 @@ impl Journal {
         if records > 0 {
             tracing::info!(records, journal = %path.display(), "replaying acknowledged writes not yet in the store");
         }
+        let direct = if sync { Direct::open(&path) } else { None };
         let journal = Journal {
             file,
             path,
@@ -111,6 +209,8 @@ impl Journal {
             seq,
             stored_seq: stored,
             sync,
+            direct,
+            written: 0,
             buf: Vec::new(),
         };
         Ok((journal, staged, seq))
@@ -153,25 +253,108 @@ impl Journal {
         for s in staged {
             encode(&mut self.buf, &mut prev, s);
         }
-        let len = (self.buf.len() - HEADER) as u32;
         self.buf[8..16].copy_from_slice(&seq.to_le_bytes());
-        let crc = crc32fast::hash(&self.buf[8..]);
-        self.buf[0..4].copy_from_slice(&len.to_le_bytes());
-        self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
-        let err = |source| StoreError::Journal {
-            path: self.path.clone(),
-            source,
+        let body = self.buf.len();
+        let cost = loop {
+            match self.write(body) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EINVAL)
+                        && self
+                            .direct
+                            .as_ref()
+                            .is_some_and(|d| self.end % d.align as u64 == 0) =>
+                {
+                    // The file system wants a larger block than assumed (a kernel that does
+                    // not report it): nothing was written; widen and write again.
+                    self.widen();
+                }
+                r => {
+                    break r.map_err(|source| StoreError::Journal {
+                        path: self.path.clone(),
+                        source,
+                    })?
+                }
+            }
         };
-        self.file.write_all_at(&self.buf, self.end).map_err(err)?;
-        if self.sync {
-            self.file.sync_data().map_err(err)?;
-        }
-        self.end += self.buf.len() as u64;
+        self.end += cost.0;
+        self.written += cost.1;
         self.seq = seq;
         if self.buf.capacity() > 1 << 20 {
             self.buf = Vec::new();
         }
         Ok(seq)
+    }
+
+    /// Frames the record in `buf[..body]` (header and payload, its number in place) for where it
+    /// goes, writes and (in `full` mode) syncs it: (its length in the file, what it cost the
+    /// storage).
+    fn write(&mut self, body: usize) -> std::io::Result<(u64, u64)> {
+        self.buf.truncate(body);
+        let align = self.direct.as_ref().map_or(1, |d| d.align);
+        // Padded so that the next record starts on a block: a direct write of whole blocks
+        // from here on (from an unaligned end, left by a record of an earlier release, this
+        // one goes through the page cache).
+        let len = if align > 1 {
+            (align_up(self.end + body as u64, align) - self.end) as usize
+        } else {
+            body
+        };
+        self.buf.resize(len, 0);
+        let mut head = (len - HEADER) as u32;
+        if len > body {
+            head |= PADDED;
+        }
+        let crc = crc32fast::hash(&self.buf[8..]);
+        self.buf[0..4].copy_from_slice(&head.to_le_bytes());
+        self.buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        let end = self.end;
+        let cost = match self.direct.as_mut() {
+            Some(d) if end % d.align as u64 == 0 => {
+                d.file
+                    .write_all_at(aligned(&mut d.mem, &self.buf, len), end)?;
+                len as u64
+            }
+            _ => {
+                self.file.write_all_at(&self.buf, end)?;
+                if self.sync {
+                    // Every page the record touched is written again by the sync.
+                    align_up(end + len as u64, PAGE as usize) - end / PAGE * PAGE
+                } else {
+                    len as u64
+                }
+            }
+        };
+        if self.sync {
+            self.file.sync_data()?;
+        }
+        Ok((len as u64, cost))
+    }
+
+    /// The next larger direct-IO block, or the page cache past [`MAX_DIRECT_ALIGN`].
+    fn widen(&mut self) {
+        if let Some(d) = self.direct.as_mut() {
+            d.align *= 2;
+            if d.align > MAX_DIRECT_ALIGN {
+                tracing::info!(journal = %self.path.display(), "journal: the file system refuses direct writes; appends go through the page cache");
+                self.direct = None;
+            } else {
+                tracing::debug!(journal = %self.path.display(), align = d.align, "journal: direct writes widened");
+            }
+        }
+    }
+
+    /// Bytes the appends have cost the storage since open: each padded record written
+    /// directly, or each page a synced append through the page cache touched (its record's
+    /// bytes when appends are not synced). What `full` durability costs a card per
+    /// acknowledged write group.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// The block appends are padded to and written directly in, bytes (`None`: through the
+    /// page cache).
+    pub fn direct_block(&self) -> Option<usize> {
+        self.direct.as_ref().map(|d| d.align)
     }
 
     /// Every record appended so far is stored (the commit holding them recorded
@@ -197,7 +380,8 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize, usize)
     let mut at = 0usize;
     let mut end = 0usize;
     while bytes.len() - at >= HEADER {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
+        let head = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
+        let (len, padded) = ((head & !PADDED) as usize, head & PADDED != 0);
         let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap_or_default());
         if len > MAX_RECORD || bytes.len() - at - HEADER < len {
             break;
@@ -212,13 +396,17 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize, usize)
                 tracing::warn!(journal = %path.display(), expected = seq + 1, found = rseq, "journal: a record out of sequence ends the replay");
                 break;
             }
-            match decode(&body[8..], &mut out) {
+            let mark = (out.lines.len(), out.values.len());
+            match decode(&body[8..], padded, &mut out) {
                 Ok(()) => {
                     seq = rseq;
                     records += 1;
                     end = at + HEADER + len;
                 }
                 Err(e) => {
+                    // A record that fails half-way adds none of its lines.
+                    out.lines.truncate(mark.0);
+                    out.values.truncate(mark.1);
                     tracing::error!(journal = %path.display(), seq = rseq, error = %e, "journal: a record with a valid checksum does not decode; the replay stops there");
                     break;
                 }
@@ -245,7 +433,8 @@ fn encode(buf: &mut Vec<u8>, prev: &mut i64, s: &Staged) {
     }
 }
 
-fn decode(b: &[u8], out: &mut Staged) -> Result<(), CodecError> {
+/// A record's payload: `padded`, zeros may follow its lines.
+fn decode(b: &[u8], padded: bool, out: &mut Staged) -> Result<(), CodecError> {
     let mut pos = 0usize;
     let lines = get_varint(b, &mut pos)?;
     let mut prev = 0i64;
@@ -259,7 +448,7 @@ fn decode(b: &[u8], out: &mut Staged) -> Result<(), CodecError> {
         }
         out.end_line(tagset, prev);
     }
-    if pos == b.len() {
+    if pos == b.len() || (padded && b[pos..].iter().all(|&x| x == 0)) {
         Ok(())
     } else {
         Err(CodecError::at(pos, "trailing bytes in a journal record"))
@@ -379,6 +568,131 @@ mod tests {
         let e = Journal::open(dir.path(), 0, false).err().unwrap();
         assert!(matches!(e, StoreError::InUse(_)), "{e}");
         assert!(e.to_string().contains("agent running"), "{e}");
+    }
+
+    /// `write_bytes` of this thread (`/proc/thread-self/io`): what it caused to be written
+    /// to storage, other tests' threads apart.
+    fn thread_write_bytes() -> u64 {
+        let io = std::fs::read_to_string("/proc/thread-self/io").unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("write_bytes: "))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// The offsets of the records in the file, read the way replay walks them.
+    fn record_offsets(bytes: &[u8]) -> Vec<(usize, bool)> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while bytes.len() - at >= HEADER {
+            let head = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+            if head == 0 {
+                break;
+            }
+            out.push((at, head & PADDED != 0));
+            at += HEADER + (head & !PADDED) as usize;
+        }
+        out
+    }
+
+    /// In `full` mode a synced append writes its record padded to the direct-IO block (512
+    /// bytes on this disk, as on an eMMC), not the 4 KiB page of the page cache: the kernel's
+    /// own count for this thread says so. Each record starts on a block, so no append
+    /// rewrites a block holding an earlier (acknowledged) one, and every record replays.
+    /// The store is on this repository's disk: a tmpfs counts no writes and takes no direct IO.
+    #[test]
+    fn a_synced_append_writes_its_padded_block_directly_not_a_page() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let (mut j, _, _) = Journal::open(dir.path(), 0, true).unwrap();
+        let block = j.direct_block().unwrap_or_else(|| {
+            panic!(
+                "the file system of {} refused O_DIRECT",
+                dir.path().display()
+            )
+        });
+        assert!(block <= 4096, "{block}");
+        let before = thread_write_bytes();
+        for k in 1..=20 {
+            j.append([&sample(k)]).unwrap();
+        }
+        let written = thread_write_bytes() - before;
+        // A record of two lines fits one block: 20 blocks, against 20 pages (80 KiB) through
+        // the page cache. The first pass over the file grows it, which may cost a little more.
+        assert_eq!(j.written(), 20 * block as u64);
+        assert!(
+            written <= 20 * block as u64 + 16 * 1024 && written < 20 * 4096,
+            "20 synced appends wrote {written} bytes, block {block}"
+        );
+        assert_eq!(j.len(), 20 * block as u64);
+        drop(j);
+        let bytes = std::fs::read(journal_path(dir.path())).unwrap();
+        let offsets = record_offsets(&bytes);
+        assert_eq!(offsets.len(), 20);
+        assert!(
+            offsets
+                .iter()
+                .all(|&(at, padded)| at % block == 0 && padded),
+            "{offsets:?}"
+        );
+        let (_, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+        assert_eq!(seq, 20);
+        assert_eq!(replayed, concat(&(1..=20).map(sample).collect::<Vec<_>>()));
+    }
+
+    /// Records an earlier release left unstored (unpadded, through the page cache) replay
+    /// with the padded ones appended after them, in order; the first new record goes through
+    /// the page cache (its start is not on a block) and pads to one, the next go direct.
+    #[test]
+    fn unpadded_records_of_an_earlier_release_replay_with_padded_ones_after_them() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        {
+            let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
+            j.append([&sample(1)]).unwrap();
+            assert_eq!(j.direct_block(), None);
+            assert_ne!(j.len() % 512, 0, "{}", j.len());
+        }
+        {
+            let (mut j, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+            assert_eq!((replayed, seq), (sample(1), 1));
+            let block = j.direct_block().unwrap() as u64;
+            j.append([&sample(2)]).unwrap();
+            assert_eq!(j.len() % block, 0);
+            let through_cache = j.written();
+            assert!(through_cache >= 4096, "{through_cache}");
+            j.append([&sample(3)]).unwrap();
+            assert_eq!(j.written() - through_cache, block);
+        }
+        let bytes = std::fs::read(journal_path(dir.path())).unwrap();
+        let padded: Vec<bool> = record_offsets(&bytes).iter().map(|r| r.1).collect();
+        assert_eq!(padded, [false, true, true]);
+        let (_, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+        assert_eq!(seq, 3);
+        assert_eq!(replayed, concat(&[sample(1), sample(2), sample(3)]));
+    }
+
+    /// A padded record whose padding is not zeros (a record of another format, a corrupt
+    /// tail that happens to keep its checksum) is not replayed, and neither is what follows.
+    #[test]
+    fn a_padded_record_with_bytes_after_its_lines_ends_the_replay() {
+        let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        {
+            let (mut j, _, _) = Journal::open(dir.path(), 0, true).unwrap();
+            j.append([&sample(1)]).unwrap();
+            j.append([&sample(2)]).unwrap();
+        }
+        let path = journal_path(dir.path());
+        let mut bytes = std::fs::read(&path).unwrap();
+        let second = record_offsets(&bytes)[1].0;
+        let head = u32::from_le_bytes(bytes[second..second + 4].try_into().unwrap());
+        let end = second + HEADER + (head & !PADDED) as usize;
+        bytes[end - 1] = 7;
+        let crc = crc32fast::hash(&bytes[second + 8..end]);
+        bytes[second + 4..second + 8].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+        assert_eq!((replayed, seq), (sample(1), 1));
     }
 
     #[test]

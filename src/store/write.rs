@@ -306,6 +306,11 @@ impl Writer {
         self.unstored.take()
     }
 
+    /// What the journal's appends have cost the storage since open, bytes (0 without one).
+    pub fn journal_written(&self) -> u64 {
+        self.journal.as_ref().map_or(0, Journal::written)
+    }
+
     /// Whether [`Writer::journal`] can be used.
     pub fn has_journal(&self) -> bool {
         self.journal.is_some()

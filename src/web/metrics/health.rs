@@ -244,6 +244,11 @@ fn ingest(s: &mut Scrape, i: &status::Ingest) {
             "Acknowledged writes made durable by a journal append before their commit (one append per group).",
             i.journal_appends,
         ),
+        (
+            "edgewatch_journal_written_bytes_total",
+            "Bytes the journal appends cost the storage (padded records written directly, or the pages a synced append dirtied).",
+            i.journal_bytes,
+        ),
     ];
     for (name, help, v) in counters {
         s.counter(name, help, &[], v as f64);

@@ -128,6 +128,7 @@ fn known_status() -> Status {
             commits: 110,
             commit_errors: 111,
             journal_appends: 113,
+            journal_bytes: 114,
             hold_ms: 15_000,
             last_commit_ms: 12.5,
         },
@@ -441,6 +442,9 @@ edgewatch_http_writes_too_large_total 106
 # HELP edgewatch_journal_appends_total Acknowledged writes made durable by a journal append before their commit (one append per group).
 # TYPE edgewatch_journal_appends_total counter
 edgewatch_journal_appends_total 113
+# HELP edgewatch_journal_written_bytes_total Bytes the journal appends cost the storage (padded records written directly, or the pages a synced append dirtied).
+# TYPE edgewatch_journal_written_bytes_total counter
+edgewatch_journal_written_bytes_total 114
 # HELP edgewatch_kmsg_dropped_total Kernel events dropped by the flood bound ([kmsg] max_events_per_s).
 # TYPE edgewatch_kmsg_dropped_total counter
 edgewatch_kmsg_dropped_total 803
