@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{self, Point};
+use super::store::Chunks;
 use super::{batch_ready, refresh_backlog, RateLimit, RateMeter, Reconnect, SinkCtx};
 use crate::deliver::{nap, Auth, HttpPeer, Outcome, Peer, Retrier};
 
@@ -311,15 +312,25 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
             continue;
         }
         let since = *pending_since.get_or_insert_with(Instant::now);
-        if matches!(batch, Batch::Raw { .. })
-            && !full
+        let waiting = !full
             && !batch_ready(
                 points.len(),
                 max_points,
                 since.elapsed(),
                 ctx.cfg.max_delay.0,
-            )
-        {
+            );
+        if let (true, &Batch::Raw { first, last }) = (waiting, &batch) {
+            // Not sent yet: the next read extends it rather than reading it again.
+            src.keep(
+                cursor,
+                max_points,
+                Chunks {
+                    first,
+                    last,
+                    points,
+                    full,
+                },
+            );
             if !nap(
                 &stop,
                 poll.min(ctx.cfg.max_delay.0.saturating_sub(since.elapsed())),

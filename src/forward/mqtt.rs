@@ -614,6 +614,12 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                         ctx.cfg.max_delay.0,
                     )
                 {
+                    // Not sent yet: the next read extends it rather than reading it again
+                    // (the incidents it opens are looked up again with it then).
+                    db.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                        .keep(after, max_points, chunks);
                     break;
                 }
                 let wait = rate.reserve(started.elapsed().as_secs_f64(), chunks.points.len());

@@ -98,6 +98,15 @@ pub struct Source {
     feed: Feed,
     /// Rollup mode: the forwarded tag sets by series key (with `edgewatch_rollup`).
     rollup_series: HashMap<String, Arc<Series>>,
+    /// A batch read and given back unsent ([`Source::keep`]).
+    kept: Option<Kept>,
+}
+
+/// A batch a sink read and did not send yet, and the read it answered.
+struct Kept {
+    after: i64,
+    max_points: usize,
+    chunks: Chunks,
 }
 
 /// A chunk row as read, before its tag set is looked up.
@@ -133,6 +142,7 @@ impl Source {
             fields: HashMap::new(),
             feed,
             rollup_series: HashMap::new(),
+            kept: None,
         })
     }
 
@@ -243,7 +253,60 @@ impl Source {
     /// after a fault carries exactly what it carried the first time, never more, even when
     /// newer chunks arrived since (a consumer dropping repeats by sequence number would
     /// otherwise drop the difference).
+    ///
+    /// A batch given back by [`Source::keep`] for the same `after` and `max_points` is not
+    /// read again: it is returned extended by what was committed after it, as far as
+    /// `max_points` allows (a read to resend a batch, `upto` set, never uses it).
     pub fn read_upto(
+        &mut self,
+        after: i64,
+        max_points: usize,
+        upto: i64,
+    ) -> Result<Chunks, StoreError> {
+        let kept = self
+            .kept
+            .take()
+            .filter(|k| k.after == after && k.max_points == max_points && upto == i64::MAX);
+        let Some(Kept { chunks: mut c, .. }) = kept else {
+            return self.read_stored(after, max_points, upto);
+        };
+        let room = max_points.saturating_sub(c.points.len());
+        if c.full || room == 0 {
+            c.full = true;
+            return Ok(c);
+        }
+        let more = self.read_stored(c.last, room, upto)?;
+        if more.last == 0 {
+            return Ok(c);
+        }
+        if more.points.len() > room {
+            // The next chunk (or bucket) alone does not fit beside the batch.
+            c.full = true;
+            return Ok(c);
+        }
+        c.points.extend(more.points);
+        c.last = more.last;
+        c.full = more.full;
+        Ok(c)
+    }
+
+    /// Gives back a batch [`Source::read_upto`] returned for `after` and `max_points` and
+    /// the sink did not send (not full, and not waited `max_delay` yet): the next read with
+    /// the same arguments extends it instead of reading and decoding its chunks again. A
+    /// sink polls every 500 ms, so a batch waiting out `max_delay` was read ten times; the
+    /// reads were a fifth of the agent's CPU with everything on (docs/performance.md).
+    pub fn keep(&mut self, after: i64, max_points: usize, chunks: Chunks) {
+        if chunks.last != 0 {
+            self.kept = Some(Kept {
+                after,
+                max_points,
+                chunks,
+            });
+        }
+    }
+
+    /// [`Source::read_upto`] from the store.
+    fn read_stored(
         &mut self,
         after: i64,
         max_points: usize,
@@ -680,6 +743,68 @@ mod tests {
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
         )
         .unwrap()
+    }
+
+    /// A batch a sink gives back unsent is not read again: the next read after the same
+    /// cursor returns it extended by the chunks committed since, and only as far as
+    /// `max_points` takes whole chunks. The proof it is not read again: its chunk is made
+    /// undecodable in between, which a read from the store reports. A read with other
+    /// arguments (another cursor, another size, a resend up to a chunk) reads the store.
+    #[test]
+    fn a_batch_given_back_is_extended_by_what_was_committed_since_not_read_again() {
+        use crate::rollup::tests::write;
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = crate::store::Writer::open(dir.path(), 100, crate::config::Synchronous::Normal)
+            .unwrap();
+        let pts = |from: i64, n: i64| -> Vec<(i64, f64)> {
+            (from..from + n)
+                .map(|i| (i * 1_000_000_000, i as f64))
+                .collect()
+        };
+        write(&mut w, "m,s=a", &pts(1, 3));
+        let mut src = Source::open(dir.path(), vec![]).unwrap();
+        let first = src.read(0, 10).unwrap();
+        assert_eq!(
+            (first.first, first.last, first.points.len(), first.full),
+            (1, 1, 3, false)
+        );
+        src.keep(0, 10, first);
+        crate::store::testing::set_chunk_data(dir.path(), 1, b"not a chunk");
+        write(&mut w, "m,s=a", &pts(4, 4));
+        let grown = src.read(0, 10).unwrap();
+        assert_eq!((grown.first, grown.last, grown.full), (1, 2, false));
+        let ts: Vec<i64> = grown.points.iter().map(|p| p.ts / 1_000_000_000).collect();
+        assert_eq!(ts, (1..=7).collect::<Vec<_>>());
+        // The next chunk (5 points) does not fit beside 7 in 10: the batch is full as it is.
+        src.keep(0, 10, grown);
+        write(&mut w, "m,s=a", &pts(8, 5));
+        let full = src.read(0, 10).unwrap();
+        assert_eq!((full.last, full.points.len(), full.full), (2, 7, true));
+        // Any other read goes to the store, and meets the damaged chunk.
+        for (after, max, upto) in [(0, 20, i64::MAX), (0, 10, 2), (1, 10, i64::MAX)] {
+            src.keep(
+                0,
+                10,
+                Chunks {
+                    first: 1,
+                    last: 2,
+                    points: full.points.clone(),
+                    full: false,
+                },
+            );
+            let fresh = src.read_upto(after, max, upto);
+            if after == 0 {
+                let e = fresh.err().unwrap();
+                assert!(e.to_string().contains("chunk 1"), "{e}");
+            } else {
+                let c = fresh.unwrap();
+                assert_eq!((c.first, c.last, c.points.len()), (2, 3, 9));
+            }
+        }
+        // Given back and read once: the next read after the same cursor reads the store.
+        src.keep(0, 10, full);
+        src.read(0, 10).unwrap();
+        assert!(src.read(0, 10).is_err());
     }
 
     /// A sink's cursor costs one commit per batch: each acknowledgement rides the next
