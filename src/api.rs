@@ -560,12 +560,10 @@ pub async fn status_document(ctx: &ApiCtx) -> Status {
     .ok();
     let db_bytes = crate::store::disk_bytes(&ctx.db_path);
     let max_bytes = ctx.plan.get().max_bytes;
-    let write = with_reader(ctx, |r| {
-        crate::store::chunks::rate_sample(&r.conn, &r.path, 2_000)
-    })
-    .await
-    .ok()
-    .and_then(|s| crate::status::rate::write_rate(&s, db_bytes, max_bytes));
+    let write = with_reader(ctx, |r| r.rate_sample(2_000))
+        .await
+        .ok()
+        .and_then(|s| crate::status::rate::write_rate(&s, db_bytes, max_bytes));
     let s = &ctx.stats;
     let g = Stats::get;
     Status {

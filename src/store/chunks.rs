@@ -477,48 +477,114 @@ pub struct RateSample {
 /// entry; measured with `cargo bench --bench storage`, rounded up).
 pub const ROW_OVERHEAD: u64 = 48;
 
+/// What [`rate_sample`] keeps between samples, so that each chunk is decoded once rather
+/// than at every status read: the status decoded the newest 2,000 chunks on every read, a
+/// few percent of the agent's CPU with the UI open (docs/performance.md).
+#[derive(Debug, Default)]
+pub struct RateCache {
+    /// (id, points, values) of the window's chunks, by id.
+    window: std::collections::VecDeque<(i64, i64, u64)>,
+    /// (id, values, bytes) of the newest full chunks.
+    dense: Vec<(i64, u64, u64)>,
+}
+
 /// Samples the newest `window` chunks (the current write rate) and the newest 8 full ones
-/// (the density data settles at once recompressed). Decodes them to count values; a
-/// corrupt one is an error naming it.
+/// (the density data settles at once recompressed). Their values are counted by decoding
+/// each chunk once: `cache` keeps the counts of the chunks sampled before, and is counted
+/// again whole when the store no longer holds what it counted (chunks evicted or merged
+/// inside the window). Points, bytes and times are read from the store every time. A
+/// corrupt chunk is an error naming it.
 pub fn rate_sample(
     conn: &Connection,
     path: &Path,
     window: usize,
+    cache: &mut RateCache,
 ) -> Result<RateSample, StoreError> {
+    let from = newest_id(conn, path)?.saturating_sub(window as i64);
+    while cache.window.front().is_some_and(|c| c.0 <= from) {
+        cache.window.pop_front();
+    }
     let mut s = RateSample::default();
-    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-    let newest = Scan {
-        after: Some(newest_id(conn, path)?.saturating_sub(window as i64)),
-        ..Scan::default()
-    };
-    scan(conn, path, &newest, |c| {
-        lo = lo.min(c.ts_min);
-        hi = hi.max(c.ts_max);
-        s.points += c.n.max(0) as u64;
-        s.bytes += c.data.len() as u64 + ROW_OVERHEAD;
-        c.decode(path, |_, _, _| s.values += 1)?;
-        Ok(ControlFlow::Continue(()))
-    })?;
-    s.span_ns = hi.saturating_sub(lo).max(0);
-    let mut st = conn
-        .prepare_cached(
-            "SELECT id, ts_min, data FROM chunks WHERE n >= ?1 ORDER BY id DESC LIMIT 8",
-        )
-        .ctx(path)?;
-    let mut rows = st.query([SMALL_POINTS]).ctx(path)?;
-    while let Some(r) = rows.next().ctx(path)? {
-        let (id, ts_min): (i64, i64) = (r.get(0).ctx(path)?, r.get(1).ctx(path)?);
-        let data = match r.get_ref(2).ctx(path)? {
-            rusqlite::types::ValueRef::Null => &[][..],
-            v => v.as_blob().ctx(path)?,
+    for whole in [false, true] {
+        if whole {
+            cache.window.clear();
+        }
+        let scan_from = cache.window.back().map_or(from, |c| c.0.max(from));
+        scan(
+            conn,
+            path,
+            &Scan {
+                after: Some(scan_from),
+                ..Scan::default()
+            },
+            |c| {
+                let mut values = 0u64;
+                c.decode(path, |_, _, _| values += 1)?;
+                cache.window.push_back((c.id, c.n.max(0), values));
+                Ok(ControlFlow::Continue(()))
+            },
+        )?;
+        let through = cache.window.back().map_or(from, |c| c.0);
+        let (count, points, lo, hi, bytes): (i64, i64, Option<i64>, Option<i64>, i64) = conn
+            .prepare_cached(
+                "SELECT count(*), COALESCE(sum(max(n, 0)), 0), min(ts_min), max(ts_max), \
+                 COALESCE(sum(length(data)), 0) FROM chunks WHERE id > ?1 AND id <= ?2",
+            )
+            .and_then(|mut st| {
+                st.query_row([from, through], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+            })
+            .ctx(path)?;
+        let held: i64 = cache.window.iter().map(|c| c.1).sum();
+        s = RateSample {
+            points: points as u64,
+            values: cache.window.iter().map(|c| c.2).sum(),
+            span_ns: hi.zip(lo).map_or(0, |(h, l)| h.saturating_sub(l).max(0)),
+            bytes: bytes as u64 + count as u64 * ROW_OVERHEAD,
+            ..RateSample::default()
         };
-        codec::decode_chunk(data, ts_min, |_, _, _| s.dense_values += 1).map_err(|source| {
-            StoreError::Corrupt {
-                path: path.to_path_buf(),
-                source: source.in_chunk(id),
-            }
-        })?;
-        s.dense_bytes += data.len() as u64 + ROW_OVERHEAD;
+        if count == cache.window.len() as i64 && points == held {
+            break;
+        }
+    }
+    let ids: Vec<i64> = conn
+        .prepare_cached("SELECT id FROM chunks WHERE n >= ?1 ORDER BY id DESC LIMIT 8")
+        .and_then(|mut st| {
+            st.query_map([SMALL_POINTS], |r| r.get(0))?
+                .collect::<Result<_, _>>()
+        })
+        .ctx(path)?;
+    cache.dense.retain(|d| ids.contains(&d.0));
+    for id in ids {
+        if !cache.dense.iter().any(|d| d.0 == id) {
+            let mut values = 0u64;
+            let mut bytes = 0u64;
+            scan(
+                conn,
+                path,
+                &Scan {
+                    after: Some(id - 1),
+                    before: Some(id + 1),
+                    ..Scan::default()
+                },
+                |c| {
+                    codec::decode_chunk(c.data, c.ts_min, |_, _, _| values += 1).map_err(
+                        |source| StoreError::Corrupt {
+                            path: path.to_path_buf(),
+                            source: source.in_chunk(c.id),
+                        },
+                    )?;
+                    bytes = c.data.len() as u64;
+                    Ok(ControlFlow::Continue(()))
+                },
+            )?;
+            cache.dense.push((id, values, bytes));
+        }
+    }
+    for d in &cache.dense {
+        s.dense_values += d.1;
+        s.dense_bytes += d.2 + ROW_OVERHEAD;
     }
     Ok(s)
 }
@@ -920,6 +986,70 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM chunk_index", [], |r| r.get(0))
             .unwrap();
         assert!(left < 10, "{left} entries after merging");
+    }
+
+    /// The status' write-rate sample decodes each chunk once: the counts kept from earlier
+    /// samples plus the chunks committed since give what a fresh sample gives, through new
+    /// commits sliding the window, an eviction inside it, a retimed chunk and merging. A
+    /// chunk already counted is not decoded again: made undecodable, it still lets the kept
+    /// sample answer, while a fresh one names it.
+    #[test]
+    fn the_rate_sample_decodes_each_chunk_once_and_says_what_a_fresh_one_says() {
+        use crate::model::{Batch, Line, Value};
+        let (mut w, dir) = store_with(3, 2, 10);
+        let path = dir.path();
+        let mut conn = Connection::open(super::super::db_path(path)).unwrap();
+        let mut kept = RateCache::default();
+        let fresh = |c: &Connection| rate_sample(c, path, 20, &mut RateCache::default());
+        let first = rate_sample(&conn, path, 20, &mut kept).unwrap();
+        assert_eq!(first, fresh(&conn).unwrap());
+        assert_eq!((first.points, first.values), (20, 40));
+        for i in 11..=20 {
+            let batch = Batch {
+                lines: (0..3)
+                    .map(|s| Line {
+                        key: format!("m,s={s}"),
+                        fields: vec![("f0".into(), Value::F64(i as f64))],
+                        ts: i * 1_000_000_000,
+                        line_no: 0,
+                    })
+                    .collect(),
+            };
+            w.write(&[&batch]).unwrap();
+        }
+        drop(w);
+        let slid = rate_sample(&conn, path, 20, &mut kept).unwrap();
+        assert_eq!(slid, fresh(&conn).unwrap());
+        assert_eq!((slid.points, slid.values, kept.window.len()), (20, 20, 20));
+        delete(&conn, path, [55]).unwrap();
+        assert_eq!(
+            rate_sample(&conn, path, 20, &mut kept).unwrap(),
+            fresh(&conn).unwrap()
+        );
+        let data: Vec<u8> = conn
+            .query_row("SELECT data FROM chunks WHERE id = 50", [], |r| r.get(0))
+            .unwrap();
+        retime(&conn, path, 50, 7, 8, &data).unwrap();
+        let retimed = rate_sample(&conn, path, 20, &mut kept).unwrap();
+        assert_eq!(retimed, fresh(&conn).unwrap());
+        assert!(retimed.span_ns > 19_000_000_000, "{retimed:?}");
+        super::super::compact::merge_step(
+            &mut conn,
+            path,
+            &super::super::compact::Limits {
+                all: true,
+                ..super::super::compact::Limits::default()
+            },
+        )
+        .unwrap()
+        .unwrap();
+        let merged = rate_sample(&conn, path, 20, &mut kept).unwrap();
+        assert_eq!(merged, fresh(&conn).unwrap());
+        let newest = newest_id(&conn, path).unwrap();
+        retime(&conn, path, newest, 7, 8, b"not a chunk").unwrap();
+        rate_sample(&conn, path, 20, &mut kept).unwrap();
+        let e = fresh(&conn).err().unwrap();
+        assert!(e.to_string().contains(&format!("chunk {newest}")), "{e}");
     }
 
     /// Reading many tag sets at once gives each tag set's chunks, indexed and in the tail,

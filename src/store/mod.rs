@@ -204,6 +204,8 @@ pub struct Reader {
     pub(crate) path: PathBuf,
     /// The tag sets this reader has looked up (see [`Reader::tagsets_matching`]).
     tagsets: std::cell::RefCell<dict::TagsetCache>,
+    /// The write-rate sample's counts so far (see [`Reader::rate_sample`]).
+    rate: std::cell::RefCell<chunks::RateCache>,
 }
 
 impl Reader {
@@ -214,6 +216,7 @@ impl Reader {
             conn,
             path,
             tagsets: Default::default(),
+            rate: Default::default(),
         })
     }
 
@@ -251,6 +254,12 @@ impl Reader {
     /// Bytes used on disk by the database and its WAL.
     pub fn disk_bytes(&self) -> u64 {
         disk_bytes(&self.path)
+    }
+
+    /// The newest `window` chunks sampled for the status' write rate
+    /// ([`chunks::rate_sample`]): each chunk is decoded once over this reader's life.
+    pub fn rate_sample(&self, window: usize) -> Result<chunks::RateSample, StoreError> {
+        chunks::rate_sample(&self.conn, &self.path, window, &mut self.rate.borrow_mut())
     }
 
     /// Number of series in the dictionary.
