@@ -866,10 +866,22 @@ mod tests {
         commits: i64,
     ) -> (super::super::Writer, tempfile::TempDir) {
         use crate::config::Synchronous;
-        use crate::model::{Batch, Line, Value};
         let dir = tempfile::tempdir().unwrap();
         let mut w = super::super::Writer::open(dir.path(), 100_000, Synchronous::Normal).unwrap();
-        for i in 1..=commits {
+        commit_each(&mut w, tagsets, fields, 1..=commits);
+        (w, dir)
+    }
+
+    /// Commits, for each second `i` of `seconds`, one point of each of `tagsets` tag sets
+    /// (`fields` float fields each): one chunk per tag set and commit.
+    fn commit_each(
+        w: &mut super::super::Writer,
+        tagsets: i64,
+        fields: usize,
+        seconds: std::ops::RangeInclusive<i64>,
+    ) {
+        use crate::model::{Batch, Line, Value};
+        for i in seconds {
             let batch = Batch {
                 lines: (0..tagsets)
                     .map(|s| Line {
@@ -884,7 +896,6 @@ mod tests {
             };
             w.write(&[&batch]).unwrap();
         }
-        (w, dir)
     }
 
     /// Index entries as they should be: one per chunk through `indexed_through`.
@@ -995,7 +1006,6 @@ mod tests {
     /// sample answer, while a fresh one names it.
     #[test]
     fn the_rate_sample_decodes_each_chunk_once_and_says_what_a_fresh_one_says() {
-        use crate::model::{Batch, Line, Value};
         let (mut w, dir) = store_with(3, 2, 10);
         let path = dir.path();
         let mut conn = Connection::open(super::super::db_path(path)).unwrap();
@@ -1004,19 +1014,7 @@ mod tests {
         let first = rate_sample(&conn, path, 20, &mut kept).unwrap();
         assert_eq!(first, fresh(&conn).unwrap());
         assert_eq!((first.points, first.values), (20, 40));
-        for i in 11..=20 {
-            let batch = Batch {
-                lines: (0..3)
-                    .map(|s| Line {
-                        key: format!("m,s={s}"),
-                        fields: vec![("f0".into(), Value::F64(i as f64))],
-                        ts: i * 1_000_000_000,
-                        line_no: 0,
-                    })
-                    .collect(),
-            };
-            w.write(&[&batch]).unwrap();
-        }
+        commit_each(&mut w, 3, 1, 11..=20);
         drop(w);
         let slid = rate_sample(&conn, path, 20, &mut kept).unwrap();
         assert_eq!(slid, fresh(&conn).unwrap());
@@ -1063,22 +1061,7 @@ mod tests {
         index_tail(&tx, path).unwrap();
         tx.commit().unwrap();
         // More chunks after indexing: the tail.
-        {
-            use crate::model::{Batch, Line, Value};
-            for i in 6..=8 {
-                let batch = Batch {
-                    lines: (0..20)
-                        .map(|s| Line {
-                            key: format!("m,s={s}"),
-                            fields: vec![("f0".to_string(), Value::F64(i as f64))],
-                            ts: i * 1_000_000_000,
-                            line_no: 0,
-                        })
-                        .collect(),
-                };
-                w.write(&[&batch]).unwrap();
-            }
-        }
+        commit_each(&mut w, 20, 1, 6..=8);
         assert_eq!(unindexed(&conn), 60);
         let tagset_of = |key: &str| -> i64 {
             conn.query_row("SELECT id FROM tagsets WHERE key = ?1", [key], |r| r.get(0))
