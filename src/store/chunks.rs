@@ -898,6 +898,20 @@ mod tests {
         }
     }
 
+    /// One merge step over every chunk (`edgewatch maintain`'s), which must find some.
+    fn merge_all(conn: &mut Connection, path: &Path) -> super::super::compact::Pass {
+        super::super::compact::merge_step(
+            conn,
+            path,
+            &super::super::compact::Limits {
+                all: true,
+                ..super::super::compact::Limits::default()
+            },
+        )
+        .unwrap()
+        .unwrap()
+    }
+
     /// Index entries as they should be: one per chunk through `indexed_through`.
     fn index_is_true(conn: &Connection) {
         let entries = |sql: &str| -> Vec<(i64, i64, i64)> {
@@ -981,16 +995,7 @@ mod tests {
             .unwrap();
         retime(&conn, path, id, 7, 8, &data).unwrap();
         index_is_true(&conn);
-        let merged = super::super::compact::merge_step(
-            &mut conn,
-            path,
-            &super::super::compact::Limits {
-                all: true,
-                ..super::super::compact::Limits::default()
-            },
-        )
-        .unwrap()
-        .unwrap();
+        let merged = merge_all(&mut conn, path);
         assert!(merged.removed > 50, "{merged:?}");
         index_is_true(&conn);
         let left: i64 = conn
@@ -1031,16 +1036,7 @@ mod tests {
         let retimed = rate_sample(&conn, path, 20, &mut kept).unwrap();
         assert_eq!(retimed, fresh(&conn).unwrap());
         assert!(retimed.span_ns > 19_000_000_000, "{retimed:?}");
-        super::super::compact::merge_step(
-            &mut conn,
-            path,
-            &super::super::compact::Limits {
-                all: true,
-                ..super::super::compact::Limits::default()
-            },
-        )
-        .unwrap()
-        .unwrap();
+        merge_all(&mut conn, path);
         let merged = rate_sample(&conn, path, 20, &mut kept).unwrap();
         assert_eq!(merged, fresh(&conn).unwrap());
         let newest = newest_id(&conn, path).unwrap();
