@@ -281,6 +281,9 @@ impl Journal {
         self.seq = seq;
         if self.buf.capacity() > 1 << 20 {
             self.buf = Vec::new();
+            if let Some(d) = self.direct.as_mut() {
+                d.mem = Vec::new();
+            }
         }
         Ok(seq)
     }
