@@ -124,16 +124,16 @@ impl Direct {
     }
 }
 
-/// `bytes` copied to the start of an aligned region of `mem` (zero-filled past them, grown as
-/// needed), as a slice of `len` bytes.
-fn aligned<'m>(mem: &'m mut Vec<u8>, bytes: &[u8], len: usize) -> &'m [u8] {
+/// `bytes` (a whole padded record) copied to the start of an aligned region of `mem`
+/// (grown as needed).
+fn aligned<'m>(mem: &'m mut Vec<u8>, bytes: &[u8]) -> &'m [u8] {
+    let len = bytes.len();
     if mem.len() < len + MAX_DIRECT_ALIGN {
         *mem = vec![0; len + MAX_DIRECT_ALIGN];
     }
     let off = mem.as_ptr().align_offset(MAX_DIRECT_ALIGN);
     let out = &mut mem[off..off + len];
-    out[..bytes.len()].copy_from_slice(bytes);
-    out[bytes.len()..].fill(0);
+    out.copy_from_slice(bytes);
     out
 }
 
@@ -313,8 +313,7 @@ impl Journal {
         let end = self.end;
         let cost = match self.direct.as_mut() {
             Some(d) if end % d.align as u64 == 0 => {
-                d.file
-                    .write_all_at(aligned(&mut d.mem, &self.buf, len), end)?;
+                d.file.write_all_at(aligned(&mut d.mem, &self.buf), end)?;
                 len as u64
             }
             _ => {
