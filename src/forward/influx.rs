@@ -306,13 +306,20 @@ pub(crate) fn run_http(ctx: SinkCtx, stop: CancellationToken, wire: &dyn Wire) {
         };
         if let Batch::Raw { last: 0, .. } = batch {
             pending_since = None;
+            // Caught up: the writer's next commit may mark this sink's next batch itself.
+            if !retrying {
+                cur.offer(cursor, max_points);
+            }
             if !nap(&stop, poll) {
                 break;
             }
             continue;
         }
         let since = *pending_since.get_or_insert_with(Instant::now);
+        // A batch a writer's commit marked is sent at once: that commit batched its points.
+        let carried = matches!(batch, Batch::Raw { last, .. } if cur.is_carried(cursor, last));
         let waiting = !full
+            && !carried
             && !batch_ready(
                 points.len(),
                 max_points,

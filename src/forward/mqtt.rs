@@ -576,15 +576,21 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                 let again = replay.front().copied();
                 let upto = again.unwrap_or(i64::MAX);
                 let device_id = ctx.device_id.clone();
+                let caught_up = inflight.is_empty() && replay.is_empty();
                 let read = tokio::task::spawn_blocking(move || {
                     let mut g = db2.lock().unwrap_or_else(|p| p.into_inner());
                     let c = g.0.read_upto(after, max_points, upto)?;
+                    if c.last == 0 && caught_up {
+                        // The writer's next commit may mark this sink's next batch itself.
+                        g.1.offer(after, max_points);
+                    }
+                    let carried = c.last != 0 && g.1.is_carried(after, c.last);
                     // The incidents the batch's points open go with it (`topics.rs`).
                     let x = super::topics::extras(&device_id, &c.points, |id| g.0.incident(id))?;
-                    Ok::<_, crate::store::StoreError>((c, x))
+                    Ok::<_, crate::store::StoreError>((c, x, carried))
                 })
                 .await;
-                let (chunks, extras) = match read {
+                let (chunks, extras, carried) = match read {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => {
                         ctx.status.error(&e.to_string());
@@ -607,6 +613,7 @@ pub(crate) async fn run(ctx: SinkCtx, stop: CancellationToken) {
                         replay.pop_front();
                     }
                 } else if !chunks.full
+                    && !carried
                     && !batch_ready(
                         chunks.points.len(),
                         max_points,

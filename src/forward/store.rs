@@ -21,6 +21,7 @@ use rusqlite::Connection;
 use super::encode::{series, Point, Series};
 use crate::store::chunks::{self, Chunk, Scan};
 use crate::store::incidents::IncidentRow;
+use crate::store::ride::{RideState, Rider, Riders};
 use crate::store::sinks::{self, Ack};
 use crate::store::sketch::Sketch;
 use crate::store::tiers::NamedRow;
@@ -473,12 +474,19 @@ pub const ACK_DEFER: Duration = Duration::from_secs(30);
 /// [`Cursor::load`] see the move at once; [`Cursor::settle`] commits a move that waited
 /// [`ACK_DEFER`], any other move of the row (dead letter, replay count, eviction-fallback
 /// span) commits it first, and a clean stop (drop) commits it.
+///
+/// A raw-feed sink that has sent everything offers its place ([`Cursor::offer`]); the
+/// writer's next commit may then carry that move and the next batch's mark in its own
+/// transaction (`crate::store::ride`), and [`Cursor::mark_inflight`] of exactly that batch
+/// commits nothing.
 pub struct Cursor {
     conn: Connection,
     path: PathBuf,
     name: String,
-    /// Acknowledged and not committed yet, and since when.
-    pending: Option<(Ack, Instant)>,
+    /// The acknowledgement held (shared with the writer's commits for a raw feed).
+    rider: Arc<Rider>,
+    /// The registry the rider joined (raw feed), kept alive with it.
+    _riders: Option<Arc<Riders>>,
     /// The last commit that carried a move failed: acknowledgements commit at once (their
     /// error reaches the sink loop, which backs off) until one succeeds.
     failing: bool,
@@ -497,11 +505,18 @@ impl Cursor {
     pub fn open_feed(dir: &Path, name: &str, feed: Feed) -> Result<(Cursor, Durable), StoreError> {
         let (mut conn, path) = crate::store::open(dir, Mode::Cursor)?;
         let d = sinks::open_row_in(&mut conn, &path, name, feed.tier_s())?;
+        let rider = Rider::new(name);
+        let riders = (feed == Feed::Raw).then(|| {
+            let r = Riders::of(&path);
+            r.join(&rider);
+            r
+        });
         let c = Cursor {
             conn,
             path,
             name: name.to_string(),
-            pending: None,
+            rider,
+            _riders: riders,
             failing: false,
         };
         Ok((c, d))
@@ -509,8 +524,9 @@ impl Cursor {
 
     /// Reads the row, with an acknowledgement not committed yet applied as its commit will.
     pub fn load(&self) -> Result<Durable, StoreError> {
+        let st = self.rider.hold();
         let mut d = sinks::load(&self.conn, &self.path, &self.name)?;
-        if let Some((a, _)) = &self.pending {
+        if let Some((a, _)) = &st.pending {
             d.cursor = d.cursor.max(a.through);
             d.seq = d.seq.max(a.seq);
             d.forwarded += a.points;
@@ -520,10 +536,36 @@ impl Cursor {
         Ok(d)
     }
 
+    /// The sink has sent everything through chunk `after` and takes `max_points` points a
+    /// batch: the writer's next commit may carry its held acknowledgement and mark its next
+    /// batch (see [`Cursor`]). Any other move of the cursor withdraws the offer.
+    pub fn offer(&self, after: i64, max_points: usize) {
+        if self.failing {
+            return;
+        }
+        self.rider.hold().offer(after, max_points);
+    }
+
+    /// Whether a writer's commit marked the batch after `after` through `through` in flight
+    /// (the batch is then sent at once, as that commit already batched its points).
+    pub fn is_carried(&self, after: i64, through: i64) -> bool {
+        self.rider.hold().is_carried(after, through)
+    }
+
     /// Records that batches through chunk `through` are being sent, with the cursor move of
-    /// the batches acknowledged since the last commit: one small transaction.
+    /// the batches acknowledged since the last commit: one small transaction, or none when a
+    /// writer's commit marked exactly this batch already.
     pub fn mark_inflight(&mut self, through: i64) -> Result<(), StoreError> {
-        let a = self.pending.map(|(a, _)| a);
+        let rider = self.rider.clone();
+        let mut st = rider.hold();
+        let carried = st
+            .carried()
+            .is_some_and(|(after, t)| t == through && st.is_carried(after, t));
+        st.withdraw();
+        if carried {
+            return Ok(());
+        }
+        let a = st.pending.map(|(a, _)| a);
         let r = sinks::ack_and_mark(
             &mut self.conn,
             &self.path,
@@ -531,7 +573,7 @@ impl Cursor {
             a.as_ref(),
             Some(through),
         );
-        self.committed(r)
+        self.committed(&mut st, r)
     }
 
     /// The remote end acknowledged everything through chunk `through` (batch `seq`, `points`
@@ -553,7 +595,10 @@ impl Cursor {
             ts_max,
             now_ns,
         };
-        self.pending = Some(match self.pending {
+        let rider = self.rider.clone();
+        let mut st = rider.hold();
+        st.withdraw();
+        st.pending = Some(match st.pending {
             None => (a, Instant::now()),
             Some((p, since)) => (
                 Ack {
@@ -567,7 +612,7 @@ impl Cursor {
             ),
         });
         if self.failing {
-            return self.flush();
+            return self.flush_held(&mut st);
         }
         Ok(())
     }
@@ -579,27 +624,42 @@ impl Cursor {
     }
 
     fn settle_after(&mut self, defer: Duration) -> Result<(), StoreError> {
-        match self.pending {
-            Some((_, since)) if since.elapsed() >= defer => self.flush(),
+        let rider = self.rider.clone();
+        let mut st = rider.hold();
+        match st.pending {
+            Some((_, since)) if since.elapsed() >= defer => self.flush_held(&mut st),
             _ => Ok(()),
         }
     }
 
     /// Commits an acknowledgement held for the next batch, if any, now.
     pub fn flush(&mut self) -> Result<(), StoreError> {
-        let Some((a, _)) = self.pending else {
+        let rider = self.rider.clone();
+        let mut st = rider.hold();
+        self.flush_held(&mut st)
+    }
+
+    /// [`Cursor::flush`] with the state held: any move of the cursor's own withdraws an
+    /// offer, so no commit of the writer carries what this one commits.
+    fn flush_held(&mut self, st: &mut RideState) -> Result<(), StoreError> {
+        st.withdraw();
+        let Some((a, _)) = st.pending else {
             return Ok(());
         };
         let r = sinks::ack_and_mark(&mut self.conn, &self.path, &self.name, Some(&a), None);
-        self.committed(r)
+        self.committed(st, r)
     }
 
     /// After a commit that carried the held acknowledgement: drops it when stored, keeps it
     /// (and commits the next ones at once) when not.
-    fn committed(&mut self, r: Result<(), StoreError>) -> Result<(), StoreError> {
+    fn committed(
+        &mut self,
+        st: &mut RideState,
+        r: Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         self.failing = r.is_err();
         if r.is_ok() {
-            self.pending = None;
+            st.pending = None;
         }
         r
     }
@@ -675,9 +735,27 @@ impl Cursor {
 }
 
 impl Drop for Cursor {
-    /// A clean stop commits the acknowledgement held for the next batch.
+    /// A clean stop commits the acknowledgement held for the next batch, and takes back a
+    /// mark a writer's commit made for a batch not sent yet (or the next start would count
+    /// it as sent and replayed).
     fn drop(&mut self) {
-        if let Err(e) = self.flush() {
+        let rider = self.rider.clone();
+        let mut st = rider.hold();
+        if let Some((after, _)) = st.carried() {
+            st.withdraw();
+            let a = st.pending.map(|(a, _)| a);
+            let r = sinks::ack_and_mark(
+                &mut self.conn,
+                &self.path,
+                &self.name,
+                a.as_ref(),
+                Some(after),
+            );
+            if self.committed(&mut st, r).is_err() {
+                tracing::warn!(sink = %self.name, "cannot take back the mark of a batch not sent (counted as replayed at the next start)");
+            }
+        }
+        if let Err(e) = self.flush_held(&mut st) {
             tracing::warn!(sink = %self.name, error = %e, "cannot persist the cursor at stop (its last batch will be sent again)");
         }
     }
@@ -884,6 +962,118 @@ mod tests {
         cur.ack(170, 17, 5, 1700, 18).unwrap();
         assert_eq!(stored(dir.path()), (160, 100, 16, 80));
         assert_eq!(cur.load().unwrap().cursor, 170);
+    }
+
+    /// A caught-up sink's offer: the writer's next commit of chunks right after its place,
+    /// within its batch size, carries the acknowledgement it holds and marks those chunks in
+    /// flight in the writer's own transaction, and the sink's mark of that batch commits
+    /// nothing. A batch over its size, a stale place or a move of its own leaves the mark to
+    /// the sink as before; a clean stop takes back a mark not sent, and a crash after the
+    /// send replays it under its number.
+    ///
+    /// An unsynced writer (`normal`) carries nothing: a sink's bookkeeping is always synced.
+    #[test]
+    fn a_caught_up_sinks_mark_and_acknowledgement_ride_the_writers_commit() {
+        use crate::rollup::tests::write;
+        use crate::store::testing::wal_frames;
+        let dir = tempfile::tempdir().unwrap();
+        let mut w =
+            crate::store::Writer::open(dir.path(), 100, crate::config::Synchronous::Full).unwrap();
+        let pts = |from: i64, n: i64| -> Vec<(i64, f64)> {
+            (from..from + n)
+                .map(|i| (i * 1_000_000_000, i as f64))
+                .collect()
+        };
+        let mut chunk = 0;
+        let mut next = |w: &mut crate::store::Writer, n: i64| {
+            chunk += 1;
+            write(w, "m,s=a", &pts(chunk * 10, n));
+        };
+        next(&mut w, 3);
+        let (mut cur, _) = Cursor::open(dir.path(), "s").unwrap();
+        let mut src = Source::open(dir.path(), vec![]).unwrap();
+        // No offer yet: the sink marks chunk 1 itself; its acknowledgement is held.
+        assert_eq!(src.read(0, 10).unwrap().last, 1);
+        assert!(!cur.is_carried(0, 1));
+        cur.mark_inflight(1).unwrap();
+        cur.ack(1, 1, 3, 1, 1).unwrap();
+        assert_eq!(stored(dir.path()), (0, 1, 0, 0));
+
+        // Caught up: the next commit carries the held acknowledgement and marks chunk 2.
+        assert_eq!(src.read(1, 10).unwrap().last, 0);
+        cur.offer(1, 10);
+        next(&mut w, 4);
+        assert_eq!(stored(dir.path()), (1, 2, 1, 3), "in the writer's commit");
+        let c = src.read(1, 10).unwrap();
+        assert_eq!((c.first, c.last, c.points.len()), (2, 2, 4));
+        assert!(cur.is_carried(1, 2));
+        assert!(!cur.is_carried(1, 3), "only the batch it marked");
+        let before = wal_frames(dir.path());
+        cur.mark_inflight(2).unwrap();
+        assert_eq!(wal_frames(dir.path()), before, "the sink commits nothing");
+        cur.ack(2, 2, 4, 2, 2).unwrap();
+        assert_eq!(cur.load().unwrap().forwarded, 7, "each batch counted once");
+
+        // Over its batch size (5 points, 4 a batch): not carried.
+        cur.offer(2, 4);
+        next(&mut w, 5);
+        assert_eq!(stored(dir.path()), (1, 2, 1, 3));
+        assert!(!cur.is_carried(2, 3));
+        // A stale place (chunk 3 came since): the commit of chunk 4 does not follow it.
+        cur.offer(2, 10);
+        next(&mut w, 1);
+        assert_eq!(stored(dir.path()), (1, 2, 1, 3));
+        assert!(!cur.is_carried(2, 4));
+        cur.mark_inflight(4).unwrap();
+        assert_eq!(
+            stored(dir.path()),
+            (2, 4, 2, 7),
+            "the sink's own mark, as before"
+        );
+        cur.ack(4, 3, 6, 4, 3).unwrap();
+        // A move of its own withdraws the offer.
+        cur.offer(4, 10);
+        cur.flush().unwrap();
+        next(&mut w, 2);
+        assert_eq!(stored(dir.path()), (4, 4, 3, 13));
+        assert!(!cur.is_carried(4, 5));
+        cur.mark_inflight(5).unwrap();
+        cur.ack(5, 4, 2, 5, 4).unwrap();
+
+        // Carried, then a clean stop before the send: the mark is taken back, and the next
+        // start replays nothing (the acknowledgement it carried is kept).
+        cur.offer(5, 10);
+        next(&mut w, 1);
+        assert_eq!(stored(dir.path()), (5, 6, 4, 15));
+        drop(cur);
+        let (mut cur, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!((d.cursor, d.seq, d.replayed, d.forwarded), (5, 4, 0, 15));
+        // Chunk 6 was never sent: the sink sends it; then a batch carried and sent, and a
+        // crash: the next start sends it again under its number.
+        assert_eq!(src.read(5, 10).unwrap().last, 6);
+        cur.mark_inflight(6).unwrap();
+        cur.ack(6, 5, 1, 6, 5).unwrap();
+        cur.offer(6, 10);
+        next(&mut w, 1);
+        assert!(cur.is_carried(6, 7));
+        cur.mark_inflight(7).unwrap();
+        std::mem::forget(cur);
+        let (mut cur, d) = Cursor::open(dir.path(), "s").unwrap();
+        assert_eq!(
+            (d.cursor, d.seq, d.replay_through, d.replayed),
+            (6, 5, 7, 1)
+        );
+        cur.mark_inflight(7).unwrap();
+        cur.ack(7, 6, 1, 7, 6).unwrap();
+
+        // An unsynced writer carries nothing.
+        drop(w);
+        let mut w = crate::store::Writer::open(dir.path(), 100, crate::config::Synchronous::Normal)
+            .unwrap();
+        cur.offer(7, 10);
+        next(&mut w, 1);
+        assert!(!cur.is_carried(7, 8));
+        assert_eq!(stored(dir.path()), (6, 7, 5, 16));
     }
 
     fn ident() -> Vec<(String, String)> {

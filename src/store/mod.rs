@@ -32,6 +32,7 @@ pub mod latest;
 pub mod open;
 pub mod outbox;
 pub mod query;
+pub mod ride;
 pub mod sinks;
 pub mod sketch;
 pub mod staged;

@@ -340,13 +340,13 @@ pub fn mark_inflight(
     name: &str,
     through: i64,
 ) -> Result<(), StoreError> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE sinks SET \
          inflight_through_chunk_id = CASE WHEN rollup_tier > 0 THEN inflight_through_chunk_id ELSE ?2 END, \
          rollup_inflight_bucket = CASE WHEN rollup_tier > 0 THEN ?2 ELSE rollup_inflight_bucket END \
          WHERE name = ?1",
-        params![name, through],
     )
+    .and_then(|mut st| st.execute(params![name, through]))
     .map(|_| ())
     .ctx(path)
 }
@@ -381,22 +381,35 @@ pub fn ack_and_mark(
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
+    ack_and_mark_in(&tx, path, name, a, through)?;
+    tx.commit().ctx(path)
+}
+
+/// [`ack_and_mark`]'s statements in a transaction of the caller's (a writer's commit
+/// carrying the sink's move: `super::ride`).
+pub fn ack_and_mark_in(
+    tx: &Connection,
+    path: &Path,
+    name: &str,
+    a: Option<&Ack>,
+    through: Option<i64>,
+) -> Result<(), StoreError> {
     if let Some(a) = a {
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE sinks SET \
              cursor_chunk_id = CASE WHEN rollup_tier > 0 THEN cursor_chunk_id ELSE MAX(cursor_chunk_id, ?2) END, \
              rollup_cursor_bucket = CASE WHEN rollup_tier > 0 THEN MAX(rollup_cursor_bucket, ?2) ELSE rollup_cursor_bucket END, \
              batch_seq = MAX(batch_seq, ?3), \
              forwarded_points = forwarded_points + ?4, last_success_ns = ?5, \
              forwarded_ts_max = MAX(forwarded_ts_max, ?6) WHERE name = ?1",
-            params![name, a.through, a.seq, a.points, a.now_ns, a.ts_max],
         )
+        .and_then(|mut st| st.execute(params![name, a.through, a.seq, a.points, a.now_ns, a.ts_max]))
         .ctx(path)?;
     }
     if let Some(through) = through {
-        mark_inflight(&tx, path, name, through)?;
+        mark_inflight(tx, path, name, through)?;
     }
-    tx.commit().ctx(path)
+    Ok(())
 }
 
 /// A batch the remote end refused as bad data.

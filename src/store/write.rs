@@ -2,6 +2,9 @@
 //! growing the series dictionary (with the series cap and type checks) and packing each tag
 //! set's points into chunk rows. Its connection is the only one that writes ingested points.
 //!
+//! A commit that stores chunks right after the place a caught-up sink offered also carries
+//! that sink's acknowledgement and the in-flight mark of those chunks ([`super::ride`]).
+//!
 //! Never reads the ingest queue (the writer task hands it batches) and never deletes.
 
 use std::path::{Path, PathBuf};
@@ -10,8 +13,9 @@ use rusqlite::{params, Connection};
 
 use super::journal::Journal;
 use super::open::{open, Ctx, Mode};
+use super::ride::{Carried, Riders};
 use super::staged::Staged;
-use super::{chunks, codec, dict, LatestValues, StoreError};
+use super::{chunks, clockfix, codec, dict, LatestValues, StoreError};
 use crate::config::Synchronous;
 use crate::model::{split_series_key, Batch, Kind, Rejection};
 
@@ -47,6 +51,9 @@ pub struct Writer {
     unstored: Option<Staged>,
     /// The wall clock a commit splits its chunks by ([`CHUNK_SPLIT_NS`]); tests set their own.
     clock: fn() -> i64,
+    /// The sinks whose bookkeeping a commit may carry ([`super::ride`]); `None` unless
+    /// commits are synced (`full`), as a sink's own commits always are.
+    riders: Option<std::sync::Arc<Riders>>,
 }
 
 /// The writer's view of the unindexed tail of `chunks`.
@@ -133,6 +140,9 @@ impl Writer {
             tagsets: foldhash::HashSet::default(),
             since: std::time::Instant::now(),
         };
+        // A sink's acknowledgement and mark must survive a power cut (its own commits are
+        // always synced), so only a synced commit carries them.
+        let riders = (sync == Synchronous::Full).then(|| Riders::of(&path));
         let mut w = Writer {
             tail,
             conn,
@@ -144,6 +154,7 @@ impl Writer {
             journal: None,
             unstored: None,
             clock: crate::now_ns,
+            riders,
         };
         w.load_dictionary()?;
         Ok(w)
@@ -234,7 +245,7 @@ impl Writer {
             batches,
         )?;
         let split = Self::split(self.clock);
-        let rows = Self::store_chunks(
+        let (rows, points) = Self::store_chunks(
             &tx,
             &path,
             split,
@@ -242,8 +253,10 @@ impl Writer {
             &mut self.tail,
             staged.iter().map(|(_, s)| s),
         )?;
+        let carried = Self::carry(self.riders.as_deref(), &tx, &path, rows, points)?;
         let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
         tx.commit().ctx(&path)?;
+        carried.done(true);
         self.committed(rows, indexed);
         Ok(staged.into_iter().map(|(sum, _)| sum).collect())
     }
@@ -342,7 +355,9 @@ impl Writer {
         let path = self.path.clone();
         let tx = self.conn.transaction().ctx(&path)?;
         let split = Self::split(self.clock);
-        let rows = Self::store_chunks(&tx, &path, split, &mut self.latest, &mut self.tail, staged)?;
+        let (rows, points) =
+            Self::store_chunks(&tx, &path, split, &mut self.latest, &mut self.tail, staged)?;
+        let carried = Self::carry(self.riders.as_deref(), &tx, &path, rows, points)?;
         if let Some(j) = self.journal.as_ref().filter(|j| !j.is_empty()) {
             tx.prepare_cached("UPDATE sqlite_sequence SET seq = ?1 WHERE name = ?2")
                 .and_then(|mut st| st.execute(rusqlite::params![j.seq() as i64, JOURNAL_SEQ_ROW]))
@@ -350,12 +365,35 @@ impl Writer {
         }
         let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
         tx.commit().ctx(&path)?;
+        carried.done(true);
         self.committed(rows, indexed);
         Ok(())
     }
 
+    /// In a transaction that stored `rows` chunks of `points` points: the sinks' moves it
+    /// carries ([`Riders::carry`]). Chunk ids are consecutive within it (AUTOINCREMENT, and
+    /// no other connection writes meanwhile), so its chunks follow `newest - rows`. Nothing
+    /// is carried while a clock fix holds chunks back from the sinks (`clockfix`), nor by an
+    /// unsynced writer (`normal`).
+    fn carry(
+        riders: Option<&Riders>,
+        tx: &Connection,
+        path: &Path,
+        rows: i64,
+        points: i64,
+    ) -> Result<Carried, StoreError> {
+        let Some(riders) = riders.filter(|r| rows > 0 && r.any_offer()) else {
+            return Ok(Carried::none());
+        };
+        if clockfix::hold_from(tx).ctx(path)?.is_some() {
+            return Ok(Carried::none());
+        }
+        let through = chunks::next_id(tx, path)? - 1;
+        Ok(riders.carry(tx, path, through - rows, through, points))
+    }
+
     /// Packs the lines into chunk rows, one per tag set and side of `split` (more past
-    /// [`MAX_CHUNK_POINTS`]), those before `split` first; returns the rows written. Collects the newest value
+    /// [`MAX_CHUNK_POINTS`]), those before `split` first; returns the rows and points written. Collects the newest value
     /// of each numeric series for [`Writer::committed`].
     fn store_chunks<'a>(
         tx: &rusqlite::Transaction<'_>,
@@ -364,7 +402,7 @@ impl Writer {
         latest: &mut Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
         tail: &mut Tail,
         staged: impl IntoIterator<Item = &'a Staged>,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<(i64, i64), StoreError> {
         let mut ins_chunk = tx
             .prepare_cached(
                 "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -374,7 +412,7 @@ impl Writer {
         if let Some(n) = newest.as_mut() {
             n.clear();
         }
-        let mut rows = 0i64;
+        let (mut rows, mut points) = (0i64, 0i64);
         // Points grouped by tag set and by which side of the current minute's start
         // (`split`, see CHUNK_SPLIT_NS) they are on, in arrival order per tag set.
         let mut open: Vec<ChunkBuilder> = Vec::new();
@@ -399,7 +437,9 @@ impl Writer {
                 let chunk = &mut open[slot];
                 chunk.enc.push(ts, values.iter().map(|(sid, v)| (*sid, v)));
                 if chunk.enc.len() >= MAX_CHUNK_POINTS {
-                    rows += chunk.flush(&mut ins_chunk).ctx(path)?;
+                    let n = chunk.flush(&mut ins_chunk).ctx(path)?;
+                    rows += i64::from(n > 0);
+                    points += n;
                 }
             }
         }
@@ -408,13 +448,15 @@ impl Writer {
         // none of a closed one behind it.
         for current in [false, true] {
             for chunk in open.iter_mut().filter(|c| c.current == current) {
-                rows += chunk.flush(&mut ins_chunk).ctx(path)?;
+                let n = chunk.flush(&mut ins_chunk).ctx(path)?;
+                rows += i64::from(n > 0);
+                points += n;
                 // Before the commit: a failed one leaves its tag sets counted, which only
                 // brings the next indexing a little closer.
                 tail.tagsets.insert(chunk.tagset_id);
             }
         }
-        Ok(rows)
+        Ok((rows, points))
     }
 
     /// Indexes the tail in this transaction when due (see `Tail::due`): one leaf of the
@@ -596,7 +638,7 @@ impl ChunkBuilder {
     }
 
     /// Writes the pending points as one (unindexed) row and starts a new chunk; returns
-    /// the rows written (0 or 1).
+    /// the points written (0: no row).
     fn flush(&mut self, insert: &mut rusqlite::CachedStatement<'_>) -> rusqlite::Result<i64> {
         let Some(e) = self.enc.finish() else {
             return Ok(0);
@@ -608,6 +650,6 @@ impl ChunkBuilder {
             e.n as i64,
             &e.data[..]
         ])?;
-        Ok(1)
+        Ok(e.n as i64)
     }
 }
