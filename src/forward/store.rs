@@ -823,6 +823,14 @@ mod tests {
         .unwrap()
     }
 
+    /// The agent dies with `cur` open (no clean stop): the next start's cursor and what it
+    /// says, `(cursor, seq, replay_through, replayed)`.
+    fn crash_and_reopen(dir: &Path, cur: Cursor) -> (Cursor, (i64, i64, i64, i64)) {
+        std::mem::forget(cur);
+        let (cur, d) = Cursor::open(dir, "s").unwrap();
+        (cur, (d.cursor, d.seq, d.replay_through, d.replayed))
+    }
+
     /// A batch a sink gives back unsent is not read again: the next read after the same
     /// cursor returns it extended by the chunks committed since, and only as far as
     /// `max_points` takes whole chunks. The proof it is not read again: its chunk is made
@@ -922,12 +930,8 @@ mod tests {
             (100, 10, 50, 1000, 10)
         );
         // The agent dies here: the next start sends the 10th batch again, under its number.
-        std::mem::forget(cur);
-        let (mut cur, d) = Cursor::open(dir.path(), "s").unwrap();
-        assert_eq!(
-            (d.cursor, d.seq, d.replay_through, d.replayed),
-            (90, 9, 100, 1)
-        );
+        let (mut cur, replay) = crash_and_reopen(dir.path(), cur);
+        assert_eq!(replay, (90, 9, 100, 1));
         cur.mark_inflight(100).unwrap();
         cur.ack(100, 10, 5, 1000, 11).unwrap();
         cur.ack(110, 11, 5, 1100, 12).unwrap();
@@ -1057,12 +1061,8 @@ mod tests {
         next(&mut w, 1);
         assert!(cur.is_carried(6, 7));
         cur.mark_inflight(7).unwrap();
-        std::mem::forget(cur);
-        let (mut cur, d) = Cursor::open(dir.path(), "s").unwrap();
-        assert_eq!(
-            (d.cursor, d.seq, d.replay_through, d.replayed),
-            (6, 5, 7, 1)
-        );
+        let (mut cur, replay) = crash_and_reopen(dir.path(), cur);
+        assert_eq!(replay, (6, 5, 7, 1));
         cur.mark_inflight(7).unwrap();
         cur.ack(7, 6, 1, 7, 6).unwrap();
 
