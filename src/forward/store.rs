@@ -558,22 +558,14 @@ impl Cursor {
     pub fn mark_inflight(&mut self, through: i64) -> Result<(), StoreError> {
         let rider = self.rider.clone();
         let mut st = rider.hold();
-        let carried = st
+        if st
             .carried()
-            .is_some_and(|(after, t)| t == through && st.is_carried(after, t));
-        st.withdraw();
-        if carried {
+            .is_some_and(|(after, _)| st.is_carried(after, through))
+        {
+            st.withdraw();
             return Ok(());
         }
-        let a = st.pending.map(|(a, _)| a);
-        let r = sinks::ack_and_mark(
-            &mut self.conn,
-            &self.path,
-            &self.name,
-            a.as_ref(),
-            Some(through),
-        );
-        self.committed(&mut st, r)
+        self.commit_held(&mut st, Some(through))
     }
 
     /// The remote end acknowledged everything through chunk `through` (batch `seq`, `points`
@@ -642,11 +634,18 @@ impl Cursor {
     /// [`Cursor::flush`] with the state held: any move of the cursor's own withdraws an
     /// offer, so no commit of the writer carries what this one commits.
     fn flush_held(&mut self, st: &mut RideState) -> Result<(), StoreError> {
+        self.commit_held(st, None)
+    }
+
+    /// Commits the acknowledgement held and, when given, `through` as the batch in flight,
+    /// in one transaction (nothing to commit without either), after withdrawing any offer.
+    fn commit_held(&mut self, st: &mut RideState, through: Option<i64>) -> Result<(), StoreError> {
         st.withdraw();
-        let Some((a, _)) = st.pending else {
+        let a = st.pending.map(|(a, _)| a);
+        if a.is_none() && through.is_none() {
             return Ok(());
-        };
-        let r = sinks::ack_and_mark(&mut self.conn, &self.path, &self.name, Some(&a), None);
+        }
+        let r = sinks::ack_and_mark(&mut self.conn, &self.path, &self.name, a.as_ref(), through);
         self.committed(st, r)
     }
 
@@ -742,16 +741,7 @@ impl Drop for Cursor {
         let rider = self.rider.clone();
         let mut st = rider.hold();
         if let Some((after, _)) = st.carried() {
-            st.withdraw();
-            let a = st.pending.map(|(a, _)| a);
-            let r = sinks::ack_and_mark(
-                &mut self.conn,
-                &self.path,
-                &self.name,
-                a.as_ref(),
-                Some(after),
-            );
-            if self.committed(&mut st, r).is_err() {
+            if self.commit_held(&mut st, Some(after)).is_err() {
                 tracing::warn!(sink = %self.name, "cannot take back the mark of a batch not sent (counted as replayed at the next start)");
             }
         }
