@@ -30,6 +30,7 @@ taken while it is attached).
     python3 scripts/device_budget.py --phases full,ui,idle # only these
     python3 scripts/device_budget.py --phases full --wal-trace  # + WAL pages by commit kind
     python3 scripts/device_budget.py --phases full --device     # + what the block device writes (root)
+    python3 scripts/device_budget.py --phases full --prometheus 15  # + a real Prometheus scraping /metrics
 
 Targets (issue 33): full < 1 % of one core and < 25 MB steady RSS; idle < 0.2 %; bytes
 written per hour at most 3x the store's growth. Standard library only; every peer on
@@ -580,6 +581,26 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
                 env=env,
             )
         )
+    prom_port = None
+    if args.prometheus:
+        # A real Prometheus scraping the agent's /metrics, as a device that a local or
+        # central Prometheus scrapes is (its own TSDB is another process' writes).
+        need("prometheus", "prometheus")
+        prom_port = fleet.free_port()
+        prom_cfg = os.path.join(work, f"prometheus-{name}.yml")
+        with open(prom_cfg, "w") as f:
+            f.write(
+                f"global:\n  scrape_interval: {args.prometheus}s\n"
+                f"scrape_configs:\n  - job_name: edgewatch\n"
+                f"    static_configs:\n      - targets: ['127.0.0.1:{ports['http']}']\n"
+            )
+        extra.append(
+            Proc(
+                ["prometheus", f"--config.file={prom_cfg}", f"--storage.tsdb.path={work}/prom-{name}",
+                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                os.path.join(work, f"prometheus-{name}.log"),
+            )
+        )
     if ui:
         need("chromium", "chromium")
         prof = tempfile.mkdtemp(prefix="budget-chromium-")
@@ -655,6 +676,12 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         commits = sum(1 for _, c in frames if c)
         counts = collections.Counter(owner.get(p, "page 1 / pointer map / free list") for p, _ in frames)
         wal = {"frames": len(frames), "commits": commits, "by_owner": dict(counts.most_common(16))}
+    scrapes = None
+    if prom_port:
+        # Scrapes of the agent that succeeded, over the phase (`up` is 1 for each).
+        q = f"http://127.0.0.1:{prom_port}/api/v1/query?query=sum_over_time(up[1d])"
+        res = json.loads(fleet.http_get(q)[1] or "{}").get("data", {}).get("result", [])
+        scrapes = int(float(res[0]["value"][1])) if res else 0
     for p in extra:
         p.stop()
     agent.stop()
@@ -681,6 +708,7 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         "wal_trace": wal_trace,
         "points_written": st_json.get("ingest", {}).get("points_written"),
         "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
+        "prometheus_scrapes": scrapes,
     }
     r["write_amplification"] = (
         r["written_mb_per_h"] / r["store_growth_mb_per_h"] if r["store_growth_mb_per_h"] > 0 else None
@@ -765,6 +793,9 @@ def main():
                          "counting the second checkpoint's bytes as written: a window of minutes then "
                          "includes the copy into the database that the agent's own checkpoint (every 16 MiB "
                          "of WAL, ~45 min with everything on) makes of what the window wrote")
+    ap.add_argument("--prometheus", type=int, metavar="S",
+                    help="run a real Prometheus (Debian's `prometheus`) scraping the agent's /metrics every S "
+                         "seconds in each phase, and report its successful scrapes")
     ap.add_argument("--keep", help="copy each phase's stopped data directory to KEEP/PHASE (to inspect the store)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()

@@ -178,6 +178,68 @@ fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
     assert_eq!(points(&agent, "measurement=held_m").len(), 2);
 }
 
+/// A scraper polls `/metrics` (Prometheus every 15 s by default): a scrape commits nothing,
+/// yet it shows the newest values of points the writer still holds (the writer records
+/// them as it accepts them), so a scrape per interval costs the store no transaction. The
+/// held points are neither lost nor committed by it: a read of the latest commits them.
+#[test]
+fn a_scrape_shows_held_points_without_committing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
+    );
+    // Right after an alert cycle, which commits what is held when the writer's next commit
+    // is further away than its interval: the next cycle is 15 s off, beyond these scrapes.
+    let first_cycle = wait_for(Duration::from_secs(10), || {
+        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
+    });
+    assert!(first_cycle.is_some(), "no alert evaluation at start");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let lines = format!(
+        "held_scrape,app=x v=1 {}\nheld_scrape,app=x v=7 {now}\n",
+        now - 1_000_000_000
+    );
+    sock.send_to(lines.as_bytes(), agent.udp).unwrap();
+    let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_scrape");
+    let stored = [("X-Edgewatch-Read", "stored")];
+    let commits = || {
+        let (code, body) = get_with(&agent.url("/api/v1/status"), &stored).unwrap();
+        assert_eq!(code, 200, "{body}");
+        let st: J = serde_json::from_str(&body).unwrap();
+        st["ingest"]["commits"].as_u64().unwrap()
+    };
+    let before = commits();
+    let scrape = || {
+        let (code, body) = get(&agent.url("/metrics")).unwrap();
+        assert_eq!(code, 200, "{body}");
+        body
+    };
+    let shown = wait_for(Duration::from_secs(5), || {
+        let body = scrape();
+        body.lines()
+            .any(|l| l == "held_scrape_v{app=\"x\"} 7")
+            .then_some(body)
+    });
+    assert!(
+        shown.is_some(),
+        "the held point's value is not in /metrics: {}",
+        scrape()
+    );
+    for _ in 0..3 {
+        assert!(scrape().contains("edgewatch_commits_total"));
+    }
+    assert_eq!(commits(), before, "a scrape committed the held points");
+    assert_eq!(in_file(), 0, "a scrape committed the held points");
+    // Held, not lost: a read of the latest commits both.
+    assert_eq!(points(&agent, "measurement=held_scrape").len(), 2);
+    assert_eq!(in_file(), 2);
+}
+
 #[test]
 fn udp_lines_are_stored() {
     let dir = tempfile::tempdir().unwrap();

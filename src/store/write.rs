@@ -38,7 +38,8 @@ pub struct Writer {
     path: PathBuf,
     dict: Dictionary,
     max_series: usize,
-    /// Where committed numbers go (`/metrics`), and this transaction's, until the commit.
+    /// Where the newest number of each series goes (`/metrics`) as soon as it is staged,
+    /// and a buffer of them.
     latest: Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
     /// The current line's series ids, one per field.
     sids: Vec<i64>,
@@ -183,8 +184,14 @@ impl Writer {
         self.clock = clock;
     }
 
-    /// Records the newest value of every numeric series in `latest` after each commit.
+    /// Records the newest value of every numeric series in `latest` as its line is
+    /// accepted ([`Writer::stage`], [`Writer::write`], the journal's replayed records), not
+    /// at its commit: `/metrics` shows what was received, held points included, so a scrape
+    /// needs no commit of its own (each would be a synced transaction of ~10 pages).
     pub fn keep_latest(&mut self, latest: std::sync::Arc<LatestValues>) {
+        if let Some(staged) = &self.unstored {
+            note_latest(&mut Some((latest.clone(), Vec::new())), [staged]);
+        }
         self.latest = Some((latest, Vec::new()));
     }
 
@@ -249,7 +256,6 @@ impl Writer {
             &tx,
             &path,
             split,
-            &mut self.latest,
             &mut self.tail,
             staged.iter().map(|(_, s)| s),
         )?;
@@ -258,6 +264,7 @@ impl Writer {
         tx.commit().ctx(&path)?;
         carried.done(true);
         self.committed(rows, indexed);
+        note_latest(&mut self.latest, staged.iter().map(|(_, s)| s));
         Ok(staged.into_iter().map(|(sum, _)| sum).collect())
     }
 
@@ -293,6 +300,7 @@ impl Writer {
             batches,
         )?;
         tx.commit().ctx(&path)?;
+        note_latest(&mut self.latest, out.iter().map(|(_, s)| s));
         Ok(out)
     }
 
@@ -355,8 +363,7 @@ impl Writer {
         let path = self.path.clone();
         let tx = self.conn.transaction().ctx(&path)?;
         let split = Self::split(self.clock);
-        let (rows, points) =
-            Self::store_chunks(&tx, &path, split, &mut self.latest, &mut self.tail, staged)?;
+        let (rows, points) = Self::store_chunks(&tx, &path, split, &mut self.tail, staged)?;
         let carried = Self::carry(self.riders.as_deref(), &tx, &path, rows, points)?;
         if let Some(j) = self.journal.as_ref().filter(|j| !j.is_empty()) {
             tx.prepare_cached("UPDATE sqlite_sequence SET seq = ?1 WHERE name = ?2")
@@ -393,13 +400,11 @@ impl Writer {
     }
 
     /// Packs the lines into chunk rows, one per tag set and side of `split` (more past
-    /// [`MAX_CHUNK_POINTS`]), those before `split` first; returns the rows and points written. Collects the newest value
-    /// of each numeric series for [`Writer::committed`].
+    /// [`MAX_CHUNK_POINTS`]), those before `split` first; returns the rows and points written.
     fn store_chunks<'a>(
         tx: &rusqlite::Transaction<'_>,
         path: &Path,
         split: i64,
-        latest: &mut Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
         tail: &mut Tail,
         staged: impl IntoIterator<Item = &'a Staged>,
     ) -> Result<(i64, i64), StoreError> {
@@ -408,10 +413,6 @@ impl Writer {
                 "INSERT INTO chunks (tagset_id, ts_min, ts_max, n, data) VALUES (?1, ?2, ?3, ?4, ?5)",
             )
             .ctx(path)?;
-        let mut newest = latest.as_mut().map(|l| &mut l.1);
-        if let Some(n) = newest.as_mut() {
-            n.clear();
-        }
         let (mut rows, mut points) = (0i64, 0i64);
         // Points grouped by tag set and by which side of the current minute's start
         // (`split`, see CHUNK_SPLIT_NS) they are on, in arrival order per tag set.
@@ -422,13 +423,6 @@ impl Writer {
             for &(tagset_id, ts, end) in &s.lines {
                 let values = &s.values[start..end as usize];
                 start = end as usize;
-                if let Some(n) = newest.as_mut() {
-                    for (sid, value) in values {
-                        if let Some(x) = super::bucket::numeric(value) {
-                            n.push((*sid, ts, x));
-                        }
-                    }
-                }
                 let current = ts >= split;
                 let slot = *open_index.entry((tagset_id, current)).or_insert_with(|| {
                     open.push(ChunkBuilder::new(tagset_id, current));
@@ -485,10 +479,32 @@ impl Writer {
             }
             None => self.tail.rows += rows,
         }
-        if let Some((latest, newest)) = &self.latest {
-            latest.record(newest);
+    }
+}
+
+/// Records the newest value of each numeric series of `staged` in `latest` (see
+/// [`Writer::keep_latest`]).
+fn note_latest<'a>(
+    latest: &mut Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
+    staged: impl IntoIterator<Item = &'a Staged>,
+) {
+    let Some((latest, buf)) = latest.as_mut() else {
+        return;
+    };
+    buf.clear();
+    for s in staged {
+        let mut start = 0usize;
+        for &(_, ts, end) in &s.lines {
+            let values = s.values.get(start..end as usize).unwrap_or_default();
+            start = end as usize;
+            buf.extend(
+                values
+                    .iter()
+                    .filter_map(|(sid, v)| super::bucket::numeric(v).map(|x| (*sid, ts, x))),
+            );
         }
     }
+    latest.record(buf);
 }
 
 /// Checks each batch's lines against the dictionary (types, the series cap), adds the

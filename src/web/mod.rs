@@ -106,6 +106,14 @@ pub fn routes(ctx: ApiCtx) -> impl Filter<Extract = (Response,), Error = warp::R
 }
 
 async fn scrape(ctx: ApiCtx, index: Arc<Mutex<metrics::Index>>) -> Response {
+    // What is stored, without a commit: a scraper polls (Prometheus every 15 s by default),
+    // and a commit per scrape would be a synced transaction of ~10 pages each time. The
+    // newest values include the points the writer holds (it records them as it accepts
+    // them: `Writer::keep_latest`), and the series they name are in the dictionary.
+    let ctx = ApiCtx {
+        read: crate::api::Read::Stored,
+        ..ctx
+    };
     let status = crate::api::status_document(&ctx).await;
     let health = metrics::render_health(&status, Some(&ctx.stats.commit_seconds.0));
     let since = crate::now_ns().saturating_sub(metrics::LATEST_WINDOW_NS);

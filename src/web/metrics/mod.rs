@@ -4,7 +4,8 @@
 //! and help are written out next to the field it exports, never derived from a field name.
 //!
 //! The newest values come from [`LatestValues`](crate::store::LatestValues), which the
-//! writer keeps as it commits (no chunk is decoded per scrape); the names and tags come from
+//! writer keeps as it accepts points, held ones included (no chunk is decoded per scrape,
+//! and a scrape commits nothing: the status part reads what is stored); the names and tags come from
 //! the series dictionary, read row by row through SQLite and written out as they are read,
 //! so a scrape holds one 64 KB piece of output and the small [`Index`] (per measurement and
 //! field: the family name and its label names), never the whole exposition or the whole
