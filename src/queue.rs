@@ -12,7 +12,6 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
@@ -44,9 +43,9 @@ pub struct Request {
     /// Queue capacity held until the writer is done with the batch.
     pub permit: OwnedSemaphorePermit,
     /// For an empty batch with an acknowledgement (a reader's barrier): answered at the
-    /// writer's next commit when that is due within this long, instead of forcing one now
-    /// (see [`IngestHandle::settle_at_next_commit`]); `None` commits at once.
-    pub at_next_commit: Option<Duration>,
+    /// writer's next commit, whenever it comes, instead of forcing one now (see
+    /// [`IngestHandle::settle_at_next_commit`]).
+    pub at_next_commit: bool,
 }
 
 /// Why a batch was not queued.
@@ -142,7 +141,7 @@ impl IngestHandle {
                 batch,
                 ack,
                 permit,
-                at_next_commit: None,
+                at_next_commit: false,
             })
             .map_err(|_| SubmitError::Closed)?;
         Ok(rx)
@@ -156,21 +155,19 @@ impl IngestHandle {
     /// with everything held beside it. A closed queue returns at once: the reader sees what
     /// is committed.
     pub async fn settle(&self) {
-        self.barrier(None).await
+        self.barrier(false).await
     }
 
     /// [`IngestHandle::settle`] without a commit of its own: returns once everything
     /// queued before the call is committed by the writer's next commit (at most `[ingest]
-    /// flush_interval` away; at once when nothing is queued or held) when that is due
-    /// within `wait`, and commits what is held now otherwise. For a reader on a schedule
-    /// (the alert cycle, `wait` its interval), whose own commit every cycle would add a
-    /// commit's pages (chunk leaves, page 1, pointer maps) to the interval's: it waits up to
-    /// a period instead, so a `flush_interval` longer than its period is still kept.
-    pub async fn settle_at_next_commit(&self, wait: Duration) {
-        self.barrier(Some(wait)).await
+    /// flush_interval` away; at once when nothing is queued or held). For a reader on a
+    /// schedule (the alert cycle), whose own commit every cycle would add a commit's pages
+    /// (chunk leaves, page 1, pointer maps) to the interval's: it waits a little instead.
+    pub async fn settle_at_next_commit(&self) {
+        self.barrier(true).await
     }
 
-    async fn barrier(&self, at_next_commit: Option<Duration>) {
+    async fn barrier(&self, at_next_commit: bool) {
         if self.queued() == 0 {
             return;
         }

@@ -33,9 +33,10 @@ pub const JOURNAL_MAX_POINTS: usize = 256;
 /// See [`JOURNAL_MAX_POINTS`].
 pub const JOURNAL_POINTS_PER_TAGSET: usize = 8;
 
-/// The least an alert cycle's barrier waits for the next commit (see [`run`]): it waits up
-/// to its interval, and at least this long.
-pub const ALERT_WAIT_MIN: Duration = Duration::from_secs(5);
+/// The longest an alert cycle's barrier waits for the next commit (see [`run`]): with a
+/// longer `flush_interval` it commits what is held itself, so a cycle never waits long for
+/// its data.
+pub const ALERT_WAIT_MAX: Duration = Duration::from_secs(5);
 
 /// Whether an acknowledged write's checked lines go to the journal (see
 /// [`JOURNAL_MAX_POINTS`]).
@@ -57,9 +58,8 @@ fn journal_worthy(staged: &Staged) -> bool {
 /// - a deep acknowledged write (long runs per tag set), and a reader's barrier (`IngestHandle::settle`: an empty
 ///   acknowledged batch), are committed at once with everything held, and answered after;
 /// - a barrier for the next commit (`IngestHandle::settle_at_next_commit`, the alert cycle)
-///   is held like a point and answered at the next commit when that is due within the
-///   barrier's wait (the cycle's interval, at least [`ALERT_WAIT_MIN`]), at once when
-///   nothing is held, and otherwise commits what is held now.
+///   is held like a point and answered at the next commit when that is due within
+///   [`ALERT_WAIT_MAX`], at once when nothing is held, and otherwise commits what is held now.
 ///
 /// A held request keeps its queue capacity until its commit, so memory stays bounded by
 /// the queue. When a commit fails (full or read-only disk), the journaled requests stay
@@ -224,23 +224,18 @@ impl Head {
             }
         };
         // A barrier for the next commit (the alert cycle) waits for it when it is due within
-        // the barrier's wait (its interval), and commits now otherwise: a cycle never waits
-        // longer than a period, and a `flush_interval` up to the period is kept.
-        // (Points held by this very call are due a whole interval from now.)
-        let new_points: usize = staged.iter().map(|(_, s)| s.points()).sum();
-        let due_in = match self.deadline {
-            Some(at) => Some(at.saturating_duration_since(Instant::now())),
-            None => (new_points > 0).then_some(self.flush_interval),
-        };
+        // ALERT_WAIT_MAX, and commits now otherwise: a cycle never waits a long interval.
+        let next_due_soon = self
+            .deadline
+            .is_some_and(|at| at.saturating_duration_since(Instant::now()) <= ALERT_WAIT_MAX);
         let barrier = pending.iter().any(|r| {
-            r.ack.is_some()
-                && r.batch.is_empty()
-                && !matches!((r.at_next_commit, due_in), (Some(wait), Some(d)) if d <= wait)
+            r.ack.is_some() && r.batch.is_empty() && (!r.at_next_commit || !next_due_soon)
         });
         let large = pending
             .iter()
             .zip(&staged)
             .any(|(r, (_, s))| r.ack.is_some() && !journal_worthy(s));
+        let new_points: usize = staged.iter().map(|(_, s)| s.points()).sum();
         let now =
             !self.journal || barrier || large || self.points + new_points >= self.max_batch_points;
         let mut entries: Vec<(Request, crate::store::WriteSummary, Staged)> = pending
@@ -296,7 +291,7 @@ impl Head {
             let is_barrier = req.ack.is_some() && req.batch.is_empty();
             // A barrier for the next commit with nothing held before it: everything queued
             // before it is committed already, so it is answered now.
-            let nothing_to_wait_for = req.at_next_commit.is_some() && self.held.is_empty();
+            let nothing_to_wait_for = req.at_next_commit && self.held.is_empty();
             if staged.is_empty() && (!is_barrier || nothing_to_wait_for) {
                 // Nothing to store (every line refused, an empty batch nobody waits on, or
                 // a barrier for the next commit with nothing before it to wait for).
@@ -608,7 +603,7 @@ mod tests {
             .unwrap();
         // Nothing held: at once, no commit.
         let t0 = Instant::now();
-        rt.block_on(h.settle_at_next_commit(ALERT_WAIT_MIN));
+        rt.block_on(h.settle_at_next_commit());
         assert_eq!(stats.commits.load(Ordering::Relaxed), 0);
         // Held points: answered by the interval's commit (due `flush` after the first
         // point was held, not before), the only one, with them stored.
@@ -620,7 +615,7 @@ mod tests {
             Ack::Committed { .. }
         ));
         assert_eq!(stats.commits.load(Ordering::Relaxed), 0, "held");
-        rt.block_on(h.settle_at_next_commit(ALERT_WAIT_MIN));
+        rt.block_on(h.settle_at_next_commit());
         assert!(
             held_at.elapsed() >= flush,
             "answered by the interval's commit, not one of its own ({:?})",
@@ -644,40 +639,27 @@ mod tests {
         t.join().unwrap();
     }
 
-    /// The alert cycle's barrier waits for the next commit up to its wait (the cycle's
-    /// interval): a `flush_interval` longer than [`ALERT_WAIT_MIN`] but within the wait is
-    /// kept (no commit of the barrier's own), and one beyond it is not waited out (the
-    /// barrier commits what is held itself: a cycle never waits longer than its period).
+    /// With a long `flush_interval` (held points due more than [`ALERT_WAIT_MAX`] away), the
+    /// alert cycle's barrier commits what is held itself instead of waiting: a cycle never
+    /// waits a long interval for its data.
     #[test]
-    fn a_barrier_for_the_next_commit_waits_up_to_its_wait_and_commits_itself_past_it() {
+    fn a_barrier_for_the_next_commit_commits_itself_when_that_is_far() {
         let dir = tempfile::tempdir().unwrap();
-        let flush = Duration::from_secs(7);
-        let (h, stats, t) = start(dir.path(), flush);
+        let (h, stats, t) = start(dir.path(), Duration::from_secs(60));
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
-        let held_at = Instant::now();
         h.submit(batch("udp", 3), false).unwrap();
-        rt.block_on(h.settle_at_next_commit(Duration::from_secs(15)));
-        assert!(
-            held_at.elapsed() >= flush,
-            "answered by the interval's commit, not one of its own ({:?})",
-            held_at.elapsed()
-        );
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
-        assert_eq!(stored(dir.path()), 3);
-        // Due further away than the wait: committed now.
-        h.submit(batch("udp", 2), false).unwrap();
         let asked = Instant::now();
-        rt.block_on(h.settle_at_next_commit(ALERT_WAIT_MIN));
+        rt.block_on(h.settle_at_next_commit());
         assert!(
-            asked.elapsed() < ALERT_WAIT_MIN,
+            asked.elapsed() < Duration::from_secs(30),
             "waited for the interval: {:?}",
             asked.elapsed()
         );
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 2);
-        assert_eq!(stored(dir.path()), 5);
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
+        assert_eq!(stored(dir.path()), 3);
         drop(h);
         t.join().unwrap();
     }

@@ -189,8 +189,8 @@ fn a_scrape_shows_held_points_without_committing_them() {
         dir.path(),
         &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
     );
-    // Right after an alert cycle, which commits what is held when the writer's next commit
-    // is further away than its interval: the next cycle is 15 s off, beyond these scrapes.
+    // Right after an alert cycle, which commits what is held once the next commit is over
+    // 5 s away: the next one is 15 s off, far beyond this test's scrapes.
     let first_cycle = wait_for(Duration::from_secs(10), || {
         (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
     });

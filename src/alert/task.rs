@@ -725,12 +725,9 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
         // Rules see every point received before the cycle, held ones included: the cycle
         // waits for the writer's next commit (points are held up to `[ingest]
         // flush_interval`) rather than forcing one of its own, which would add a commit's
-        // pages every cycle (free when nothing is held). It waits up to its interval (at
-        // least 5 s), so a `flush_interval` up to the interval keeps its commits that far
-        // apart; past that the cycle commits what is held itself.
+        // pages every cycle (free when nothing is held).
         if let Some(h) = &ingest {
-            h.settle_at_next_commit(interval.max(crate::writer::ALERT_WAIT_MIN))
-                .await;
+            h.settle_at_next_commit().await;
         }
         // The evaluation runs whole on the blocking pool; cancelling the wait for it would
         // not stop it, so it is awaited to the end (one evaluation is short).
