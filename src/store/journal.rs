@@ -141,6 +141,10 @@ fn aligned<'m>(mem: &'m mut Vec<u8>, bytes: &[u8]) -> &'m [u8] {
 /// file system does not take direct IO), `None` where the kernel does not report it.
 fn dio_align(path: &Path) -> Option<usize> {
     use std::os::unix::ffi::OsStrExt;
+    #[cfg(test)]
+    if tests::OLD_KERNEL.with(std::cell::Cell::get) {
+        return None;
+    }
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: `statx` writes at most one `struct statx` into `st`, which is zeroed and owned
     // here; `c` is a NUL-terminated path that outlives the call.
@@ -570,6 +574,169 @@ mod tests {
         let e = Journal::open(dir.path(), 0, false).err().unwrap();
         assert!(matches!(e, StoreError::InUse(_)), "{e}");
         assert!(e.to_string().contains("agent running"), "{e}");
+    }
+
+    thread_local! {
+        /// Set by a test on its own thread: `dio_align` answers as a kernel before 6.1
+        /// (the Jetsons' 5.10 and 5.15), which does not report the direct-IO block.
+        pub(super) static OLD_KERNEL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// An ext4 file system on a loop device with 4 KiB logical blocks (`losetup
+    /// --sector-size 4096`, as on a card or NVMe drive formatted so), mounted on a temp
+    /// dir; unmounted and detached when dropped. Needs root and a loop device (CI runs as
+    /// root).
+    struct Sector4k {
+        dir: tempfile::TempDir,
+        dev: String,
+    }
+
+    impl Sector4k {
+        fn mount() -> Sector4k {
+            use std::process::Command;
+            let dir = tempfile::tempdir().unwrap();
+            let image = dir.path().join("fs.img");
+            std::fs::File::create(&image)
+                .unwrap()
+                .set_len(16 << 20)
+                .unwrap();
+            let out = Command::new("losetup")
+                .args(["--sector-size", "4096", "--find", "--show"])
+                .arg(&image)
+                .output()
+                .expect("losetup(8) (Debian mount)");
+            assert!(
+                out.status.success(),
+                "a loop device with 4 KiB sectors needs root (CI runs as root): {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let fs = Sector4k { dir, dev };
+            let st = Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-b", "4096", &fs.dev])
+                .status()
+                .expect("mkfs.ext4 (Debian e2fsprogs)");
+            assert!(st.success(), "mkfs.ext4 {}: {st}", fs.dev);
+            std::fs::create_dir(fs.mnt()).unwrap();
+            let st = Command::new("mount")
+                .arg(&fs.dev)
+                .arg(fs.mnt())
+                .status()
+                .expect("mount(8)");
+            assert!(st.success(), "mount {}: {st}", fs.dev);
+            fs
+        }
+
+        fn mnt(&self) -> PathBuf {
+            self.dir.path().join("mnt")
+        }
+    }
+
+    impl Drop for Sector4k {
+        fn drop(&mut self) {
+            use std::process::Command;
+            let _ = Command::new("umount").arg(self.mnt()).status();
+            let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+        }
+    }
+
+    /// On a kernel that does not report the direct-IO block (before 6.1: the Jetsons' 5.10
+    /// and 5.15), the journal starts at 512 bytes and widens on `EINVAL`. On a device with 4
+    /// KiB logical blocks the first synced append is refused at 512, 1024 and 2048 and
+    /// written at 4096, with nothing of the refused tries left in the file; every later
+    /// append goes straight to 4 KiB blocks, and every record replays. A kernel that
+    /// reports the block (this one) starts at 4 KiB.
+    #[test]
+    fn without_the_kernels_answer_appends_widen_to_the_devices_block_and_replay() {
+        let fs = Sector4k::mount();
+        let store = fs.mnt().join("old");
+        std::fs::create_dir(&store).unwrap();
+        OLD_KERNEL.with(|k| k.set(true));
+        {
+            let (mut j, _, _) = Journal::open(&store, 0, true).unwrap();
+            assert_eq!(
+                j.direct_block(),
+                Some(512),
+                "no statx answer: the smallest block first"
+            );
+            j.append([&sample(1)]).unwrap();
+            assert_eq!(
+                j.direct_block(),
+                Some(4096),
+                "widened to the device's block"
+            );
+            assert_eq!((j.len(), j.written()), (4096, 4096));
+            for k in 2..=5 {
+                j.append([&sample(k)]).unwrap();
+            }
+            assert_eq!(j.direct_block(), Some(4096));
+            assert_eq!((j.len(), j.written()), (5 * 4096, 5 * 4096));
+        }
+        OLD_KERNEL.with(|k| k.set(false));
+        let bytes = std::fs::read(journal_path(&store)).unwrap();
+        let offsets = record_offsets(&bytes);
+        assert_eq!(
+            offsets,
+            (0..5).map(|k| (k * 4096, true)).collect::<Vec<_>>(),
+            "each record on a 4 KiB block, padded"
+        );
+        let (j, replayed, seq) = Journal::open(&store, 0, true).unwrap();
+        assert_eq!(seq, 5);
+        assert_eq!(replayed, concat(&(1..=5).map(sample).collect::<Vec<_>>()));
+        drop(j);
+        // This kernel says so itself.
+        let now = fs.mnt().join("new");
+        std::fs::create_dir(&now).unwrap();
+        let (j, _, _) = Journal::open(&now, 0, true).unwrap();
+        assert_eq!(j.direct_block(), Some(4096));
+    }
+
+    /// A file system that refuses `O_DIRECT` (ramfs, as some FUSE and network file systems
+    /// do): the journal says so (`direct_block` is `None`), its synced appends go through
+    /// the page cache unpadded, each costing the pages it touched, and every record replays;
+    /// the same whether or not the kernel reports the direct-IO block.
+    #[test]
+    fn where_direct_io_is_refused_appends_go_through_the_page_cache_and_replay() {
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "ramfs", "none"])
+            .arg(dir.path())
+            .status()
+            .expect("mount(8)");
+        assert!(
+            st.success(),
+            "mounting a ramfs needs root (CI runs as root): {st}"
+        );
+        struct Unmount<'a>(&'a Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(dir.path());
+        for old in [false, true] {
+            let store = dir.path().join(if old { "old" } else { "new" });
+            std::fs::create_dir(&store).unwrap();
+            OLD_KERNEL.with(|k| k.set(old));
+            {
+                let (mut j, _, _) = Journal::open(&store, 0, true).unwrap();
+                assert_eq!(j.direct_block(), None, "old kernel: {old}");
+                for k in 1..=3 {
+                    j.append([&sample(k)]).unwrap();
+                }
+                assert_eq!(j.direct_block(), None);
+                assert!(j.len() < 4096, "unpadded: {}", j.len());
+                // Each synced append writes the page it touched.
+                assert_eq!(j.written(), 3 * 4096, "old kernel: {old}");
+            }
+            OLD_KERNEL.with(|k| k.set(false));
+            let bytes = std::fs::read(journal_path(&store)).unwrap();
+            assert!(record_offsets(&bytes).iter().all(|&(_, padded)| !padded));
+            let (_, replayed, seq) = Journal::open(&store, 0, true).unwrap();
+            assert_eq!(seq, 3);
+            assert_eq!(replayed, concat(&(1..=3).map(sample).collect::<Vec<_>>()));
+        }
     }
 
     /// `write_bytes` of this thread (`/proc/thread-self/io`): what it caused to be written
