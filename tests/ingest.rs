@@ -86,13 +86,20 @@ fn v2_write_with_token_and_gzip() {
 
 /// An agent that holds points for 30 s (`[ingest] flush_interval`, longer than the alert
 /// cycles' 15 s, so a test cannot race the writer's own commit), past its first alert cycle
-/// (each commits what is held first), with two UDP points of `held_m` just sent.
-fn agent_holding_two_udp_points(dir: &std::path::Path) -> Agent {
+/// (each commits what is held once the next commit is over 5 s away: the next cycle is
+/// 15 s off).
+fn agent_past_its_first_cycle(dir: &std::path::Path) -> Agent {
     let agent = Agent::start(dir, &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"));
     let first_cycle = wait_for(Duration::from_secs(10), || {
         (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
     });
     assert!(first_cycle.is_some(), "no alert evaluation at start");
+    agent
+}
+
+/// [`agent_past_its_first_cycle`], with two UDP points of `held_m` just sent.
+fn agent_holding_two_udp_points(dir: &std::path::Path) -> Agent {
+    let agent = agent_past_its_first_cycle(dir);
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.send_to(b"held_m,app=x v=1 1000\nheld_m,app=x v=2 2000\n", agent.udp)
         .unwrap();
@@ -185,16 +192,7 @@ fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
 #[test]
 fn a_scrape_shows_held_points_without_committing_them() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::start(
-        dir.path(),
-        &format!("{QUIET}[ingest]\nflush_interval = \"30s\"\n"),
-    );
-    // Right after an alert cycle, which commits what is held once the next commit is over
-    // 5 s away: the next one is 15 s off, far beyond this test's scrapes.
-    let first_cycle = wait_for(Duration::from_secs(10), || {
-        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
-    });
-    assert!(first_cycle.is_some(), "no alert evaluation at start");
+    let agent = agent_past_its_first_cycle(dir.path());
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
