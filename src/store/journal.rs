@@ -426,16 +426,13 @@ fn replay(bytes: &[u8], stored: u64, path: &Path) -> (Staged, u64, usize, usize)
 /// A line: its tag set (zigzag varint), then a point of the legacy chunk encoding (time
 /// as a delta from the previous line's, value count, `(series id, value)`s).
 fn encode(buf: &mut Vec<u8>, prev: &mut i64, s: &Staged) {
-    let mut start = 0usize;
-    for &(tagset, ts, end) in &s.lines {
+    for (tagset, ts, values) in s.lines() {
         put_varint(buf, zigzag(tagset));
-        let values = &s.values[start..end as usize];
         legacy::encode_point_header(buf, *prev, ts, values.len());
         for (sid, v) in values {
             legacy::encode_value(buf, *sid, v);
         }
         *prev = ts;
-        start = end as usize;
     }
 }
 
@@ -582,17 +579,37 @@ mod tests {
         pub(super) static OLD_KERNEL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
-    /// An ext4 file system on a loop device with 4 KiB logical blocks (`losetup
-    /// --sector-size 4096`, as on a card or NVMe drive formatted so), mounted on a temp
-    /// dir; unmounted and detached when dropped. Needs root and a loop device (CI runs as
-    /// root).
-    struct Sector4k {
+    /// A file system mounted on a temp dir for a test; unmounted (and its loop device
+    /// detached) when dropped. Needs root (CI runs as root).
+    struct Mounted {
         dir: tempfile::TempDir,
-        dev: String,
+        /// The loop device under it, if any.
+        dev: Option<String>,
     }
 
-    impl Sector4k {
-        fn mount() -> Sector4k {
+    impl Mounted {
+        /// A ramfs, which refuses `O_DIRECT`.
+        fn ramfs() -> Mounted {
+            let fs = Mounted {
+                dir: tempfile::tempdir().unwrap(),
+                dev: None,
+            };
+            std::fs::create_dir(fs.mnt()).unwrap();
+            let st = std::process::Command::new("mount")
+                .args(["-t", "ramfs", "none"])
+                .arg(fs.mnt())
+                .status()
+                .expect("mount(8)");
+            assert!(
+                st.success(),
+                "mounting a ramfs needs root (CI runs as root): {st}"
+            );
+            fs
+        }
+
+        /// ext4 on a loop device with 4 KiB logical blocks (`losetup --sector-size 4096`,
+        /// as on a card or NVMe drive formatted so).
+        fn ext4_4k_sectors() -> Mounted {
             use std::process::Command;
             let dir = tempfile::tempdir().unwrap();
             let image = dir.path().join("fs.img");
@@ -611,19 +628,22 @@ mod tests {
                 String::from_utf8_lossy(&out.stderr)
             );
             let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-            let fs = Sector4k { dir, dev };
+            let fs = Mounted {
+                dir,
+                dev: Some(dev.clone()),
+            };
             let st = Command::new("mkfs.ext4")
-                .args(["-q", "-F", "-b", "4096", &fs.dev])
+                .args(["-q", "-F", "-b", "4096", &dev])
                 .status()
                 .expect("mkfs.ext4 (Debian e2fsprogs)");
-            assert!(st.success(), "mkfs.ext4 {}: {st}", fs.dev);
+            assert!(st.success(), "mkfs.ext4 {dev}: {st}");
             std::fs::create_dir(fs.mnt()).unwrap();
             let st = Command::new("mount")
-                .arg(&fs.dev)
+                .arg(&dev)
                 .arg(fs.mnt())
                 .status()
                 .expect("mount(8)");
-            assert!(st.success(), "mount {}: {st}", fs.dev);
+            assert!(st.success(), "mount {dev}: {st}");
             fs
         }
 
@@ -632,11 +652,13 @@ mod tests {
         }
     }
 
-    impl Drop for Sector4k {
+    impl Drop for Mounted {
         fn drop(&mut self) {
             use std::process::Command;
             let _ = Command::new("umount").arg(self.mnt()).status();
-            let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+            if let Some(dev) = &self.dev {
+                let _ = Command::new("losetup").args(["-d", dev]).status();
+            }
         }
     }
 
@@ -648,7 +670,7 @@ mod tests {
     /// reports the block (this one) starts at 4 KiB.
     #[test]
     fn without_the_kernels_answer_appends_widen_to_the_devices_block_and_replay() {
-        let fs = Sector4k::mount();
+        let fs = Mounted::ext4_4k_sectors();
         let store = fs.mnt().join("old");
         std::fs::create_dir(&store).unwrap();
         OLD_KERNEL.with(|k| k.set(true));
@@ -697,26 +719,9 @@ mod tests {
     /// the same whether or not the kernel reports the direct-IO block.
     #[test]
     fn where_direct_io_is_refused_appends_go_through_the_page_cache_and_replay() {
-        use std::process::Command;
-        let dir = tempfile::tempdir().unwrap();
-        let st = Command::new("mount")
-            .args(["-t", "ramfs", "none"])
-            .arg(dir.path())
-            .status()
-            .expect("mount(8)");
-        assert!(
-            st.success(),
-            "mounting a ramfs needs root (CI runs as root): {st}"
-        );
-        struct Unmount<'a>(&'a Path);
-        impl Drop for Unmount<'_> {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("umount").arg(self.0).status();
-            }
-        }
-        let _unmount = Unmount(dir.path());
+        let fs = Mounted::ramfs();
         for old in [false, true] {
-            let store = dir.path().join(if old { "old" } else { "new" });
+            let store = fs.mnt().join(if old { "old" } else { "new" });
             std::fs::create_dir(&store).unwrap();
             OLD_KERNEL.with(|k| k.set(old));
             {

@@ -1,5 +1,5 @@
-//! The newest value of every numeric series, kept as it is written: the [`Writer`] records
-//! the numbers of each transaction here once it committed, so `/metrics` reads one map
+//! The newest value of every numeric series, kept as it is received: the [`Writer`] records
+//! the numbers of each batch here as it accepts them (held points included), so `/metrics` reads one map
 //! instead of decoding the newest chunks of every tag set on each scrape. One entry per
 //! series id, so it never holds more than `[storage] max_series` entries (16 bytes of value
 //! plus the map's own overhead each).
@@ -17,6 +17,7 @@ use std::sync::Mutex;
 
 use super::bucket::numeric;
 use super::chunks::{self, Scan};
+use super::staged::Staged;
 use super::{Reader, StoreError};
 use crate::model::Value;
 
@@ -30,6 +31,14 @@ pub struct LatestValues {
     seeded: AtomicBool,
 }
 
+/// `(ts, v)` for `sid` unless the map holds a newer value.
+fn keep_newer(map: &mut HashMap<i64, (i64, f64)>, sid: i64, ts: i64, v: f64) {
+    let slot = map.entry(sid).or_insert((i64::MIN, 0.0));
+    if ts >= slot.0 {
+        *slot = (ts, v);
+    }
+}
+
 impl LatestValues {
     /// An empty map.
     pub fn new() -> LatestValues {
@@ -40,17 +49,28 @@ impl LatestValues {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records committed values: `(series id, ts, value)`; a value older than the one held
-    /// is ignored.
+    /// Records values: `(series id, ts, value)`; a value older than the one held is ignored.
     pub fn record(&self, values: &[(i64, i64, f64)]) {
         if values.is_empty() {
             return;
         }
         let mut map = self.lock();
         for &(sid, ts, v) in values {
-            let slot = map.entry(sid).or_insert((i64::MIN, 0.0));
-            if ts >= slot.0 {
-                *slot = (ts, v);
+            keep_newer(&mut map, sid, ts, v);
+        }
+    }
+
+    /// Records the numbers of `staged` as [`LatestValues::record`] does, under one lock and
+    /// without a copy.
+    pub(super) fn record_staged<'a>(&self, staged: impl IntoIterator<Item = &'a Staged>) {
+        let mut map = self.lock();
+        for s in staged {
+            for (_, ts, values) in s.lines() {
+                for (sid, v) in values {
+                    if let Some(x) = numeric(v) {
+                        keep_newer(&mut map, *sid, ts, x);
+                    }
+                }
             }
         }
     }

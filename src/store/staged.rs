@@ -40,6 +40,16 @@ impl Staged {
             .len()
     }
 
+    /// Each line in arrival order: `(tag set, time, its (series id, value)s)`.
+    pub(super) fn lines(&self) -> impl Iterator<Item = (i64, i64, &[(i64, Value)])> + '_ {
+        let mut start = 0usize;
+        self.lines.iter().map(move |&(tagset, ts, end)| {
+            let values = self.values.get(start..end as usize).unwrap_or_default();
+            start = end as usize;
+            (tagset, ts, values)
+        })
+    }
+
     /// Adds a value to the line being built.
     pub(super) fn push_value(&mut self, sid: i64, v: Value) {
         self.values.push((sid, v));

@@ -38,9 +38,8 @@ pub struct Writer {
     path: PathBuf,
     dict: Dictionary,
     max_series: usize,
-    /// Where the newest number of each series goes (`/metrics`) as soon as it is staged,
-    /// and a buffer of them.
-    latest: Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
+    /// Where the newest number of each series goes (`/metrics`) as soon as it is staged.
+    latest: Option<std::sync::Arc<LatestValues>>,
     /// The current line's series ids, one per field.
     sids: Vec<i64>,
     /// The unindexed tail: every chunk above `through` is unindexed (see
@@ -81,9 +80,6 @@ impl Tail {
                 || self.since.elapsed() >= std::time::Duration::from_secs(chunks::TAIL_SECONDS))
     }
 }
-
-/// `(series id, ts, value)` of a committed number.
-type Newest = (i64, i64, f64);
 
 /// What one committed batch did.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -190,9 +186,9 @@ impl Writer {
     /// needs no commit of its own (each would be a synced transaction of ~10 pages).
     pub fn keep_latest(&mut self, latest: std::sync::Arc<LatestValues>) {
         if let Some(staged) = &self.unstored {
-            note_latest(&mut Some((latest.clone(), Vec::new())), [staged]);
+            latest.record_staged([staged]);
         }
-        self.latest = Some((latest, Vec::new()));
+        self.latest = Some(latest);
     }
 
     /// The database file.
@@ -264,7 +260,9 @@ impl Writer {
         tx.commit().ctx(&path)?;
         carried.done(true);
         self.committed(rows, indexed);
-        note_latest(&mut self.latest, staged.iter().map(|(_, s)| s));
+        if let Some(latest) = &self.latest {
+            latest.record_staged(staged.iter().map(|(_, s)| s));
+        }
         Ok(staged.into_iter().map(|(sum, _)| sum).collect())
     }
 
@@ -300,7 +298,9 @@ impl Writer {
             batches,
         )?;
         tx.commit().ctx(&path)?;
-        note_latest(&mut self.latest, out.iter().map(|(_, s)| s));
+        if let Some(latest) = &self.latest {
+            latest.record_staged(out.iter().map(|(_, s)| s));
+        }
         Ok(out)
     }
 
@@ -419,10 +419,7 @@ impl Writer {
         let mut open: Vec<ChunkBuilder> = Vec::new();
         let mut open_index: HashMap<(i64, bool), usize> = HashMap::default();
         for s in staged {
-            let mut start = 0usize;
-            for &(tagset_id, ts, end) in &s.lines {
-                let values = &s.values[start..end as usize];
-                start = end as usize;
+            for (tagset_id, ts, values) in s.lines() {
                 let current = ts >= split;
                 let slot = *open_index.entry((tagset_id, current)).or_insert_with(|| {
                     open.push(ChunkBuilder::new(tagset_id, current));
@@ -480,31 +477,6 @@ impl Writer {
             None => self.tail.rows += rows,
         }
     }
-}
-
-/// Records the newest value of each numeric series of `staged` in `latest` (see
-/// [`Writer::keep_latest`]).
-fn note_latest<'a>(
-    latest: &mut Option<(std::sync::Arc<LatestValues>, Vec<Newest>)>,
-    staged: impl IntoIterator<Item = &'a Staged>,
-) {
-    let Some((latest, buf)) = latest.as_mut() else {
-        return;
-    };
-    buf.clear();
-    for s in staged {
-        let mut start = 0usize;
-        for &(_, ts, end) in &s.lines {
-            let values = s.values.get(start..end as usize).unwrap_or_default();
-            start = end as usize;
-            buf.extend(
-                values
-                    .iter()
-                    .filter_map(|(sid, v)| super::bucket::numeric(v).map(|x| (*sid, ts, x))),
-            );
-        }
-    }
-    latest.record(buf);
 }
 
 /// Checks each batch's lines against the dictionary (types, the series cap), adds the
