@@ -248,6 +248,7 @@ fn main() {
         identity: vec![("device_id".into(), "bench".into())],
         base_url: "http://127.0.0.1:9400".into(),
         points: None,
+        held: None,
     };
     let mut ev = Evaluator::open(setup, edgewatch::now_ns()).expect("evaluator");
     // BENCH_CACHE=0 turns the cross-cycle row cache off (the same run's "before").

@@ -170,9 +170,13 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
     let sync = cfg.storage.synchronous;
     let latest = Arc::new(crate::store::LatestValues::new());
     let keep = latest.clone();
+    // What the writer holds for its next commit, read by the alert cycle with the store.
+    let held = Arc::new(crate::store::HeldView::new());
+    let hold = held.clone();
     let store = tokio::task::spawn_blocking(move || {
         Writer::open(&dir, max_series, sync).map(|mut w| {
             w.keep_latest(keep);
+            w.keep_held(hold);
             w
         })
     })
@@ -288,6 +292,7 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
         plan: api_ctx.plan.clone(),
         inference: api_ctx.inference.clone(),
         alerts_view,
+        held,
         sources: sources.clone(),
         forward_stop: forward_stop.clone(),
     };

@@ -42,10 +42,6 @@ pub struct Request {
     pub ack: Option<oneshot::Sender<Ack>>,
     /// Queue capacity held until the writer is done with the batch.
     pub permit: OwnedSemaphorePermit,
-    /// For an empty batch with an acknowledgement (a reader's barrier): answered at the
-    /// writer's next commit, whenever it comes, instead of forcing one now (see
-    /// [`IngestHandle::settle_at_next_commit`]).
-    pub at_next_commit: bool,
 }
 
 /// Why a batch was not queued.
@@ -137,12 +133,7 @@ impl IngestHandle {
             (None, None)
         };
         self.tx
-            .send(Request {
-                batch,
-                ack,
-                permit,
-                at_next_commit: false,
-            })
+            .send(Request { batch, ack, permit })
             .map_err(|_| SubmitError::Closed)?;
         Ok(rx)
     }
@@ -155,19 +146,6 @@ impl IngestHandle {
     /// with everything held beside it. A closed queue returns at once: the reader sees what
     /// is committed.
     pub async fn settle(&self) {
-        self.barrier(false).await
-    }
-
-    /// [`IngestHandle::settle`] without a commit of its own: returns once everything
-    /// queued before the call is committed by the writer's next commit (at most `[ingest]
-    /// flush_interval` away; at once when nothing is queued or held). For a reader on a
-    /// schedule (the alert cycle), whose own commit every cycle would add a commit's pages
-    /// (chunk leaves, page 1, pointer maps) to the interval's: it waits a little instead.
-    pub async fn settle_at_next_commit(&self) {
-        self.barrier(true).await
-    }
-
-    async fn barrier(&self, at_next_commit: bool) {
         if self.queued() == 0 {
             return;
         }
@@ -181,7 +159,6 @@ impl IngestHandle {
             batch: Batch::default(),
             ack: Some(ack),
             permit,
-            at_next_commit,
         };
         if self.tx.send(req).is_ok() {
             let _ = rx.await;

@@ -33,11 +33,6 @@ pub const JOURNAL_MAX_POINTS: usize = 256;
 /// See [`JOURNAL_MAX_POINTS`].
 pub const JOURNAL_POINTS_PER_TAGSET: usize = 8;
 
-/// The longest an alert cycle's barrier waits for the next commit (see [`run`]): with a
-/// longer `flush_interval` it commits what is held itself, so a cycle never waits long for
-/// its data.
-pub const ALERT_WAIT_MAX: Duration = Duration::from_secs(5);
-
 /// Whether an acknowledged write's checked lines go to the journal (see
 /// [`JOURNAL_MAX_POINTS`]).
 fn journal_worthy(staged: &Staged) -> bool {
@@ -56,10 +51,12 @@ fn journal_worthy(staged: &Staged) -> bool {
 ///   lines, or of a few points per tag set) is checked, appended to the journal (synced in `full` mode) and answered, then held: it
 ///   is durable from its answer on, and a restart replays it (see `store::journal`);
 /// - a deep acknowledged write (long runs per tag set), and a reader's barrier (`IngestHandle::settle`: an empty
-///   acknowledged batch), are committed at once with everything held, and answered after;
-/// - a barrier for the next commit (`IngestHandle::settle_at_next_commit`, the alert cycle)
-///   is held like a point and answered at the next commit when that is due within
-///   [`ALERT_WAIT_MAX`], at once when nothing is held, and otherwise commits what is held now.
+///   acknowledged batch), are committed at once with everything held, and answered after.
+///
+/// What is held is readable without a commit through the store's view of it
+/// ([`crate::store::HeldView`], given with [`Writer::keep_held`]): each request's lines go
+/// there as they are held, and leave it as their commit becomes visible. The alert cycle
+/// reads that way.
 ///
 /// A held request keeps its queue capacity until its commit, so memory stays bounded by
 /// the queue. When a commit fails (full or read-only disk), the journaled requests stay
@@ -103,6 +100,10 @@ pub fn run(
         // Replayed at open, not stored: held like any journaled write, tried again at the
         // interval (or the next request), never dropped.
         head.points += staged.points();
+        let staged = Arc::new(staged);
+        if let Some(view) = store.held_view() {
+            view.hold(staged.clone());
+        }
         head.held.push(Held {
             values: staged.values(),
             staged,
@@ -169,7 +170,8 @@ enum Wake {
 
 /// One request's checked lines, held for the next commit.
 struct Held {
-    staged: Staged,
+    /// Shared with the store's [`crate::store::HeldView`], where readers see it.
+    staged: Arc<Staged>,
     /// Answered already (its lines are in the journal): never dropped.
     journaled: bool,
     /// The answer still owed after the commit, and the lines it refused.
@@ -223,14 +225,9 @@ impl Head {
                 return;
             }
         };
-        // A barrier for the next commit (the alert cycle) waits for it when it is due within
-        // ALERT_WAIT_MAX, and commits now otherwise: a cycle never waits a long interval.
-        let next_due_soon = self
-            .deadline
-            .is_some_and(|at| at.saturating_duration_since(Instant::now()) <= ALERT_WAIT_MAX);
-        let barrier = pending.iter().any(|r| {
-            r.ack.is_some() && r.batch.is_empty() && (!r.at_next_commit || !next_due_soon)
-        });
+        let barrier = pending
+            .iter()
+            .any(|r| r.ack.is_some() && r.batch.is_empty());
         let large = pending
             .iter()
             .zip(&staged)
@@ -289,12 +286,8 @@ impl Head {
                 tracing::debug!(first = %sum.rejected[0].error, count = sum.rejected.len(), "lines refused");
             }
             let is_barrier = req.ack.is_some() && req.batch.is_empty();
-            // A barrier for the next commit with nothing held before it: everything queued
-            // before it is committed already, so it is answered now.
-            let nothing_to_wait_for = req.at_next_commit && self.held.is_empty();
-            if staged.is_empty() && (!is_barrier || nothing_to_wait_for) {
-                // Nothing to store (every line refused, an empty batch nobody waits on, or
-                // a barrier for the next commit with nothing before it to wait for).
+            if staged.is_empty() && !is_barrier {
+                // Nothing to store (every line refused, or an empty batch nobody waits on).
                 release_and_answer(
                     req.permit,
                     req.ack,
@@ -317,6 +310,10 @@ impl Head {
                 None => None,
             };
             self.points += staged.points();
+            let staged = Arc::new(staged);
+            if let Some(view) = store.held_view() {
+                view.hold(staged.clone());
+            }
             self.held.push(Held {
                 journaled: in_journal,
                 values: sum.values,
@@ -339,7 +336,7 @@ impl Head {
             return;
         }
         let started = Instant::now();
-        let result = store.commit(self.held.iter().map(|h| &h.staged));
+        let result = store.commit(self.held.iter().map(|h| &*h.staged));
         let elapsed = started.elapsed();
         stats.last_commit_us.store(
             elapsed.as_micros() as u64,
@@ -396,6 +393,9 @@ impl Head {
                     false
                 });
                 self.points = points;
+                if let Some(view) = store.held_view() {
+                    view.reset(self.held.iter().map(|h| h.staged.clone()));
+                }
                 self.failing = Some((error, retryable));
                 if !self.held.is_empty() {
                     self.deadline = Some(Instant::now() + self.flush_interval);
@@ -459,6 +459,7 @@ mod tests {
     use crate::config::Synchronous;
     use crate::model::{Batch, Line, Value};
     use crate::queue::{channel, Ack};
+    use crate::store::HeldView;
     use std::sync::atomic::Ordering;
 
     /// The capacity comes back before the answer is sent: a permit that looks, as it is
@@ -513,12 +514,28 @@ mod tests {
         Arc<Stats>,
         std::thread::JoinHandle<()>,
     ) {
-        let store = Writer::open(dir, 1000, Synchronous::Full).unwrap();
+        let (h, stats, t, _) = start_viewing(dir, flush);
+        (h, stats, t)
+    }
+
+    /// [`start`], with the store's view of what the writer holds.
+    fn start_viewing(
+        dir: &std::path::Path,
+        flush: Duration,
+    ) -> (
+        crate::queue::IngestHandle,
+        Arc<Stats>,
+        std::thread::JoinHandle<()>,
+        Arc<HeldView>,
+    ) {
+        let mut store = Writer::open(dir, 1000, Synchronous::Full).unwrap();
+        let view = Arc::new(HeldView::new());
+        store.keep_held(view.clone());
         let (h, rx) = channel(10_000);
         let stats = Arc::new(Stats::default());
         let s = stats.clone();
         let t = std::thread::spawn(move || run(store, rx, 20_000, flush, s));
-        (h, stats, t)
+        (h, stats, t, view)
     }
 
     #[test]
@@ -526,7 +543,7 @@ mod tests {
     ) {
         let dir = tempfile::tempdir().unwrap();
         // An hour: nothing but a reader's barrier, a large write (or the end) commits.
-        let (h, stats, t) = start(dir.path(), Duration::from_secs(3600));
+        let (h, stats, t, view) = start_viewing(dir.path(), Duration::from_secs(3600));
         for _ in 0..5 {
             h.submit(batch("udp", 3), false).unwrap();
         }
@@ -543,6 +560,7 @@ mod tests {
         let journal = crate::store::journal::journal_path(dir.path());
         assert!(std::fs::metadata(&journal).unwrap().len() > 0);
         assert_eq!(h.queued(), 17, "held points keep their queue capacity");
+        assert_eq!(view.points(), 17, "readers see what is held");
         // A reader's barrier commits everything held, in one commit.
         let barrier = h
             .submit(crate::model::Batch::default(), true)
@@ -558,6 +576,7 @@ mod tests {
             "one commit for all"
         );
         assert_eq!(stored(dir.path()), 17);
+        assert_eq!(view.points(), 0, "stored, no longer held");
         assert_eq!(h.queued(), 0);
         // A write larger than the journal takes is committed at once, answered after.
         h.submit(batch("udp", 1), false).unwrap();
@@ -589,85 +608,10 @@ mod tests {
         t.join().unwrap();
     }
 
-    /// A barrier for the next commit (the alert cycle's) is answered by the commit that was
-    /// coming anyway, with every point queued before it stored, and adds no commit; with
-    /// nothing held it is answered at once.
-    #[test]
-    fn a_barrier_for_the_next_commit_waits_for_it_and_adds_no_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let flush = Duration::from_millis(600);
-        let (h, stats, t) = start(dir.path(), flush);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        // Nothing held: at once, no commit.
-        let t0 = Instant::now();
-        rt.block_on(h.settle_at_next_commit());
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 0);
-        // Held points: answered by the interval's commit (due `flush` after the first
-        // point was held, not before), the only one, with them stored.
-        let held_at = Instant::now();
-        h.submit(batch("udp", 3), false).unwrap();
-        let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
-        assert!(matches!(
-            ack.blocking_recv().unwrap(),
-            Ack::Committed { .. }
-        ));
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 0, "held");
-        rt.block_on(h.settle_at_next_commit());
-        assert!(
-            held_at.elapsed() >= flush,
-            "answered by the interval's commit, not one of its own ({:?})",
-            held_at.elapsed()
-        );
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
-        assert_eq!(stored(dir.path()), 5);
-        // A reader's barrier, for comparison, commits at once.
-        h.submit(batch("udp", 1), false).unwrap();
-        let forced = Instant::now();
-        rt.block_on(h.settle());
-        assert_eq!(
-            stats.commits.load(Ordering::Relaxed),
-            2,
-            "{:?}",
-            forced.elapsed()
-        );
-        assert_eq!(stored(dir.path()), 6);
-        assert!(t0.elapsed() < Duration::from_secs(30));
-        drop(h);
-        t.join().unwrap();
-    }
-
-    /// With a long `flush_interval` (held points due more than [`ALERT_WAIT_MAX`] away), the
-    /// alert cycle's barrier commits what is held itself instead of waiting: a cycle never
-    /// waits a long interval for its data.
-    #[test]
-    fn a_barrier_for_the_next_commit_commits_itself_when_that_is_far() {
-        let dir = tempfile::tempdir().unwrap();
-        let (h, stats, t) = start(dir.path(), Duration::from_secs(60));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        h.submit(batch("udp", 3), false).unwrap();
-        let asked = Instant::now();
-        rt.block_on(h.settle_at_next_commit());
-        assert!(
-            asked.elapsed() < Duration::from_secs(30),
-            "waited for the interval: {:?}",
-            asked.elapsed()
-        );
-        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
-        assert_eq!(stored(dir.path()), 3);
-        drop(h);
-        t.join().unwrap();
-    }
-
     #[test]
     fn a_failed_commit_keeps_the_journaled_writes_refuses_new_ones_and_stores_them_once_it_can() {
         let dir = tempfile::tempdir().unwrap();
-        let (h, stats, t) = start(dir.path(), Duration::from_millis(100));
+        let (h, stats, t, view) = start_viewing(dir.path(), Duration::from_millis(100));
         // The series exist (checking a write then needs no lock), and are committed.
         let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
         assert!(matches!(
@@ -682,6 +626,8 @@ mod tests {
         // store's 5 s busy timeout), as on a full or read-only disk.
         let blocker = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();
         blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        // Points nobody waits on are dropped by the failed commit; readers stop seeing them.
+        h.submit(batch("http", 2), false).unwrap();
         let ack = h.submit(batch("http", 3), true).unwrap().unwrap();
         assert_eq!(
             ack.blocking_recv().unwrap(),
@@ -693,6 +639,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(stats.commit_errors.load(Ordering::Relaxed) >= 1);
+        assert_eq!(stats.points_dropped.load(Ordering::Relaxed), 2);
+        assert_eq!(view.points(), 3, "readers see what is still held");
         // While it fails, a new write is refused with the cause, and nothing of it is kept.
         let ack = h.submit(batch("refused", 4), true).unwrap().unwrap();
         match ack.blocking_recv().unwrap() {
@@ -711,6 +659,7 @@ mod tests {
         }
         assert_eq!(stored(dir.path()), 5);
         assert_eq!(h.queued(), 0);
+        assert_eq!(view.points(), 0);
         drop(h);
         t.join().unwrap();
         let conn = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();

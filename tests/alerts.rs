@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{get, post, wait_for, Agent};
+use crate::support::{get, get_with, points_in_file, post, wait_for, Agent};
 
 /// The base of every agent here: no collectors, 1 s evaluations, no built-ins (a test that
 /// wants them turns them on).
@@ -174,6 +174,99 @@ labels = { team = "vision" }
 /// A latency spike on one model: pending, then firing after `for`, then resolved once the
 /// window holds only normal latencies; the other model's instance stays inactive. The
 /// history, the outbox (firing then resolved, one instance), `/metrics` and the CLI agree.
+/// The status as stored (`X-Edgewatch-Read: stored`): reading it commits nothing.
+fn stored_status(agent: &Agent) -> Value {
+    let (code, body) = get_with(
+        &agent.url("/api/v1/status"),
+        &[("X-Edgewatch-Read", "stored")],
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Rules read the points the writer holds for its next commit (`[ingest] flush_interval`,
+/// here a minute) with the store's: a held point is seen by the next cycle, and cycle after
+/// cycle commits nothing (the writer's commit count and the database file stay as they
+/// were). A held spike that fires the rule is committed before the incident is opened, so
+/// the incident's snapshot, which reads the store, holds it.
+#[test]
+fn rules_see_held_points_without_a_commit_and_a_firing_commits_them_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let rule = "[[alert]]\nname = \"HeldHigh\"\nmeasurement = \"held_alert\"\nfield = \"v\"\nagg = \"max\"\nwindow = \"30s\"\nop = \">\"\nthreshold = 5\nfor = \"0s\"\n";
+    let agent = Agent::start(
+        dir.path(),
+        &format!("{BASE}[ingest]\nflush_interval = \"60s\"\n{rule}"),
+    );
+    let evaluations = || {
+        stored_status(&agent)["alerts"]["evaluations"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let commits = || stored_status(&agent)["ingest"]["commits"].as_u64().unwrap();
+    assert!(
+        wait_for(Duration::from_secs(10), || (evaluations() >= 1)
+            .then_some(()))
+        .is_some(),
+        "no evaluation: {}",
+        agent.log_text()
+    );
+    let before = commits();
+    let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_alert");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as i64
+    };
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let send = |v: f64| {
+        sock.send_to(
+            format!("held_alert,app=x v={v} {}\n", now()).as_bytes(),
+            agent.udp,
+        )
+        .unwrap()
+    };
+    send(1.0);
+    let seen = wait_for(Duration::from_secs(10), || {
+        instance(&agent, "HeldHigh", &[]).filter(|a| a["value"] == 1.0)
+    });
+    assert!(
+        seen.is_some(),
+        "the held point is not seen: {:?}",
+        alerts(&agent)
+    );
+    let then = evaluations();
+    assert!(
+        wait_for(Duration::from_secs(15), || (evaluations() >= then + 3)
+            .then_some(()))
+        .is_some(),
+        "evaluations stopped"
+    );
+    assert_eq!(
+        commits(),
+        before,
+        "an alert cycle committed the held points"
+    );
+    assert_eq!(in_file(), 0, "an alert cycle committed the held points");
+    // The spike fires the rule; its cycle commits what is held first.
+    send(9.0);
+    let firing = wait_state(&agent, "HeldHigh", &[], "firing", 10);
+    assert_eq!(firing["value"], 9.0, "{firing}");
+    assert_eq!(
+        in_file(),
+        2,
+        "the firing's points were not committed before it"
+    );
+    assert!(commits() > before);
+    let id = firing["incident_id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no incident: {firing}"));
+    let (code, body) = get(&agent.url(&format!("/api/v1/incidents/{id}"))).unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("held_alert"), "{body}");
+}
+
 #[test]
 fn a_spike_fires_after_for_and_resolves_per_group() {
     let dir = tempfile::tempdir().unwrap();

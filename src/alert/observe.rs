@@ -12,14 +12,12 @@ use std::sync::Arc;
 
 use super::rules::{Rule, SeriesSpec, Watch};
 use crate::engine::rowcache::RowCache;
-use crate::engine::{
-    collect_window, collect_window_cached, need_of, value, Agg, EngineError, SeriesRef, StepAcc,
-};
+use crate::engine::{collect_window_cached, need_of, value, Agg, EngineError, SeriesRef, StepAcc};
 use crate::rollup::Plan;
 use crate::stats::Stats;
 use crate::store::dict::{self, Tagset};
 use crate::store::tiers::Need;
-use crate::store::Reader;
+use crate::store::{HeldSnapshot, Reader};
 
 const NS: i64 = 1_000_000_000;
 
@@ -113,6 +111,9 @@ pub struct Cycle {
     /// The rollup rows kept across cycles (the evaluator's, lent for the cycle): a shared
     /// read takes from the store only the rows it does not hold (`None`: reads them all).
     rows: Option<RowCache>,
+    /// The points the writer held when the cycle's read transaction began, read with the
+    /// store's (`None`: the store's alone).
+    held: Option<HeldSnapshot>,
 }
 
 /// Tag key -> tag value -> tag set indices, ascending.
@@ -196,6 +197,13 @@ impl Cycle {
             rows,
             ..Cycle::default()
         }
+    }
+
+    /// Reads the points in `held` with the store's: what the writer held for its next
+    /// commit when the cycle's read transaction began.
+    pub fn with_held(mut self, held: Option<HeldSnapshot>) -> Cycle {
+        self.held = held;
+        self
     }
 
     /// Ends the cycle: the row cache for the next one.
@@ -320,6 +328,7 @@ impl Cycle {
                         sh.need,
                         now,
                         self.rows.as_mut(),
+                        self.held.as_ref(),
                     ) {
                         sh.read = Some(
                             all.into_iter()
@@ -335,7 +344,18 @@ impl Cycle {
             }
         }
         self.reads += 1;
-        let accs = collect_window(reader, plan, refs, from, now, step, need, now)?;
+        let accs = collect_window_cached(
+            reader,
+            plan,
+            refs,
+            from,
+            now,
+            step,
+            need,
+            now,
+            None,
+            self.held.as_ref(),
+        )?;
         Ok(Window::Own(
             refs.iter()
                 .copied()

@@ -43,7 +43,7 @@ use crate::queue::{IngestHandle, SubmitError};
 use crate::rollup::Plan;
 use crate::stats::Stats;
 use crate::store::alerts::{Change, Stored};
-use crate::store::{Reader, StoreError};
+use crate::store::{HeldView, Reader, StoreError};
 
 /// Everything the evaluator needs, fixed at start.
 #[derive(Clone)]
@@ -67,6 +67,10 @@ pub struct Setup {
     /// Where incident points go (the ingest queue) and the counters a dropped one is counted
     /// in; `None`: no incident points (tests of the evaluator alone).
     pub points: Option<(IngestHandle, Arc<Stats>)>,
+    /// The points the writer holds for its next commit: rules read them with the store's,
+    /// so a cycle needs no commit to see what arrived before it. `None`: rules read the
+    /// store alone (tests and benches of the evaluator).
+    pub held: Option<Arc<HeldView>>,
 }
 
 /// A stable identity of an instance: FNV-1a (64 bit) of the rule name and its group labels,
@@ -250,12 +254,43 @@ impl Evaluator {
     /// One evaluation at `now`: every rule, every instance; returns what the readers see.
     /// At most [`MAX_INCIDENTS_PER_CYCLE`] instances that fire in it get an incident.
     pub fn evaluate(&mut self, now: i64) -> (Vec<AlertItem>, AlertsStatus) {
+        match self.evaluate_or_defer(now, false) {
+            Some(out) => out,
+            None => (self.items(), AlertsStatus::default()),
+        }
+    }
+
+    /// [`Evaluator::evaluate`]; with `may_defer`, an evaluation in which an instance fires
+    /// (and would get an incident) while the writer holds points stops there and records
+    /// nothing (`None`): the caller commits the held points and evaluates again, so the
+    /// incident's triage snapshot, which reads the store alone, sees the points that fired it.
+    /// Firing is rare; every other cycle reads the held points without a commit.
+    pub fn evaluate_or_defer(
+        &mut self,
+        now: i64,
+        may_defer: bool,
+    ) -> Option<(Vec<AlertItem>, AlertsStatus)> {
         let started = Instant::now();
         let mut rule_errors = Vec::new();
         let mut next: BTreeMap<(String, String), Entry> = BTreeMap::new();
         let mut changes: Vec<Change> = Vec::new();
+        // The cycle's reads in one read transaction: one snapshot for every rule, the read
+        // lock taken once rather than per statement, and with it what the writer holds (no
+        // commit can fall between the two). Without it, each read takes its own.
+        let (snapshot, held) = match &self.setup.held {
+            Some(view) => match view.snapshot_with(|| self.reader.snapshot()) {
+                Ok((tx, held)) => (Ok(tx), Some(held)),
+                Err(e) => (Err(e), None),
+            },
+            None => (self.reader.snapshot(), None),
+        };
+        if let Err(e) = &snapshot {
+            tracing::debug!(error = %e, "alert evaluation reads without a snapshot");
+        }
+        let defer_incidents = may_defer && held.as_ref().is_some_and(|h| !h.is_empty());
         // Tag-set lookups shared by every rule of this cycle.
-        let mut cycle = super::observe::Cycle::with_rows(std::mem::take(&mut self.rows));
+        let mut cycle =
+            super::observe::Cycle::with_rows(std::mem::take(&mut self.rows)).with_held(held);
         // Rules over the same field and window share one read.
         cycle.prepare(&self.reader, &self.setup.rules);
         // A snapshot costs a few queries (and the cycle's /proc sample): a storm of instances
@@ -270,17 +305,11 @@ impl Evaluator {
         // The stored explanation and threshold of each incident its alert's resolve closes.
         let mut closing: BTreeMap<i64, (Explanation, Option<f64>)> = BTreeMap::new();
         let remembered = by_rule(&self.entries, self.setup.rules.len());
-        // The cycle's reads in one read transaction: one snapshot for every rule, the read
-        // lock taken once rather than per statement. Without it, each read takes its own.
-        let snapshot = self.reader.snapshot();
-        if let Err(e) = &snapshot {
-            tracing::debug!(error = %e, "alert evaluation reads without a snapshot");
-        }
         for (ri, rule) in self.setup.rules.iter().enumerate() {
             if self.cancel.is_cancelled() {
                 // Stopped: nothing of this evaluation is recorded; the next evaluator, on the
                 // stored state, makes the same transitions.
-                return (self.items(), AlertsStatus::default());
+                return Some((self.items(), AlertsStatus::default()));
             }
             let mine = remembered.get(ri).map_or(&[][..], Vec::as_slice);
             let observed = match observe(
@@ -344,6 +373,12 @@ impl Evaluator {
                 let mut event = None;
                 let mut incident = None;
                 if t == Some(Transition::Firing) {
+                    if defer_incidents && incident_budget > 0 && self.incident_opts.is_some() {
+                        // Its snapshot is to see the held points: commit them first.
+                        drop(snapshot);
+                        self.rows = cycle.finish();
+                        return None;
+                    }
                     // Its id comes with the commit (`record` sets it in the row and event).
                     inst.incident_id = None;
                     if incident_budget > 0 {
@@ -465,7 +500,7 @@ impl Evaluator {
                 .cloned()
                 .collect(),
         };
-        (items, status)
+        Some((items, status))
     }
 
     /// The explanation and threshold of stored incident `id` (for its resolve); a read that
@@ -721,30 +756,40 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
     ev.cancel = stop.clone();
     let mut ticker = crate::periodic::Ticker::new(interval);
     let ingest = ev.setup.points.as_ref().map(|(h, _)| h.clone());
+    let reads_held = ev.setup.held.is_some();
     while ticker.next(&stop).await.is_some() {
-        // Rules see every point received before the cycle, held ones included: the cycle
-        // waits for the writer's next commit (points are held up to `[ingest]
-        // flush_interval`) rather than forcing one of its own, which would add a commit's
-        // pages every cycle (free when nothing is held).
-        if let Some(h) = &ingest {
-            h.settle_at_next_commit().await;
-        }
-        // The evaluation runs whole on the blocking pool; cancelling the wait for it would
-        // not stop it, so it is awaited to the end (one evaluation is short).
-        let done = tokio::task::spawn_blocking(move || {
-            let out = ev.evaluate(crate::now_ns());
-            (ev, out)
-        })
-        .await;
-        match done {
-            Ok(_) if stop.is_cancelled() => return,
-            Ok((back, (items, status))) => {
-                ev = back;
-                view.set(items, status);
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "alert evaluation panicked; alerts are off");
-                return;
+        // Rules see every point received before the cycle, held ones included: they read
+        // what the writer holds with the store (`Setup::held`), so the cycle costs the store
+        // no commit.
+        let mut may_defer = reads_held && ingest.is_some();
+        loop {
+            // The evaluation runs whole on the blocking pool; cancelling the wait for it
+            // would not stop it, so it is awaited to the end (one evaluation is short).
+            let done = tokio::task::spawn_blocking(move || {
+                let out = ev.evaluate_or_defer(crate::now_ns(), may_defer);
+                (ev, out)
+            })
+            .await;
+            match done {
+                Ok(_) if stop.is_cancelled() => return,
+                Ok((back, Some((items, status)))) => {
+                    ev = back;
+                    view.set(items, status);
+                    break;
+                }
+                Ok((back, None)) => {
+                    // An instance fires: its incident's snapshot reads the store, so the
+                    // held points are committed first, and the cycle runs again.
+                    ev = back;
+                    if let Some(h) = &ingest {
+                        h.settle().await;
+                    }
+                    may_defer = false;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "alert evaluation panicked; alerts are off");
+                    return;
+                }
             }
         }
     }
@@ -828,6 +873,16 @@ mod tests {
 
     /// The evaluator of the rules in `toml` over the store in `dir`.
     fn evaluator(dir: &std::path::Path, toml: &str, now: i64) -> Evaluator {
+        evaluator_reading(dir, toml, now, None)
+    }
+
+    /// [`evaluator`], reading what a writer holds in `held`.
+    fn evaluator_reading(
+        dir: &std::path::Path,
+        toml: &str,
+        now: i64,
+        held: Option<Arc<HeldView>>,
+    ) -> Evaluator {
         let cfg = Config::from_toml_str(toml, "test").unwrap();
         let plan = Plan::from_config(&cfg).unwrap();
         let setup = Setup {
@@ -845,6 +900,7 @@ mod tests {
             identity: vec![("device_id".into(), "t".into())],
             base_url: "http://127.0.0.1:9".into(),
             points: None,
+            held,
         };
         Evaluator::open(setup, now).unwrap()
     }
@@ -870,6 +926,72 @@ mod tests {
             .iter()
             .find(|i| i.name == rule && i.state == "firing")?;
         Some(i.incident_id.unwrap_or(-1))
+    }
+
+    /// Rules read the points the writer holds with the store's, each point once: before its
+    /// commit from the view, after it from the store. With points held, an instance that
+    /// fires stops the evaluation unrecorded (its incident's snapshot reads the store: the
+    /// caller commits first); without the deferral it fires with its incident.
+    #[test]
+    fn rules_count_held_points_once_and_a_firing_defers_to_their_commit() {
+        const COUNT: &str = "[alerts]\nbuiltin = false\n[[alert]]\nname = \"Busy\"\nmeasurement = \"m\"\nfield = \"v\"\nagg = \"count\"\nwindow = \"20s\"\nop = \">\"\nthreshold = 7\nfor = \"0s\"\n";
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::now_ns();
+        let view = Arc::new(HeldView::new());
+        let mut w = Writer::open(dir.path(), 1_000, Synchronous::Normal).unwrap();
+        w.keep_held(view.clone());
+        let batch = |from: i64| {
+            let body: String = (from..from + 5)
+                .map(|i| format!("m v=1 {}\n", now - i * S))
+                .collect();
+            let parsed = parse_body(&body, Precision::Nanos, now);
+            assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+            parsed.batch
+        };
+        // Five points stored, five held (as the writer thread holds them).
+        w.write(&[&batch(0)]).unwrap();
+        let held: Vec<Arc<crate::store::Staged>> = w
+            .stage(&[&batch(5)])
+            .unwrap()
+            .into_iter()
+            .map(|(_, s)| Arc::new(s))
+            .collect();
+        for s in &held {
+            view.hold(s.clone());
+        }
+        let value = |items: &[AlertItem]| {
+            items
+                .iter()
+                .find(|i| i.name == "Busy")
+                .and_then(|i| i.value)
+        };
+
+        // The store alone has five: not firing.
+        let mut blind = evaluator(dir.path(), COUNT, now);
+        let (items, _) = blind.evaluate(now);
+        assert_eq!(value(&items), Some(5.0));
+        assert_eq!(firing(&items, "Busy"), None);
+
+        // With the held five it fires; deferring, nothing is recorded.
+        let mut ev = evaluator_reading(dir.path(), COUNT, now, Some(view.clone()));
+        assert!(ev.evaluate_or_defer(now, true).is_none());
+        assert!(incidents_of(dir.path()).is_empty());
+        let (conn, path) = crate::store::open(dir.path(), Mode::Cursor).unwrap();
+        assert!(crate::store::alerts::history(&conn, &path, 0, i64::MAX, 10)
+            .unwrap()
+            .is_empty());
+        let (items, _) = ev.evaluate_or_defer(now, false).unwrap();
+        assert_eq!(value(&items), Some(10.0));
+        assert!(firing(&items, "Busy").is_some(), "{items:?}");
+        assert_eq!(incidents_of(dir.path()).len(), 1);
+
+        // Committed, the held points leave the view as they reach the store: still ten.
+        w.commit(held.iter().map(|s| &**s)).unwrap();
+        assert_eq!(view.points(), 0);
+        let (items, _) = ev.evaluate_or_defer(now + 1, true).unwrap();
+        assert_eq!(value(&items), Some(10.0));
+        let (items, _) = blind.evaluate(now + 1);
+        assert_eq!(value(&items), Some(10.0));
     }
 
     /// A stopped evaluator (a reload) abandons its evaluation between rules and records

@@ -357,6 +357,7 @@ mod tests {
                     need,
                     now,
                     Some(&mut *cache),
+                    None,
                 );
                 assert_eq!(
                     plain(&got.unwrap()),
@@ -421,6 +422,7 @@ mod tests {
                 Need::MinMax,
                 now,
                 Some(&mut cache),
+                None,
             )
             .unwrap();
             let want = collect_window(

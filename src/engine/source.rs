@@ -8,10 +8,11 @@ use std::ops::ControlFlow;
 
 use super::rowcache::{self, RowCache};
 use super::{Agg, EngineError, StepAcc, Steps, MAX_STEPS};
+use crate::model::Value;
 use crate::rollup::{Plan, Tier};
 use crate::store::bucket::{bucket_start, numeric, Acc};
 use crate::store::chunks::{self, Scan};
-use crate::store::{dict, tiers, Reader, StoreError};
+use crate::store::{dict, tiers, HeldSnapshot, Reader, StoreError};
 
 /// Where a query's data comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,11 +253,15 @@ pub fn collect_window(
     need: Need,
     now: i64,
 ) -> Result<Vec<Option<StepAcc>>, EngineError> {
-    collect_window_cached(reader, plan, series, from, to, step_ns, need, now, None)
+    collect_window_cached(
+        reader, plan, series, from, to, step_ns, need, now, None, None,
+    )
 }
 
 /// [`collect_window`], reading the tier's rows through `cache` (kept across calls, see
-/// [`RowCache`]) when it is given and `need` is cacheable; the results are the same.
+/// [`RowCache`]) when it is given and `need` is cacheable (the results are the same), and
+/// adding the points of `held`: what the writer held for its next commit when the reader's
+/// transaction began ([`crate::store::HeldView::snapshot_with`]), none of it in the store.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_window_cached(
     reader: &Reader,
@@ -268,6 +273,7 @@ pub fn collect_window_cached(
     need: Need,
     now: i64,
     cache: Option<&mut RowCache>,
+    held: Option<&HeldSnapshot>,
 ) -> Result<Vec<Option<StepAcc>>, EngineError> {
     if step_ns <= 0 {
         return Err(EngineError::BadQuery("`step` must be positive".into()));
@@ -333,29 +339,40 @@ pub fn collect_window_cached(
     for (i, s) in series.iter().enumerate() {
         by_tagset.entry(s.tagset).or_default().push((s.sid, i));
     }
+    // One raw point of a wanted tag set, from a chunk or held.
+    let mut point = |want: &[(i64, usize)], ts: i64, sid: i64, v: &Value| {
+        if ts < from || ts > to {
+            return;
+        }
+        let Some(&(_, i)) = want.iter().find(|(s, _)| *s == sid) else {
+            return;
+        };
+        if let Some(f) = numeric(v) {
+            let slot = &mut out[i];
+            if sketch {
+                slot.acc.add(ts, f);
+            } else {
+                slot.acc.add_plain(ts, f);
+            }
+            if exact {
+                slot.exact.get_or_insert_with(Vec::new).push(f);
+            }
+        }
+    };
+    if let Some(held) = held {
+        for (tagset, want) in &by_tagset {
+            for (ts, values) in held.lines_of(*tagset) {
+                for (sid, v) in values {
+                    point(want, ts, *sid, v);
+                }
+            }
+        }
+    }
     let mut add = |c: &chunks::Chunk<'_>| -> Result<ControlFlow<()>, StoreError> {
         let Some(want) = by_tagset.get(&c.tagset_id) else {
             return Ok(ControlFlow::Continue(()));
         };
-        c.decode(path, |ts, sid, v| {
-            if ts < from || ts > to {
-                return;
-            }
-            let Some(&(_, i)) = want.iter().find(|(s, _)| *s == sid) else {
-                return;
-            };
-            if let Some(f) = numeric(&v) {
-                let slot = &mut out[i];
-                if sketch {
-                    slot.acc.add(ts, f);
-                } else {
-                    slot.acc.add_plain(ts, f);
-                }
-                if exact {
-                    slot.exact.get_or_insert_with(Vec::new).push(f);
-                }
-            }
-        })?;
+        c.decode(path, |ts, sid, v| point(want, ts, sid, &v))?;
         Ok(ControlFlow::Continue(()))
     };
     let one_scan = tier.is_some()

@@ -65,6 +65,8 @@ pub struct Shared {
     pub inference: Live<crate::engine::InferenceConfig>,
     /// The evaluator's snapshot (kept across its restarts).
     pub alerts_view: Arc<crate::alert::view::AlertsView>,
+    /// What the writer holds for its next commit (the alert cycle reads it).
+    pub held: Arc<crate::store::HeldView>,
     /// Parent of the collectors', rollup's, evaluator's and watcher's tokens.
     pub sources: CancellationToken,
     /// Parent of the sinks' and notifiers' tokens.
@@ -463,6 +465,7 @@ fn spawn(
                     &sh.base_url,
                 ),
                 points: Some((h, sh.stats.clone())),
+                held: Some(sh.held.clone()),
             };
             out.push((
                 "alert evaluator",

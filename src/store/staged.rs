@@ -5,6 +5,9 @@
 
 use crate::model::Value;
 
+/// One held line: `(tag set, time, its (series id, value)s)`.
+pub(super) type Line<'a> = (i64, i64, &'a [(i64, Value)]);
+
 /// Lines the writer has checked and resolved to series ids ([`super::Writer::stage`]) but not yet
 /// stored: what the journal holds and the next commit packs into chunks.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -41,13 +44,23 @@ impl Staged {
     }
 
     /// Each line in arrival order: `(tag set, time, its (series id, value)s)`.
-    pub(super) fn lines(&self) -> impl Iterator<Item = (i64, i64, &[(i64, Value)])> + '_ {
+    pub(super) fn lines(&self) -> impl Iterator<Item = Line<'_>> + '_ {
         let mut start = 0usize;
         self.lines.iter().map(move |&(tagset, ts, end)| {
             let values = self.values.get(start..end as usize).unwrap_or_default();
             start = end as usize;
             (tagset, ts, values)
         })
+    }
+
+    /// Line `i`: `(tag set, time, its (series id, value)s)`.
+    pub(super) fn line(&self, i: usize) -> Option<Line<'_>> {
+        let &(tagset, ts, end) = self.lines.get(i)?;
+        let start = match i {
+            0 => 0,
+            _ => self.lines.get(i - 1).map_or(0, |l| l.2 as usize),
+        };
+        Some((tagset, ts, self.values.get(start..end as usize)?))
     }
 
     /// Adds a value to the line being built.

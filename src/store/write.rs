@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use rusqlite::{params, Connection};
 
+use super::held::HeldView;
 use super::journal::Journal;
 use super::open::{open, Ctx, Mode};
 use super::ride::{Carried, Riders};
@@ -40,6 +41,9 @@ pub struct Writer {
     max_series: usize,
     /// Where the newest number of each series goes (`/metrics`) as soon as it is staged.
     latest: Option<std::sync::Arc<LatestValues>>,
+    /// The lines held for the next commit, as readers see them ([`super::held`]): emptied
+    /// by each commit under its lock.
+    held: Option<std::sync::Arc<HeldView>>,
     /// The current line's series ids, one per field.
     sids: Vec<i64>,
     /// The unindexed tail: every chunk above `through` is unindexed (see
@@ -147,6 +151,7 @@ impl Writer {
             dict: Dictionary::default(),
             max_series,
             latest: None,
+            held: None,
             sids: Vec::with_capacity(64),
             journal: None,
             unstored: None,
@@ -189,6 +194,18 @@ impl Writer {
             latest.record_staged([staged]);
         }
         self.latest = Some(latest);
+    }
+
+    /// Lets readers see the lines held for the next commit ([`HeldView`]): each
+    /// [`Writer::commit`] empties `view` in the instant its points become visible in the
+    /// store. The caller puts what it holds in the view.
+    pub fn keep_held(&mut self, view: std::sync::Arc<HeldView>) {
+        self.held = Some(view);
+    }
+
+    /// The view given to [`Writer::keep_held`].
+    pub fn held_view(&self) -> Option<&std::sync::Arc<HeldView>> {
+        self.held.as_ref()
     }
 
     /// The database file.
@@ -371,7 +388,12 @@ impl Writer {
                 .ctx(&path)?;
         }
         let indexed = Self::index_if_due(&tx, &path, &self.tail, rows)?;
-        tx.commit().ctx(&path)?;
+        match &self.held {
+            // The held lines leave the view as they become visible in the store.
+            Some(view) => view.commit_with(|| tx.commit()),
+            None => tx.commit(),
+        }
+        .ctx(&path)?;
         carried.done(true);
         self.committed(rows, indexed);
         Ok(())
