@@ -506,20 +506,8 @@ mod tests {
             .unwrap()
     }
 
+    /// A writer thread on a store in `dir`, with the store's view of what it holds.
     fn start(
-        dir: &std::path::Path,
-        flush: Duration,
-    ) -> (
-        crate::queue::IngestHandle,
-        Arc<Stats>,
-        std::thread::JoinHandle<()>,
-    ) {
-        let (h, stats, t, _) = start_viewing(dir, flush);
-        (h, stats, t)
-    }
-
-    /// [`start`], with the store's view of what the writer holds.
-    fn start_viewing(
         dir: &std::path::Path,
         flush: Duration,
     ) -> (
@@ -543,7 +531,7 @@ mod tests {
     ) {
         let dir = tempfile::tempdir().unwrap();
         // An hour: nothing but a reader's barrier, a large write (or the end) commits.
-        let (h, stats, t, view) = start_viewing(dir.path(), Duration::from_secs(3600));
+        let (h, stats, t, view) = start(dir.path(), Duration::from_secs(3600));
         for _ in 0..5 {
             h.submit(batch("udp", 3), false).unwrap();
         }
@@ -611,7 +599,7 @@ mod tests {
     #[test]
     fn a_failed_commit_keeps_the_journaled_writes_refuses_new_ones_and_stores_them_once_it_can() {
         let dir = tempfile::tempdir().unwrap();
-        let (h, stats, t, view) = start_viewing(dir.path(), Duration::from_millis(100));
+        let (h, stats, t, view) = start(dir.path(), Duration::from_millis(100));
         // The series exist (checking a write then needs no lock), and are committed.
         let ack = h.submit(batch("http", 2), true).unwrap().unwrap();
         assert!(matches!(
@@ -822,7 +810,7 @@ mod tests {
     #[test]
     fn held_points_are_committed_after_the_interval_and_at_the_end() {
         let dir = tempfile::tempdir().unwrap();
-        let (h, stats, t) = start(dir.path(), Duration::from_millis(100));
+        let (h, stats, t, _) = start(dir.path(), Duration::from_millis(100));
         h.submit(batch("udp", 4), false).unwrap();
         h.submit(batch("collector", 2), false).unwrap();
         let until = Instant::now() + Duration::from_secs(10);
@@ -836,7 +824,7 @@ mod tests {
         );
         assert_eq!(stored(dir.path()), 6);
         // Held when the queue closes (shutdown): committed before the writer returns.
-        let (h2, stats2, t2) = {
+        let (h2, stats2, t2, _) = {
             drop(h);
             t.join().unwrap();
             start(dir.path(), Duration::from_secs(3600))
@@ -851,7 +839,7 @@ mod tests {
     #[test]
     fn zero_interval_commits_every_batch_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        let (h, stats, t) = start(dir.path(), Duration::ZERO);
+        let (h, stats, t, _) = start(dir.path(), Duration::ZERO);
         h.submit(batch("udp", 1), false).unwrap();
         let until = Instant::now() + Duration::from_secs(10);
         while stats.commits.load(Ordering::Relaxed) == 0 && Instant::now() < until {

@@ -189,7 +189,8 @@ fn stored_status(agent: &Agent) -> Value {
 /// here a minute) with the store's: a held point is seen by the next cycle, and cycle after
 /// cycle commits nothing (the writer's commit count and the database file stay as they
 /// were). A held spike that fires the rule is committed before the incident is opened, so
-/// the incident's snapshot, which reads the store, holds it.
+/// the incident's snapshot, which reads the store, holds it; the incident's own point is
+/// committed at once, for the sinks.
 #[test]
 fn rules_see_held_points_without_a_commit_and_a_firing_commits_them_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -259,6 +260,16 @@ fn rules_see_held_points_without_a_commit_and_a_firing_commits_them_first() {
         "the firing's points were not committed before it"
     );
     assert!(commits() > before);
+    // Its `edgewatch_incident` point is committed at once (for the sinks), not held a
+    // minute.
+    let db = agent.dir.join("edgewatch.db");
+    assert!(
+        wait_for(Duration::from_secs(10), || {
+            (points_in_file(&db, "edgewatch_incident") >= 1).then_some(())
+        })
+        .is_some(),
+        "the incident's point is still held"
+    );
     let id = firing["incident_id"]
         .as_i64()
         .unwrap_or_else(|| panic!("no incident: {firing}"));

@@ -111,6 +111,9 @@ pub struct Evaluator {
     incident_opts: Option<super::incident::Options>,
     /// Incident points not yet taken by the ingest queue (it was full), oldest first.
     pending_points: Vec<Line>,
+    /// Incident points were queued by the last evaluation: [`run`] has them committed at
+    /// once, so the sinks carry them to the centre without waiting out the writer's hold.
+    queued_points: bool,
     /// Cancelled when the evaluator is stopped (a reload): an evaluation in progress stops
     /// between rules and records nothing.
     cancel: CancellationToken,
@@ -198,6 +201,7 @@ impl Evaluator {
             failures: BTreeMap::new(),
             incident_opts,
             pending_points,
+            queued_points: false,
             cancel: CancellationToken::new(),
             rows: Some(Default::default()),
         })
@@ -593,7 +597,10 @@ impl Evaluator {
             },
             false,
         ) {
-            Ok(_) => tracing::debug!(points = n, "incident points queued"),
+            Ok(_) => {
+                self.queued_points = true;
+                tracing::debug!(points = n, "incident points queued");
+            }
             Err(SubmitError::Full { .. }) => {
                 tracing::debug!(
                     points = n,
@@ -775,6 +782,11 @@ pub async fn run(setup: Setup, view: Arc<AlertsView>, stop: CancellationToken) {
                 Ok((back, Some((items, status)))) => {
                     ev = back;
                     view.set(items, status);
+                    if std::mem::take(&mut ev.queued_points) {
+                        if let Some(h) = &ingest {
+                            h.settle().await;
+                        }
+                    }
                     break;
                 }
                 Ok((back, None)) => {
