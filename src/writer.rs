@@ -99,18 +99,16 @@ pub fn run(
     if let Some(staged) = store.take_unstored() {
         // Replayed at open, not stored: held like any journaled write, tried again at the
         // interval (or the next request), never dropped.
-        head.points += staged.points();
-        let staged = Arc::new(staged);
-        if let Some(view) = store.held_view() {
-            view.hold(staged.clone());
-        }
-        head.held.push(Held {
-            values: staged.values(),
-            staged,
-            journaled: true,
-            ack: None,
-            _permit: None,
-        });
+        head.hold(
+            &store,
+            Held {
+                values: staged.values(),
+                staged: Arc::new(staged),
+                journaled: true,
+                ack: None,
+                _permit: None,
+            },
+        );
         head.failing = Some(("the journal's records are not stored yet".into(), true));
         head.deadline = Some(Instant::now() + flush_interval);
     }
@@ -199,6 +197,15 @@ struct Head {
 }
 
 impl Head {
+    /// Holds `h` for the next commit, where the store's readers see it too.
+    fn hold(&mut self, store: &Writer, h: Held) {
+        self.points += h.staged.points();
+        if let Some(view) = store.held_view() {
+            view.hold(h.staged.clone());
+        }
+        self.held.push(h);
+    }
+
     /// Checks `pending`'s lines and holds, journals or commits them (see [`run`]).
     fn take(&mut self, store: &mut Writer, pending: &mut Vec<Request>, stats: &Stats) {
         if self.failing.is_some() && !self.held.is_empty() {
@@ -309,18 +316,16 @@ impl Head {
                 Some(ack) => Some((ack, sum.rejected)),
                 None => None,
             };
-            self.points += staged.points();
-            let staged = Arc::new(staged);
-            if let Some(view) = store.held_view() {
-                view.hold(staged.clone());
-            }
-            self.held.push(Held {
-                journaled: in_journal,
-                values: sum.values,
-                staged,
-                ack,
-                _permit: Some(req.permit),
-            });
+            self.hold(
+                store,
+                Held {
+                    journaled: in_journal,
+                    values: sum.values,
+                    staged: Arc::new(staged),
+                    ack,
+                    _permit: Some(req.permit),
+                },
+            );
         }
         if now {
             self.commit(store, stats);

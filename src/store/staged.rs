@@ -45,12 +45,7 @@ impl Staged {
 
     /// Each line in arrival order: `(tag set, time, its (series id, value)s)`.
     pub(super) fn lines(&self) -> impl Iterator<Item = Line<'_>> + '_ {
-        let mut start = 0usize;
-        self.lines.iter().map(move |&(tagset, ts, end)| {
-            let values = self.values.get(start..end as usize).unwrap_or_default();
-            start = end as usize;
-            (tagset, ts, values)
-        })
+        (0..self.lines.len()).filter_map(move |i| self.line(i))
     }
 
     /// Line `i`: `(tag set, time, its (series id, value)s)`.
