@@ -292,6 +292,103 @@ def wal_frames(data):
     return frames, page_owners(data)
 
 
+class DirtyTracer:
+    """Attributes what `write_bytes` counts to files and threads: the kernel's
+    `writeback:writeback_dirty_folio` event fires each time a task dirties a clean page of the
+    page cache (the moment `/proc/PID/io` counts it), with the file's inode and the page's
+    index. A tracefs instance of its own follows the agent's threads (and any it starts:
+    `event-fork`), so other tracing and other runs are not disturbed. Direct-IO writes (the
+    ingest journal's synced appends) dirty no page and do not show here: the agent's status
+    counts them. Needs root and tracefs."""
+
+    ROOT = "/sys/kernel/tracing"
+    LINE = re.compile(r"^\s*(.*?)-(\d+)\s+\[\d+\].*?writeback_dirty_folio: bdi \S+: ino=(\d+) index=(\d+)")
+
+    def __init__(self, pid):
+        if not os.path.isdir(os.path.join(self.ROOT, "instances")):
+            raise SystemExit("--dirty-trace needs tracefs at /sys/kernel/tracing (and root)")
+        self.dir = os.path.join(self.ROOT, "instances", f"edgewatch-budget-{os.getpid()}-{pid}")
+        os.mkdir(self.dir)
+        self.pages = collections.Counter()  # (thread name, inode) -> pages dirtied
+        self.indexes = collections.defaultdict(set)  # inode -> distinct page indexes
+        self.lost = 0
+        self._write("buffer_size_kb", "4096")
+        self._write("options/event-fork", "1")
+        self._write("set_event_pid", " ".join(os.listdir(f"/proc/{pid}/task")))
+        self._write("events/writeback/writeback_dirty_folio/enable", "1")
+        # Non-blocking, so that `finish` can stop the reader between reads.
+        self.fd = os.open(os.path.join(self.dir, "trace_pipe"), os.O_RDONLY | os.O_NONBLOCK)
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def _write(self, name, value):
+        with open(os.path.join(self.dir, name), "w") as f:
+            f.write(value)
+
+    def loop(self):
+        rest = b""
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 16)
+            except BlockingIOError:
+                chunk = b""
+            if not chunk:
+                if self.stop_flag.is_set():
+                    return
+                time.sleep(0.2)
+                continue
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                self.take(line.decode(errors="replace"))
+
+    def take(self, line):
+        m = self.LINE.match(line)
+        if not m:
+            if "LOST" in line:
+                self.lost += 1
+            return
+        comm, ino, index = m.group(1).strip(), int(m.group(3)), int(m.group(4))
+        self.pages[(comm, ino)] += 1
+        self.indexes[ino].add(index)
+
+    def finish(self, files, hours):
+        """Stops tracing and returns MB/h dirtied by file and thread; `files` maps a name to
+        its path, for the inodes (a file replaced in the window keeps its last inode)."""
+        self._write("events/writeback/writeback_dirty_folio/enable", "0")
+        time.sleep(0.5)
+        self._write("tracing_on", "0")
+        # The reader drains what is buffered, then sees the flag and ends.
+        self.stop_flag.set()
+        self.thread.join(10)
+        os.close(self.fd)
+        try:
+            os.rmdir(self.dir)
+        except OSError:
+            pass
+        names = {}
+        for name, path in files.items():
+            try:
+                names[os.stat(path).st_ino] = name
+            except OSError:
+                pass
+        by_file = collections.Counter()
+        by_thread = collections.Counter()
+        for (comm, ino), n in self.pages.items():
+            f = names.get(ino, "other files")
+            by_file[f] += n
+            by_thread[(f, re.sub(r"[-_]?\d+$", "", comm))] += n
+        mb = lambda n: round(n * PAGE / 1e6 / hours, 2)
+        return {
+            "by_file": {f: mb(n) for f, n in by_file.most_common()},
+            "distinct_pages": {names.get(i, f"ino {i}"): len(s) for i, s in self.indexes.items() if i in names},
+            "by_file_and_thread": {f"{f} / {t}": mb(n) for (f, t), n in by_thread.most_common(24)},
+            "other_inodes": len([i for i in self.indexes if i not in names]),
+            "lost_events": self.lost,
+        }
+
+
 class WalTracer:
     """Follows the WAL through the measured window (polling every second) and keeps each
     commit's page numbers: which kinds of commit write how many pages an hour, across
@@ -632,6 +729,7 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
     s0 = loopfs.sectors_written() if loopfs else None
     j0, k0 = journal_appends(base), wal_restarts(data)
     tracer = WalTracer(data) if args.wal_trace else None
+    dirty = DirtyTracer(pid) if args.dirty_trace else None
     rss = []
     end = t0 + secs
     while time.monotonic() < end - (strace_s if strace_s else 0):
@@ -647,6 +745,14 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
     j1, k1 = journal_appends(base), wal_restarts(data)
     hwm = status_kb(pid, "VmHWM")
     wal_trace = tracer.finish(data, elapsed / 3600) if tracer else None
+    dirty_trace = None
+    if dirty:
+        files = {
+            os.path.relpath(os.path.join(d, n), data): os.path.join(d, n)
+            for d, _, names in os.walk(data) for n in names
+        }
+        files[f"agent-{name}.log"] = os.path.join(work, f"agent-{name}.log")
+        dirty_trace = dirty.finish(files, elapsed / 3600)
     fsyncs = None
     io = None
     if strace_s and args.io_trace:
@@ -706,6 +812,7 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         "io_by_thread": io,
         "wal_frames": wal,
         "wal_trace": wal_trace,
+        "dirty_trace": dirty_trace,
         "points_written": st_json.get("ingest", {}).get("points_written"),
         "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
         "prometheus_scrapes": scrapes,
@@ -779,6 +886,9 @@ def main():
                     help="at the end of the full phase, count the WAL's frames by table and index (dbstat)")
     ap.add_argument("--wal-trace", action="store_true",
                     help="follow the WAL through each measured window: commits and pages an hour by the tables they write")
+    ap.add_argument("--dirty-trace", action="store_true",
+                    help="attribute the pages the agent dirties (what write_bytes counts) to files and "
+                         "threads through the kernel's writeback_dirty_folio event (root, tracefs)")
     ap.add_argument("--device", action="store_true",
                     help="put each phase's store on an ext4 loop device of its own (root) and report the "
                          "bytes the block device was asked to write, file-system journal included")
