@@ -678,6 +678,23 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
                 env=env,
             )
         )
+    poller = None
+    if args.poll:
+        # An app or dashboard that polls the API without `X-Edgewatch-Read: stored` (a read
+        # of the latest, the default): the engine's latency query and the newest raw points.
+        stop_poll = threading.Event()
+
+        def poll():
+            qs = [
+                "/api/v1/query?measurement=inference&field=wall_ms&from=-15m&step=10s&agg=p99",
+                "/api/v1/query?measurement=inference&field=wall_ms&from=-10s",
+            ]
+            while not stop_poll.wait(args.poll):
+                for q in qs:
+                    fleet.http_get(base + q)
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
     prom_port = None
     if args.prometheus:
         # A real Prometheus scraping the agent's /metrics, as a device that a local or
@@ -788,6 +805,9 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         q = f"http://127.0.0.1:{prom_port}/api/v1/query?query=sum_over_time(up[1d])"
         res = json.loads(fleet.http_get(q)[1] or "{}").get("data", {}).get("result", [])
         scrapes = int(float(res[0]["value"][1])) if res else 0
+    if poller:
+        stop_poll.set()
+        poller.join(30)
     for p in extra:
         p.stop()
     agent.stop()
@@ -906,6 +926,10 @@ def main():
     ap.add_argument("--prometheus", type=int, metavar="S",
                     help="run a real Prometheus (Debian's `prometheus`) scraping the agent's /metrics every S "
                          "seconds in each phase, and report its successful scrapes")
+    ap.add_argument("--poll", type=float, metavar="S",
+                    help="poll the API every S seconds as an app or dashboard does without "
+                         "`X-Edgewatch-Read: stored` (an engine query and a raw query, each a read "
+                         "of the latest)")
     ap.add_argument("--keep", help="copy each phase's stopped data directory to KEEP/PHASE (to inspect the store)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()

@@ -258,6 +258,7 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
             &cfg.process,
         )),
         reader: Arc::new(Mutex::new(reader)),
+        held: Some(held.clone()),
         plan: crate::status::Live::new((*plan).clone()),
         inference: crate::status::Live::new(cfg.inference.clone()),
         stats: stats.clone(),

@@ -48,14 +48,18 @@ pub const READ_HEADER: &str = "x-edgewatch-read";
 /// small acknowledged writes, up to `[ingest] flush_interval`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Read {
-    /// Read-your-writes, the default: what is held is committed first, so every point
-    /// written before the request is in its answer. When points are held, that is a commit
-    /// of its own (its pages, its sync) on the device.
+    /// Read-your-writes, the default: every point written before the request is in its
+    /// answer. The read waits until the writer has taken what was queued before it, then
+    /// reads the points the writer holds with the store, without a commit
+    /// ([`crate::store::Reader::read_with_held`]). The status is the exception: its counters
+    /// are of committed points, so a read of the latest commits what is held first (a
+    /// commit of its own, its pages and its sync, when points are held).
     #[default]
     Latest,
-    /// What is stored now, without a commit: up to the hold behind. For a reader that polls
-    /// (the UI's live refresh, a dashboard), where a commit per poll would add its pages to
-    /// every interval's and shorten the writer's hold to the poll's period.
+    /// What the writer has taken so far, without waiting for what is still queued and
+    /// without a commit: point reads include the held points, and the status counts only
+    /// committed ones (up to the hold behind). For a reader that polls (the UI's live
+    /// refresh, a dashboard, a scraper of `/metrics`).
     Stored,
 }
 
@@ -90,6 +94,10 @@ pub struct ApiCtx {
     pub hold: Duration,
     /// Read-only connection to the store.
     pub reader: Arc<Mutex<Reader>>,
+    /// What the writer holds for its next commit, read with the store by the point reads
+    /// (queries, the query engine) so that they need no commit (`None`: a read of the latest
+    /// commits what is held first).
+    pub held: Option<Arc<crate::store::HeldView>>,
     /// Counters.
     pub stats: Arc<Stats>,
     /// Queue, for its depth.
@@ -159,15 +167,24 @@ where
     T: Send + 'static,
     F: FnOnce(&Reader) -> Result<T, StoreError> + Send + 'static,
 {
-    // Read-your-writes: points held for a shared commit (UDP, collectors) are committed
-    // before the read (see `IngestHandle::settle`), unless the request reads what is stored.
+    // Read-your-writes without a commit: once the writer has taken everything queued
+    // before the request (`IngestHandle::catch_up`), every point is stored or held, and the
+    // point reads add the held ones (`Reader::read_with_held`). A request that reads what is
+    // stored reads the held points too, without waiting. With no view of the held points,
+    // a read of the latest commits them first (`IngestHandle::settle`).
     if ctx.read == Read::Latest {
-        ctx.handle.settle().await;
+        match ctx.held {
+            Some(_) => ctx.handle.catch_up().await,
+            None => ctx.handle.settle().await,
+        }
     }
-    let reader = ctx.reader.clone();
+    let (reader, held) = (ctx.reader.clone(), ctx.held.clone());
     match tokio::task::spawn_blocking(move || {
         let guard = reader.lock().unwrap_or_else(|p| p.into_inner());
-        f(&guard)
+        match held {
+            Some(view) => guard.read_with_held(&view, f),
+            None => f(&guard),
+        }
     })
     .await
     {
@@ -540,6 +557,15 @@ async fn status(ctx: ApiCtx) -> Response {
 /// from it. The one place it is assembled; each part comes from the module that owns it. A
 /// part the store cannot give (a read error) is `null`.
 pub async fn status_document(ctx: &ApiCtx) -> Status {
+    // Its counters are of committed points: a read of the latest commits what is held
+    // first, so that `points_written` counts every point received before it.
+    if ctx.read == Read::Latest {
+        ctx.handle.settle().await;
+    }
+    let ctx = &ApiCtx {
+        read: Read::Stored,
+        ..ctx.clone()
+    };
     let series = with_reader(ctx, |r| r.series_count()).await.ok();
     let plan = ctx.plan.get();
     let rollup = with_reader(ctx, move |r| {

@@ -42,6 +42,11 @@ pub struct Request {
     pub ack: Option<oneshot::Sender<Ack>>,
     /// Queue capacity held until the writer is done with the batch.
     pub permit: OwnedSemaphorePermit,
+    /// With an empty batch and an acknowledgement: answered as soon as the writer has
+    /// taken everything queued before it (held or committed), without a commit of its own
+    /// ([`IngestHandle::catch_up`]). Otherwise an empty acknowledged batch is a barrier
+    /// that commits what is held ([`IngestHandle::settle`]).
+    pub catch_up: bool,
 }
 
 /// Why a batch was not queued.
@@ -133,7 +138,12 @@ impl IngestHandle {
             (None, None)
         };
         self.tx
-            .send(Request { batch, ack, permit })
+            .send(Request {
+                batch,
+                ack,
+                permit,
+                catch_up: false,
+            })
             .map_err(|_| SubmitError::Closed)?;
         Ok(rx)
     }
@@ -146,11 +156,25 @@ impl IngestHandle {
     /// with everything held beside it. A closed queue returns at once: the reader sees what
     /// is committed.
     pub async fn settle(&self) {
+        self.barrier(false).await
+    }
+
+    /// Returns once the writer has taken everything queued before the call: each point is
+    /// then stored or held, and a reader that reads the held points with the store
+    /// ([`crate::store::Reader::read_with_held`]) sees all of it. Unlike [`Self::settle`],
+    /// nothing is committed for it. Free when nothing is queued or held; a closed queue
+    /// returns at once.
+    pub async fn catch_up(&self) {
+        self.barrier(true).await
+    }
+
+    /// An empty request with an acknowledgement, taking no queue capacity (held points may
+    /// fill the whole queue, and a barrier is what lets them out), answered after
+    /// everything queued before it.
+    async fn barrier(&self, catch_up: bool) {
         if self.queued() == 0 {
             return;
         }
-        // No capacity taken: held points may fill the whole queue, and this is what lets
-        // them out.
         let Ok(permit) = self.permits.clone().try_acquire_many_owned(0) else {
             return;
         };
@@ -159,6 +183,7 @@ impl IngestHandle {
             batch: Batch::default(),
             ack: Some(ack),
             permit,
+            catch_up,
         };
         if self.tx.send(req).is_ok() {
             let _ = rx.await;

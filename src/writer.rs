@@ -232,9 +232,7 @@ impl Head {
                 return;
             }
         };
-        let barrier = pending
-            .iter()
-            .any(|r| r.ack.is_some() && r.batch.is_empty());
+        let barrier = pending.iter().any(is_barrier);
         let large = pending
             .iter()
             .zip(&staged)
@@ -292,9 +290,9 @@ impl Head {
                 // fact that the same series keeps failing the same way) and count.
                 tracing::debug!(first = %sum.rejected[0].error, count = sum.rejected.len(), "lines refused");
             }
-            let is_barrier = req.ack.is_some() && req.batch.is_empty();
-            if staged.is_empty() && !is_barrier {
-                // Nothing to store (every line refused, or an empty batch nobody waits on).
+            if staged.is_empty() && !is_barrier(&req) {
+                // Nothing to store (every line refused, an empty batch nobody waits on, or
+                // a reader's catch-up: what came before it is held by now).
                 release_and_answer(
                     req.permit,
                     req.ack,
@@ -408,6 +406,12 @@ impl Head {
             }
         }
     }
+}
+
+/// An empty request with an acknowledgement that asks for a commit of what is held
+/// ([`crate::queue::IngestHandle::settle`]; a catch-up asks for none).
+fn is_barrier(r: &Request) -> bool {
+    r.ack.is_some() && r.batch.is_empty() && !r.catch_up
 }
 
 /// The answer's text for a store error, and whether trying again may help. A read-only
@@ -597,6 +601,52 @@ mod tests {
         );
         assert_eq!(stats.journal_appends.load(Ordering::Relaxed), 2);
         assert_eq!(stats.commits.load(Ordering::Relaxed), 2, "held");
+        drop(h);
+        t.join().unwrap();
+    }
+
+    /// A reader's catch-up returns once the writer has taken everything queued before it,
+    /// and commits nothing: a raw read with the store's view of what is held then sees every
+    /// point, and the same read after the commit sees each of them once.
+    #[test]
+    fn a_catch_up_returns_once_everything_queued_before_it_is_held_and_commits_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (h, stats, t, view) = start(dir.path(), Duration::from_secs(3600));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(h.catch_up());
+        for _ in 0..4 {
+            h.submit(batch("udp", 5), false).unwrap();
+        }
+        rt.block_on(h.catch_up());
+        assert_eq!(view.points(), 20, "everything queued before it is held");
+        assert_eq!(
+            stats.commits.load(Ordering::Relaxed),
+            0,
+            "nothing committed"
+        );
+        assert_eq!(stored(dir.path()), 0);
+        let reader = crate::store::Reader::open(dir.path()).unwrap();
+        let q = crate::store::query::RawQuery {
+            measurement: "udp".into(),
+            from: 0,
+            to: i64::MAX,
+            limit: 1000,
+            ..Default::default()
+        };
+        let points = |r: crate::store::query::RawResult| -> usize {
+            r.series.iter().map(|s| s.points.len()).sum()
+        };
+        let with_held = || points(reader.read_with_held(&view, |r| r.query_raw(&q)).unwrap());
+        assert_eq!(with_held(), 20);
+        assert_eq!(points(reader.query_raw(&q).unwrap()), 0, "none stored");
+        // A barrier commits them: stored now, and still counted once.
+        rt.block_on(h.settle());
+        assert_eq!(stats.commits.load(Ordering::Relaxed), 1);
+        assert_eq!(view.points(), 0);
+        assert_eq!(with_held(), 20);
+        assert_eq!(points(reader.query_raw(&q).unwrap()), 20);
         drop(h);
         t.join().unwrap();
     }

@@ -298,8 +298,10 @@ fn query_flags_answer_and_refuse_as_the_http_parameters_do() {
     let ask = |flags: &[&str], params: &[(&str, &str)]| {
         let mut args = vec!["query", "--data-dir", &d, "--format", "json"];
         args.extend_from_slice(flags);
-        // The API first: its read commits what the agent holds, which the CLI (another
-        // process, reading the database) sees only once committed.
+        // The status read for the latest first: it commits what the agent holds, which the
+        // CLI (another process, reading the database) sees only once committed (the API's
+        // queries see it held).
+        agent.status();
         let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let api = get(&agent.url(&format!("/api/v1/query?{}", query.join("&")))).unwrap();
         let cli = run(&args);

@@ -106,27 +106,92 @@ fn agent_holding_two_udp_points(dir: &std::path::Path) -> Agent {
     agent
 }
 
-/// UDP points are held for a shared commit (`[ingest] flush_interval`, here 30 s so the
-/// test cannot race it; the alert cycles' interval is 15 s): not in the database file yet, yet a query through the API sees
-/// them at once (it commits what is held first), and then so does the file.
-#[test]
-fn a_query_sees_held_udp_points_at_once_and_commits_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent = agent_holding_two_udp_points(dir.path());
-    let in_file = || points_in_file(&agent.dir.join("edgewatch.db"), "held_m");
-    // The datagram is received and queued at once, but held: nothing in the file.
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(in_file(), 0, "held points are not committed before 30 s");
-    let got = points(&agent, "measurement=held_m");
-    assert_eq!(got.len(), 2, "{got:?}");
-    assert_eq!(in_file(), 2);
+/// The writer's commit count and the number of `measurement`'s points in the database
+/// file, read without a commit (the status as stored, the file directly).
+fn commits_and_in_file(agent: &Agent, measurement: &str) -> (u64, i64) {
+    let (code, body) = get_with(
+        &agent.url("/api/v1/status"),
+        &[("X-Edgewatch-Read", "stored")],
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let st: J = serde_json::from_str(&body).unwrap();
+    (
+        st["ingest"]["commits"].as_u64().unwrap(),
+        points_in_file(&agent.dir.join("edgewatch.db"), measurement),
+    )
 }
 
-/// A reader that polls (the UI's live refresh) asks for what is stored
-/// (`X-Edgewatch-Read: stored`): its answers and the status cost no commit, so held points
-/// stay held until the writer's own commit or a reader that asks for the latest. A header
-/// that names neither mode is refused with 400, and the held points are neither lost nor
-/// committed by it.
+/// The sum of every step's value of an engine answer (`/api/v1/query` with `step`).
+fn engine_sum(agent: &Agent, query: &str, read: &str) -> f64 {
+    let (code, body) = get_with(
+        &agent.url(&format!("/api/v1/query?{query}")),
+        &[("X-Edgewatch-Read", read)],
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: J = serde_json::from_str(&body).unwrap();
+    v["series"]
+        .as_array()
+        .unwrap_or(&vec![])
+        .iter()
+        .flat_map(|s| s["points"].as_array().cloned().unwrap_or_default())
+        .map(|p| p[1].as_f64().unwrap_or(0.0))
+        .sum()
+}
+
+/// UDP points are held for a shared commit (`[ingest] flush_interval`, here 30 s so the
+/// test cannot race it): not in the database file yet, yet a query through the API sees
+/// them at once, raw and through the query engine, and commits nothing: a read adds what
+/// the writer holds to what is stored. The status, whose counters are of committed points,
+/// commits them when it is read for the latest; every read then counts each point once.
+#[test]
+fn a_query_sees_held_udp_points_at_once_without_committing_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = agent_holding_two_udp_points(dir.path());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(
+        format!(
+            "held_now,app=x v=3 {}\nheld_now,app=x v=4 {now}\n",
+            now - 1_000_000_000
+        )
+        .as_bytes(),
+        agent.udp,
+    )
+    .unwrap();
+    let (commits, in_file) = commits_and_in_file(&agent, "held_m");
+    assert_eq!(in_file, 0, "held points are not committed before 30 s");
+    let got = points(&agent, "measurement=held_m");
+    assert_eq!(got.len(), 2, "{got:?}");
+    let engine = "measurement=held_now&field=v&from=-5m&step=1m&agg=sum";
+    assert_eq!(engine_sum(&agent, engine, "latest"), 7.0);
+    assert_eq!(engine_sum(&agent, engine, "stored"), 7.0);
+    assert_eq!(
+        commits_and_in_file(&agent, "held_m"),
+        (commits, 0),
+        "a read committed the held points"
+    );
+    assert_eq!(
+        points_in_file(&agent.dir.join("edgewatch.db"), "held_now"),
+        0
+    );
+    // The status read for the latest commits them; the reads count each once.
+    assert!(agent.status()["ingest"]["points_written"].as_u64() >= Some(4));
+    let (after, in_file) = commits_and_in_file(&agent, "held_m");
+    assert!(after > commits);
+    assert_eq!(in_file, 2);
+    assert_eq!(points(&agent, "measurement=held_m").len(), 2);
+    assert_eq!(engine_sum(&agent, engine, "latest"), 7.0);
+}
+
+/// A reader that polls (the UI's live refresh) asks for what the writer has taken without
+/// waiting for what is queued (`X-Edgewatch-Read: stored`): its answers include the held
+/// points and cost no commit, nor does the status read so. A header that names neither
+/// mode is refused with 400, and the held points are neither lost nor committed by it.
 #[test]
 fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -147,11 +212,17 @@ fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
     .expect("the datagram is queued");
     assert_eq!(queued["ingest"]["hold_ms"], 30_000);
     let commits = queued["ingest"]["commits"].as_u64().unwrap();
-    for _ in 0..3 {
+    let held = wait_for(Duration::from_secs(5), || {
         let (code, body) = get_with(&query, &stored).unwrap();
         assert_eq!(code, 200, "{body}");
         let v: J = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["series"], J::Array(vec![]), "{body}");
+        (v["series"][0]["points"].as_array().map(Vec::len) == Some(2)).then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "a read of what is stored misses held points"
+    );
+    for _ in 0..3 {
         let (code, body) = get_with(&agent.url("/api/v1/series"), &stored).unwrap();
         assert_eq!(code, 200, "{body}");
     }
@@ -172,7 +243,8 @@ fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
         );
     }
     assert_eq!(in_file(), 0);
-    // Asking for the latest (as a read without the header does) commits and sees both.
+    // Asking for the latest (as a read without the header does) sees both, committing
+    // nothing; the status read so commits them.
     let (code, body) = get_with(&query, &[("X-Edgewatch-Read", "Latest")]).unwrap();
     assert_eq!(code, 200, "{body}");
     let v: J = serde_json::from_str(&body).unwrap();
@@ -181,6 +253,8 @@ fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
         Some(2),
         "{body}"
     );
+    assert_eq!(in_file(), 0);
+    status(&[]);
     assert_eq!(in_file(), 2);
     assert_eq!(points(&agent, "measurement=held_m").len(), 2);
 }
@@ -188,7 +262,8 @@ fn a_read_of_what_is_stored_commits_nothing_and_a_bad_read_mode_is_refused() {
 /// A scraper polls `/metrics` (Prometheus every 15 s by default): a scrape commits nothing,
 /// yet it shows the newest values of points the writer still holds (the writer records
 /// them as it accepts them), so a scrape per interval costs the store no transaction. The
-/// held points are neither lost nor committed by it: a read of the latest commits them.
+/// held points are neither lost nor committed by it: the status read for the latest
+/// commits them.
 #[test]
 fn a_scrape_shows_held_points_without_committing_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -233,9 +308,10 @@ fn a_scrape_shows_held_points_without_committing_them() {
     }
     assert_eq!(commits(), before, "a scrape committed the held points");
     assert_eq!(in_file(), 0, "a scrape committed the held points");
-    // Held, not lost: a read of the latest commits both.
-    assert_eq!(points(&agent, "measurement=held_scrape").len(), 2);
+    // Held, not lost: the status read for the latest commits both.
+    agent.status();
     assert_eq!(in_file(), 2);
+    assert_eq!(points(&agent, "measurement=held_scrape").len(), 2);
 }
 
 #[test]

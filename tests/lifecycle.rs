@@ -281,6 +281,9 @@ fn own_health_is_stored_and_each_start_is_an_event() {
         post(&agent.url("/write"), body.as_bytes(), &[]).unwrap().0,
         204
     );
+    // `points_written` counts committed points: the status read for the latest commits the
+    // write, which is otherwise held for the writer's interval.
+    assert!(agent.status()["ingest"]["points_written"].as_u64() >= Some(100));
     let seen = wait_for(Duration::from_secs(10), || {
         (count(&agent, "measurement=edgewatch_agent&field=cpu_pct") >= 2).then_some(())
     });

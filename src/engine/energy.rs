@@ -434,6 +434,21 @@ pub(super) fn raw_points(
             })?;
             Ok(ControlFlow::Continue(()))
         })?;
+        // The points the writer held when the read began (`Reader::read_with_held`).
+        if let Some(held) = &*reader.held() {
+            for (ts, values) in held.lines_of(set.id) {
+                if ts < from || ts > to {
+                    continue;
+                }
+                for (s, v) in values {
+                    if *s == sid {
+                        if let Some(f) = numeric(v) {
+                            pts.push((ts, f * scale));
+                        }
+                    }
+                }
+            }
+        }
         if !pts.is_empty() {
             out.push((set.id, set.tags, pts));
         }
@@ -803,6 +818,56 @@ mod tests {
     use super::*;
 
     const S: i64 = NS;
+
+    /// The raw samples include what the writer holds when the read begins with it
+    /// (`Reader::read_with_held`), and count each point once after its commit (in no
+    /// particular order, as from chunks: the callers sort).
+    #[test]
+    fn raw_points_add_the_held_points_once() {
+        use crate::model::{Batch, Line, Value};
+        let dir = tempfile::tempdir().unwrap();
+        let mut w =
+            crate::store::Writer::open(dir.path(), 100, crate::config::Synchronous::Full).unwrap();
+        let view = std::sync::Arc::new(crate::store::HeldView::new());
+        w.keep_held(view.clone());
+        let line = |ts: i64, v: f64| Line {
+            key: "llm,model=m".into(),
+            fields: vec![("ttft_ms".into(), Value::F64(v))],
+            ts,
+            line_no: 1,
+        };
+        let stage = |w: &mut crate::store::Writer, lines: Vec<Line>| {
+            let (_, staged) = w.stage(&[&Batch { lines }]).unwrap().remove(0);
+            std::sync::Arc::new(staged)
+        };
+        let stored = stage(&mut w, vec![line(5 * S, 50.0)]);
+        w.commit([&*stored]).unwrap();
+        // Held: one newer and one older than the stored point.
+        let held = stage(&mut w, vec![line(7 * S, 70.0), line(3 * S, 30.0)]);
+        view.hold(held.clone());
+        let reader = Reader::open(dir.path()).unwrap();
+        let read = |r: &Reader| -> Vec<(i64, f64)> {
+            let got = raw_points(r, "llm", "ttft_ms", None, 0, 10 * S, 1.0).unwrap();
+            let mut pts: Vec<_> = got.into_iter().flat_map(|(_, _, p)| p).collect();
+            pts.sort_by_key(|p| p.0);
+            pts
+        };
+        let with_held = || {
+            reader
+                .read_with_held(&view, |r| Ok::<_, EngineError>(read(r)))
+                .unwrap()
+        };
+        let all = vec![(3 * S, 30.0), (5 * S, 50.0), (7 * S, 70.0)];
+        assert_eq!(with_held(), all);
+        assert_eq!(
+            read(&reader),
+            vec![(5 * S, 50.0)],
+            "outside: the store only"
+        );
+        w.commit([&*held]).unwrap();
+        assert_eq!(view.points(), 0);
+        assert_eq!(with_held(), all, "committed: each once");
+    }
 
     #[test]
     fn trapezoids_over_the_samples_cut_at_the_step_edges() {

@@ -172,6 +172,29 @@ pub fn collect(
         })?;
         Ok(ControlFlow::Continue(()))
     })?;
+    // The points the writer held when the read began (inside `Reader::read_with_held`):
+    // none of them is in a chunk or a tier row yet.
+    if let Some(held) = &*reader.held() {
+        for (_, tagset, sid, slots) in &mut found {
+            for (ts, values) in held.lines_of(*tagset) {
+                if ts < from || ts > to {
+                    continue;
+                }
+                for (s, v) in values {
+                    if *s != *sid {
+                        continue;
+                    }
+                    if let Some(f) = numeric(v) {
+                        let step = slots.at(ts);
+                        step.acc.add(ts, f);
+                        if exact {
+                            step.exact.get_or_insert_with(Vec::new).push(f);
+                        }
+                    }
+                }
+            }
+        }
+    }
     let sets = found
         .into_iter()
         .filter(|f| !f.3.steps.is_empty())
@@ -334,6 +357,9 @@ pub fn collect_window_cached(
     }
     let percentiles = matches!(need, Need::Sketch | Need::All);
     let (sketch, exact) = (percentiles && tier.is_some(), percentiles && tier.is_none());
+    // Held points: the caller's snapshot, else the reader's (`Reader::read_with_held`).
+    let reader_held = reader.held();
+    let held = held.or(reader_held.as_ref());
     // The wanted series of each tag set (a chunk holds one tag set's fields): (sid, slot).
     let mut by_tagset: BTreeMap<i64, Vec<(i64, usize)>> = BTreeMap::new();
     for (i, s) in series.iter().enumerate() {

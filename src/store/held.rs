@@ -4,9 +4,10 @@
 //! becomes visible ([`super::Writer::commit`] takes the view's lock around `COMMIT`), so a
 //! reader that takes a [`HeldSnapshot`] together with its read transaction
 //! ([`HeldView::snapshot_with`]) sees every point received exactly once: in the store or
-//! here, never both and never neither. The alert cycle reads this way, so its rules see the
-//! points received before it without a commit of their own. Lines are shared with the
-//! writer (`Arc`), not copied.
+//! here, never both and never neither. The alert cycle reads this way, and so do the API's
+//! reads ([`super::Reader::read_with_held`]: the query engine and raw queries add the
+//! snapshot's points), so rules and queries see the points received before them without a
+//! commit of their own. Lines are shared with the writer (`Arc`), not copied.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -209,6 +209,8 @@ pub struct Reader {
     tagsets: std::cell::RefCell<dict::TagsetCache>,
     /// The write-rate sample's counts so far (see [`Reader::rate_sample`]).
     rate: std::cell::RefCell<chunks::RateCache>,
+    /// What the writer held when the current read began, inside [`Reader::read_with_held`].
+    held: std::cell::RefCell<Option<HeldSnapshot>>,
 }
 
 impl Reader {
@@ -220,6 +222,7 @@ impl Reader {
             path,
             tagsets: Default::default(),
             rate: Default::default(),
+            held: Default::default(),
         })
     }
 
@@ -247,6 +250,29 @@ impl Reader {
         )
         .ctx(&self.path)?;
         Ok(tx)
+    }
+
+    /// Runs `f` in one read transaction ([`Reader::snapshot`]) begun together with a
+    /// [`HeldSnapshot`] of `view` ([`HeldView::snapshot_with`]): the point reads in `f` (the
+    /// query engine's, [`Reader::query_raw`]) add what the writer held then to what the
+    /// store held, so they see every point the writer had taken, each once, without a commit.
+    pub fn read_with_held<T, E: From<StoreError>>(
+        &self,
+        view: &HeldView,
+        f: impl FnOnce(&Reader) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let (tx, snap) = view.snapshot_with(|| self.snapshot())?;
+        let outer = self.held.replace(Some(snap));
+        let out = f(self);
+        self.held.replace(outer);
+        drop(tx);
+        out
+    }
+
+    /// What the writer held when this read began, inside [`Reader::read_with_held`] (else
+    /// `None`): the points a point read adds to the store's.
+    pub fn held(&self) -> std::cell::Ref<'_, Option<HeldSnapshot>> {
+        self.held.borrow()
     }
 
     /// The tag sets of `measurement` whose tags include every `(key, value)` of `tags`, by

@@ -392,8 +392,27 @@ impl Reader {
                 })?;
                 Ok(ControlFlow::Continue(()))
             })?;
+            // The points the writer held when the read began (none outside
+            // `read_with_held`): received, not committed yet.
+            if let Some(held) = &*self.held() {
+                for (t, values) in held.lines_of(ts.id) {
+                    if t < from || t > to {
+                        continue;
+                    }
+                    for (sid, v) in values {
+                        let Some(&i) = index.get(sid) else { continue };
+                        if total < limit {
+                            points[i].push((t, v.clone()));
+                            total += 1;
+                        } else {
+                            truncated = true;
+                        }
+                    }
+                }
+            }
             for (f, mut pts) in fields.into_iter().zip(points) {
-                // Chunks of different commits may overlap in time (late points).
+                // Chunks of different commits may overlap in time (late points), and held
+                // points may be older than stored ones.
                 pts.sort_by_key(|p| p.0);
                 if pts.is_empty() {
                     continue;

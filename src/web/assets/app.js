@@ -72,9 +72,10 @@ function sv(tag, attrs) {
   return e;
 }
 // A read the user asked for (a page, tab or range opened) sees every point written before it:
-// the agent commits what it holds first. A refresh on a timer (`S.stored`, or `stored`) reads
-// what is stored (`X-Edgewatch-Read: stored`), up to the agent's hold behind, so an open tab
-// costs the device no commit of its own.
+// the agent first takes what is queued before the read. A refresh on a timer (`S.stored`, or
+// `stored`) does not wait for that (`X-Edgewatch-Read: stored`): its queries still include the
+// points the agent holds for its next commit. Neither costs the device a commit, except the
+// status of a read of the latest (its counters are of committed points).
 function apiHeaders(stored) {
   return stored ? { Accept: 'application/json', 'X-Edgewatch-Read': 'stored' } : { Accept: 'application/json' };
 }
@@ -701,13 +702,6 @@ async function loadStorage() {
 
 // ---- wiring ---------------------------------------------------------------------------------
 
-// New points are stored once a commit of the agent's; it commits at least every `hold_ms`
-// (`[ingest] flush_interval`), so a live refresh more often than that would mostly redraw.
-function livePeriod(R) {
-  const hold = (S.status && S.status.ingest && S.status.ingest.hold_ms) || 0;
-  return Math.max(R.live, hold);
-}
-
 async function load(live) {
   clearTimeout(S.timer);
   const R = RANGES[S.range];
@@ -718,12 +712,14 @@ async function load(live) {
     else if (S.tab === 'forwarding') await loadForwarding();
     else if (S.tab === 'alerts') await loadAlerts(); // alerts.js
     else await loadStorage();
-    $('#live').textContent = R.live && S.tab === 'overview' ? `live · every ${livePeriod(R) / 1000} s` : '';
+    $('#live').textContent = R.live && S.tab === 'overview' ? `live · every ${R.live / 1000} s` : '';
   } catch (err) {
     $('#live').textContent = 'cannot reach the agent: ' + err.message;
   }
   S.stored = false;
-  if (R.live && S.tab === 'overview' && !document.hidden) S.timer = setTimeout(() => load(true), livePeriod(R));
+  // The range's own period, whatever the agent's hold: a refresh's queries include the points
+  // it holds for its next commit, so new points show at the next refresh, not at the commit.
+  if (R.live && S.tab === 'overview' && !document.hidden) S.timer = setTimeout(() => load(true), R.live);
 }
 
 function route() {
