@@ -307,6 +307,7 @@ class DirtyTracer:
     def __init__(self, pid):
         if not os.path.isdir(os.path.join(self.ROOT, "instances")):
             raise SystemExit("--dirty-trace needs tracefs at /sys/kernel/tracing (and root)")
+        self.pid = pid
         self.dir = os.path.join(self.ROOT, "instances", f"edgewatch-budget-{os.getpid()}-{pid}")
         os.mkdir(self.dir)
         self.pages = collections.Counter()  # (thread name, inode) -> pages dirtied
@@ -368,6 +369,14 @@ class DirtyTracer:
         except OSError:
             pass
         names = {}
+        # The agent's open files first (a deleted temp file is named by its link), then the
+        # store's by name.
+        for fd in os.listdir(f"/proc/{self.pid}/fd") if os.path.isdir(f"/proc/{self.pid}/fd") else []:
+            link = os.path.join(f"/proc/{self.pid}/fd", fd)
+            try:
+                names[os.stat(link).st_ino] = os.readlink(link)
+            except OSError:
+                pass
         for name, path in files.items():
             try:
                 names[os.stat(path).st_ino] = name

@@ -571,11 +571,11 @@ fn ui_in_chromium_shows_the_incident_and_follows_the_range_picker() {
         .as_i64()
         .unwrap_or(0);
     assert!((3..=5).contains(&n), "24h p99 points: {n}");
-    // The first load reads the latest; the live refresh comes at the 15m range's 5 s
-    // (its queries include the points the agent holds, whatever its hold) and reads what
-    // is stored, each of its requests.
+    // The first load reads the latest; the live refresh, every 15 s (the agent's default
+    // hold, longer than the 15m range's 5 s), reads what is stored (held points included),
+    // each of its requests.
     assert_eq!(r["firstRead"], "latest", "{}", r["firstRead"]);
-    assert_eq!(r["live"], "live · every 5 s", "{}", r["live"]);
+    assert_eq!(r["live"], "live · every 15 s", "{}", r["live"]);
     assert_eq!(r["refreshRead"], "stored", "{}", r["refreshRead"]);
     let reads = r["refreshQueryReads"]
         .as_array()

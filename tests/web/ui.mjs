@@ -59,8 +59,9 @@ try {
   await page.screenshot({ path: shot, fullPage: true });
   await page.mouse.move(5, 5);
 
-  // The live refresh comes on a timer (the range's period) and reads what the agent has
-  // taken, held points included, without waiting: an open tab commits nothing of its own.
+  // The live refresh comes on a timer (the range's period, or the agent's hold if longer)
+  // and reads what the agent has taken, held points included, without waiting: an open tab
+  // commits nothing of its own.
   report.live = await page.textContent('#live');
   const refresh = await page.waitForRequest((q) => q.url().includes('/api/v1/inference'), { timeout: 30000 });
   const refreshQueries = [];
