@@ -385,7 +385,7 @@ class DirtyTracer:
         by_file = collections.Counter()
         by_thread = collections.Counter()
         for (comm, ino), n in self.pages.items():
-            f = names.get(ino, "other files")
+            f = names.get(ino, "no file of the agent's (file-system metadata)")
             by_file[f] += n
             by_thread[(f, re.sub(r"[-_]?\d+$", "", comm))] += n
         mb = lambda n: round(n * PAGE / 1e6 / hours, 2)
@@ -393,7 +393,7 @@ class DirtyTracer:
             "by_file": {f: mb(n) for f, n in by_file.most_common()},
             "distinct_pages": {names.get(i, f"ino {i}"): len(s) for i, s in self.indexes.items() if i in names},
             "by_file_and_thread": {f"{f} / {t}": mb(n) for (f, t), n in by_thread.most_common(24)},
-            "other_inodes": len([i for i in self.indexes if i not in names]),
+            "other_inodes": {i: len(s) for i, s in self.indexes.items() if i not in names},
             "lost_events": self.lost,
         }
 
