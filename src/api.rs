@@ -7,9 +7,11 @@
 //! status document, [`Status`], is assembled) and, in `reload.rs`, `/api/v1/config` and
 //! `POST /api/v1/reload` (which asks the reloader: the one route that changes anything). It only reads — through its own
 //! read-only SQLite connection, on the blocking pool — and never writes: writes go through
-//! ingest like everything else. A read first has the writer commit the points it holds
-//! (read-your-writes) unless its `X-Edgewatch-Read: stored` asks for what is stored ([`Read`]:
-//! the UI's live refresh, which would otherwise cost a commit every poll). It never holds more than an answer's bound: large answers
+//! ingest like everything else. A read reads the points the writer holds with the store's,
+//! without a commit, after the writer has taken what was queued before it (read-your-writes),
+//! unless its `X-Edgewatch-Read: stored` asks it not to wait ([`Read`]: the UI's live
+//! refresh); the status read for the latest commits them first, since its counters are of
+//! committed points. It never holds more than an answer's bound: large answers
 //! are streamed ([`body`]), and `params.rs` holds the page and answer bounds, checked before
 //! a query reads.
 
