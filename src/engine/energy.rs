@@ -436,16 +436,9 @@ pub(super) fn raw_points(
         })?;
         // The points the writer held when the read began (`Reader::read_with_held`).
         if let Some(held) = &*reader.held() {
-            for (ts, values) in held.lines_of(set.id) {
-                if ts < from || ts > to {
-                    continue;
-                }
-                for (s, v) in values {
-                    if *s == sid {
-                        if let Some(f) = numeric(v) {
-                            pts.push((ts, f * scale));
-                        }
-                    }
+            for (ts, s, v) in held.values_in(set.id, from, to) {
+                if let Some(f) = numeric(v).filter(|_| s == sid) {
+                    pts.push((ts, f * scale));
                 }
             }
         }

@@ -159,15 +159,8 @@ pub fn collect(
         let (_, _, sid, slots) = &mut found[i];
         let sid = *sid;
         c.decode(path, |ts, s, v| {
-            if s != sid || ts < from || ts > to {
-                return;
-            }
-            if let Some(f) = numeric(&v) {
-                let step = slots.at(ts);
-                step.acc.add(ts, f);
-                if exact {
-                    step.exact.get_or_insert_with(Vec::new).push(f);
-                }
+            if s == sid && ts >= from && ts <= to {
+                add_raw(slots, ts, &v, exact);
             }
         })?;
         Ok(ControlFlow::Continue(()))
@@ -176,21 +169,9 @@ pub fn collect(
     // none of them is in a chunk or a tier row yet.
     if let Some(held) = &*reader.held() {
         for (_, tagset, sid, slots) in &mut found {
-            for (ts, values) in held.lines_of(*tagset) {
-                if ts < from || ts > to {
-                    continue;
-                }
-                for (s, v) in values {
-                    if *s != *sid {
-                        continue;
-                    }
-                    if let Some(f) = numeric(v) {
-                        let step = slots.at(ts);
-                        step.acc.add(ts, f);
-                        if exact {
-                            step.exact.get_or_insert_with(Vec::new).push(f);
-                        }
-                    }
+            for (ts, s, v) in held.values_in(*tagset, from, to) {
+                if s == *sid {
+                    add_raw(slots, ts, v, exact);
                 }
             }
         }
@@ -228,6 +209,18 @@ impl Slots for ByStep {
 impl Slots for StepAcc {
     fn at(&mut self, _t: i64) -> &mut StepAcc {
         self
+    }
+}
+
+/// Adds a raw point (from a chunk or held) to its step of [`collect`], and its exact value
+/// when the raw source answers percentiles.
+fn add_raw(slots: &mut ByStep, ts: i64, v: &Value, exact: bool) {
+    if let Some(f) = numeric(v) {
+        let step = slots.at(ts);
+        step.acc.add(ts, f);
+        if exact {
+            step.exact.get_or_insert_with(Vec::new).push(f);
+        }
     }
 }
 
@@ -387,10 +380,8 @@ pub fn collect_window_cached(
     };
     if let Some(held) = held {
         for (tagset, want) in &by_tagset {
-            for (ts, values) in held.lines_of(*tagset) {
-                for (sid, v) in values {
-                    point(want, ts, *sid, v);
-                }
+            for (ts, sid, v) in held.values_in(*tagset, from, to) {
+                point(want, ts, sid, v);
             }
         }
     }

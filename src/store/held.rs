@@ -114,6 +114,19 @@ impl HeldSnapshot {
                 Some((ts, values))
             })
     }
+
+    /// Each held value of `tagset` timed within `[from, to]`: `(time, series id, value)`,
+    /// what a point read adds to the points it decoded from the store's chunks.
+    pub fn values_in(
+        &self,
+        tagset: i64,
+        from: i64,
+        to: i64,
+    ) -> impl Iterator<Item = (i64, i64, &Value)> + '_ {
+        self.lines_of(tagset)
+            .filter(move |(ts, _)| (from..=to).contains(ts))
+            .flat_map(|(ts, values)| values.iter().map(move |(sid, v)| (ts, *sid, v)))
+    }
 }
 
 #[cfg(test)]
@@ -182,6 +195,31 @@ mod tests {
         let ((), kept) = view.snapshot_with(|| Ok::<_, ()>(())).unwrap();
         assert!(values_of(&kept, 5).is_empty());
         assert_eq!(values_of(&kept, 6), vec![(2, 600, 2.0)]);
+    }
+
+    /// What a point read adds: the values of one tag set timed within the range, both
+    /// ends included, none outside it or of another tag set.
+    #[test]
+    fn values_in_a_range_include_both_ends_and_nothing_outside() {
+        let view = HeldView::new();
+        view.hold(staged(&[
+            (1, 9, &[(100, 0.9)]),
+            (1, 10, &[(100, 1.0), (101, 1.5)]),
+            (2, 11, &[(200, 9.9)]),
+            (1, 12, &[(100, 1.2)]),
+            (1, 13, &[(100, 1.3)]),
+        ]));
+        let ((), snap) = view.snapshot_with(|| Ok::<_, ()>(())).unwrap();
+        let got: Vec<(i64, i64, f64)> = snap
+            .values_in(1, 10, 12)
+            .map(|(ts, sid, v)| match v {
+                Value::F64(f) => (ts, sid, *f),
+                _ => (ts, sid, f64::NAN),
+            })
+            .collect();
+        assert_eq!(got, vec![(10, 100, 1.0), (10, 101, 1.5), (12, 100, 1.2)]);
+        assert_eq!(snap.values_in(1, 14, 20).count(), 0);
+        assert_eq!(snap.values_in(3, 0, 20).count(), 0);
     }
 
     #[test]

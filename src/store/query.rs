@@ -395,18 +395,13 @@ impl Reader {
             // The points the writer held when the read began (none outside
             // `read_with_held`): received, not committed yet.
             if let Some(held) = &*self.held() {
-                for (t, values) in held.lines_of(ts.id) {
-                    if t < from || t > to {
-                        continue;
-                    }
-                    for (sid, v) in values {
-                        let Some(&i) = index.get(sid) else { continue };
-                        if total < limit {
-                            points[i].push((t, v.clone()));
-                            total += 1;
-                        } else {
-                            truncated = true;
-                        }
+                for (t, sid, v) in held.values_in(ts.id, from, to) {
+                    let Some(&i) = index.get(&sid) else { continue };
+                    if total < limit {
+                        points[i].push((t, v.clone()));
+                        total += 1;
+                    } else {
+                        truncated = true;
                     }
                 }
             }
