@@ -12,7 +12,7 @@ use crate::store::open::space;
 use crate::store::{counters, sinks, tiers, Ctx};
 
 /// WAL size above which a rollup run truncates it even when nothing was evicted: past what
-/// the connections' own checkpoints keep it at (`WAL_CHECKPOINT_PAGES`, 16 MiB and the
+/// the connections' own checkpoints keep it at (`WAL_CHECKPOINT_BYTES`, 16 MiB and the
 /// frame headers), i.e. a WAL a long read kept from restarting.
 const WAL_SHRINK_BYTES: u64 = 24 << 20;
 

@@ -15,9 +15,21 @@ use rusqlite::{params, Connection, OpenFlags};
 use super::{db_path, latest_version, StoreError, MIGRATIONS};
 use crate::config::Synchronous;
 
-/// WAL pages past which a commit checkpoints (SQLite's default is 1,000): 16 MiB of WAL at
-/// 4 KiB pages. Measured by `scripts/device_budget.py --io-trace` (docs/performance.md).
-pub const WAL_CHECKPOINT_PAGES: i64 = 4_096;
+/// WAL bytes past which a commit checkpoints (SQLite's default is 1,000 pages): 16 MiB,
+/// whatever the page size. Measured by `scripts/device_budget.py --io-trace`
+/// (docs/performance.md).
+pub const WAL_CHECKPOINT_BYTES: i64 = 16 << 20;
+
+/// Page size of a new database, set explicitly rather than left to the SQLite build. Every
+/// commit writes a few pages whatever it stores (page 1, a pointer map, `sqlite_sequence`, a
+/// sink's row, the leaves it appends to), each a whole WAL frame, so smaller pages write
+/// less: on the reference workload 2 KiB wrote 10-13 % fewer bytes than 4 KiB for 2 % more
+/// store. They were not taken: a tier row longer than ~490 bytes (the sketch of a dense,
+/// widely spread latency series) no longer fits a 2 KiB page and spills to an overflow page,
+/// and the 24-hour p99 dashboard query at 1-minute steps took 56-59 ms instead of 32-33 ms
+/// (`cargo bench --bench query`; target 50 ms). docs/performance.md has the runs. An existing
+/// database keeps its page size.
+pub const PAGE_SIZE: i64 = 4_096;
 
 /// What a connection is for; decides its flags, pragmas and which schema versions it accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,14 +123,24 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
     // Refuse a newer database before anything below could modify it (the one-time VACUUM,
     // the journal mode, migrations).
     check_version(&conn, &path, mode)?;
+    if let Mode::Writer(_) = mode {
+        new_database_page_size(&conn, &path)?;
+    }
     if mode != Mode::ReadOnly {
-        // Whichever read-write connection commits past this many WAL pages checkpoints.
-        // A checkpoint writes every page the WAL holds into the database file once, however
+        // Whichever read-write connection commits past this much WAL checkpoints. A
+        // checkpoint writes every page the WAL holds into the database file once, however
         // often it changed: the rarer, the fewer times the hot pages (the chunk tail, the
         // dictionary's last leaf, counters, cursors) are rewritten. Durability does not
-        // depend on it (see `Synchronous`); the WAL's size does (WAL_CHECKPOINT_PAGES pages).
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_PAGES)
+        // depend on it (see `Synchronous`); the WAL's size does (WAL_CHECKPOINT_BYTES).
+        let page: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
             .ctx(&path)?;
+        conn.pragma_update(
+            None,
+            "wal_autocheckpoint",
+            WAL_CHECKPOINT_BYTES / page.max(512),
+        )
+        .ctx(&path)?;
     }
     match mode {
         Mode::ReadOnly => {
@@ -251,6 +273,18 @@ fn migrate(conn: &mut Connection, path: &Path) -> Result<u32, StoreError> {
     }
     tx.commit().ctx(path)?;
     Ok(latest)
+}
+
+/// Gives a database that has no page yet [`PAGE_SIZE`] pages; an existing one keeps its own.
+/// Runs before anything writes the file (the auto-vacuum mode, WAL, the migrations).
+fn new_database_page_size(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let pages: i64 = conn
+        .query_row("PRAGMA page_count", [], |r| r.get(0))
+        .ctx(path)?;
+    if pages == 0 {
+        conn.pragma_update(None, "page_size", PAGE_SIZE).ctx(path)?;
+    }
+    Ok(())
 }
 
 /// Puts the database in `auto_vacuum = INCREMENTAL` mode, so the rollup job's
@@ -575,5 +609,59 @@ mod tests {
             );
             assert_eq!(w.series_count(), 3, "{at}");
         }
+    }
+
+    /// A new store is made with [`PAGE_SIZE`] pages; a store made with another page size
+    /// keeps it (changing it would rewrite the file). Each read-write connection checkpoints
+    /// after [`WAL_CHECKPOINT_BYTES`] of WAL in the store's own pages.
+    #[test]
+    fn a_new_store_takes_the_chosen_page_size_and_an_existing_one_keeps_its_own() {
+        let pragma = |c: &Connection, name: &str| -> i64 {
+            c.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (w, _) = open(dir.path(), Mode::Writer(Synchronous::Full)).unwrap();
+        assert_eq!(pragma(&w, "page_size"), PAGE_SIZE);
+        assert_eq!(
+            pragma(&w, "wal_autocheckpoint"),
+            WAL_CHECKPOINT_BYTES / PAGE_SIZE
+        );
+        let (job, _) = open(dir.path(), Mode::Job).unwrap();
+        assert_eq!(
+            pragma(&job, "wal_autocheckpoint"),
+            WAL_CHECKPOINT_BYTES / PAGE_SIZE
+        );
+        drop((w, job));
+
+        // A file made elsewhere with 8 KiB pages and a table of its own: the writer migrates
+        // it (its one-time VACUUM included) and it keeps its pages and its rows.
+        let other = tempfile::tempdir().unwrap();
+        let c = Connection::open(db_path(other.path())).unwrap();
+        c.execute_batch(
+            "PRAGMA page_size = 8192; CREATE TABLE keep (x); INSERT INTO keep VALUES (7);",
+        )
+        .unwrap();
+        drop(c);
+        let mut writer = Writer::open(other.path(), 100, Synchronous::Full).unwrap();
+        let p = crate::ingest::lineproto::parse_body(
+            "cpu,host=a usage=1 5\n",
+            crate::ingest::lineproto::Precision::Nanos,
+            0,
+        );
+        writer.write(&[&p.batch]).unwrap();
+        drop(writer);
+        let (w, _) = open(other.path(), Mode::Writer(Synchronous::Full)).unwrap();
+        assert_eq!(pragma(&w, "page_size"), 8192);
+        assert_eq!(pragma(&w, "auto_vacuum"), 2);
+        assert_eq!(
+            pragma(&w, "wal_autocheckpoint"),
+            WAL_CHECKPOINT_BYTES / 8192
+        );
+        let kept: i64 = w.query_row("SELECT x FROM keep", [], |r| r.get(0)).unwrap();
+        let chunks: i64 = w
+            .query_row("SELECT COUNT(*) FROM chunks", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!((kept, chunks), (7, 1));
     }
 }

@@ -198,23 +198,25 @@ pub fn checkpoint_truncate(dir: &Path) {
     assert_eq!(busy, 0, "the checkpoint could not finish");
 }
 
+/// The store's page size in bytes.
+pub fn page_size(dir: &Path) -> u64 {
+    conn(dir)
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap()
+}
+
 /// Frames (page writes) in the WAL file now.
 pub fn wal_frames(dir: &Path) -> u64 {
     let wal = dir.join(format!("{}-wal", super::DB_FILE));
     let len = std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0);
-    let page: u64 = conn(dir)
-        .query_row("PRAGMA page_size", [], |r| r.get(0))
-        .unwrap();
-    len.saturating_sub(32) / (page + 24)
+    len.saturating_sub(32) / (page_size(dir) + 24)
 }
 
 /// The page number of each frame in the WAL now, in order.
 pub fn wal_pages(dir: &Path) -> Vec<u32> {
     let wal = dir.join(format!("{}-wal", super::DB_FILE));
     let bytes = std::fs::read(wal).unwrap_or_default();
-    let page: usize = conn(dir)
-        .query_row("PRAGMA page_size", [], |r| r.get(0))
-        .unwrap();
+    let page = page_size(dir) as usize;
     bytes
         .get(32..)
         .unwrap_or_default()
