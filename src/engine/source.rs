@@ -358,11 +358,8 @@ pub fn collect_window_cached(
     for (i, s) in series.iter().enumerate() {
         by_tagset.entry(s.tagset).or_default().push((s.sid, i));
     }
-    // One raw point of a wanted tag set, from a chunk or held.
+    // One raw point of a wanted tag set within `[from, to]`, from a chunk or held.
     let mut point = |want: &[(i64, usize)], ts: i64, sid: i64, v: &Value| {
-        if ts < from || ts > to {
-            return;
-        }
         let Some(&(_, i)) = want.iter().find(|(s, _)| *s == sid) else {
             return;
         };
@@ -389,7 +386,11 @@ pub fn collect_window_cached(
         let Some(want) = by_tagset.get(&c.tagset_id) else {
             return Ok(ControlFlow::Continue(()));
         };
-        c.decode(path, |ts, sid, v| point(want, ts, sid, &v))?;
+        c.decode(path, |ts, sid, v| {
+            if ts >= from && ts <= to {
+                point(want, ts, sid, &v);
+            }
+        })?;
         Ok(ControlFlow::Continue(()))
     };
     let one_scan = tier.is_some()
@@ -397,21 +398,15 @@ pub fn collect_window_cached(
             <= TAIL_SCAN_PER_TAGSET.saturating_mul(by_tagset.len() as i64);
     // Raw points: all of them for the raw source, else only chunks the tier has not rolled
     // up yet.
+    let scan = Scan {
+        after: Some(cursor),
+        ts_from: Some(from),
+        ts_to: Some(to),
+        ..Scan::default()
+    };
     if one_scan {
-        let scan = Scan {
-            after: Some(cursor),
-            ts_from: Some(from),
-            ts_to: Some(to),
-            ..Scan::default()
-        };
         chunks::scan(conn, path, &scan, &mut add)?;
     } else {
-        let scan = Scan {
-            after: Some(cursor),
-            ts_from: Some(from),
-            ts_to: Some(to),
-            ..Scan::default()
-        };
         let tagsets: Vec<i64> = by_tagset.keys().copied().collect();
         chunks::scan_tagsets(conn, path, &scan, tagsets, &mut add)?;
     }

@@ -873,8 +873,8 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     assert_eq!(rep.points, 600);
     // In bytes of WAL: the store's page size decides how many frames the same rows take.
     let page = crate::store::testing::page_size(dir.path());
-    let wal_kib = |dir: &Path| wal_frames(dir) * page / 1024;
-    let kib = wal_kib(dir.path());
+    let wal_kib = || wal_frames(dir.path()) * page / 1024;
+    let kib = wal_kib();
     // 600 new 1m rows and 600 rewritten 1h rows: 127 pages of 4 KiB (508 KiB) when written,
     // against 1,173 (4.7 MiB) when every row went to the series-keyed table.
     assert!(kib < 1000, "a fold of 600 series wrote {kib} KiB");
@@ -899,12 +899,11 @@ fn folding_a_minute_of_600_series_writes_a_few_pages_not_one_per_series() {
     assert_eq!(rep.settled_rows, 600 * 71);
     let per_step = crate::store::tiers::SETTLE_ROWS as u64;
     let steps = rep.settled_rows.div_ceil(per_step);
-    let kib = wal_kib(dir.path());
+    let kib = wal_kib();
     assert!(
         kib < steps * 600 * 12,
         "moving 71 minutes of 600 series wrote {kib} KiB in {steps} steps"
     );
-    eprintln!("fold and move: {kib} KiB of WAL in {steps} steps at {page}-byte pages");
 }
 
 /// The default plan settles hourly and coarser tiers only: the 1m tier's rows stay keyed by
