@@ -279,16 +279,39 @@ impl Job {
         let read = self.conn.transaction().ctx(&path)?;
         let mut states = load_states(&read, &path, plan)?;
         let read_cursors: Vec<i64> = states.iter().map(|s| s.cursor).collect();
+        // Chunks stamped by a clock that is not set yet wait (see crate::clock).
+        let hold = crate::clock::hold_from(&read)
+            .ctx(&path)?
+            .unwrap_or(i64::MAX);
+        // A tier that folds closed buckets only and whose next chunk is in its open bucket
+        // has nothing to fold in this run. Left in, it would start the batch at its cursor,
+        // up to a bucket (an hour, for the 1h tier) behind the others: every run would read
+        // that hour again, and a tier with a newer cursor could find none of its own chunks
+        // in the batch.
+        for (ti, tier) in plan.tiers.iter().enumerate() {
+            let Some(open) = open_from[ti].filter(|_| due[ti]) else {
+                continue;
+            };
+            let next = Scan {
+                after: Some(states[ti].cursor),
+                before: Some(hold),
+                limit: Some(1),
+                without_data: true,
+                ..Scan::default()
+            };
+            chunks::scan(&read, &path, &next, |c| {
+                if bucket_start(c.ts_min, tier.res_ns) == open {
+                    due[ti] = false;
+                }
+                Ok(ControlFlow::Break(()))
+            })?;
+        }
         let min_cursor = states
             .iter()
             .zip(due.iter())
             .filter(|(_, d)| **d)
             .map(|(s, _)| s.cursor)
             .min()
-            .unwrap_or(i64::MAX);
-        // Chunks stamped by a clock that is not set yet wait (see crate::clock).
-        let hold = crate::clock::hold_from(&read)
-            .ctx(&path)?
             .unwrap_or(i64::MAX);
         // The batch: whole chunks by id until `batch_points` (at least one chunk).
         let mut chunks: Vec<(i64, i64, Vec<u8>)> = Vec::new();

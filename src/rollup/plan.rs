@@ -91,6 +91,16 @@ pub struct Plan {
 /// settle: a year of them is read as one range per series.
 pub const SETTLE_FROM_NS: i64 = 3600 * NS;
 
+/// The longest a tier no sink reads waits between folds because its buckets are longer than
+/// `[rollup] fold_every` ([`Plan::fold_every_ns`]): an hour. A tier whose buckets are at most
+/// this long folds each bucket once, when it has closed (`Job::open_buckets`): the 1h tier,
+/// which at the prompt cadence rewrote every active series' row of the open hour every 5
+/// minutes, twelve times an hour, about 1 MB/h of WAL on the reference workload for rows
+/// that end up the same (docs/performance.md). Reads lose nothing: they take the raw chunks
+/// past a tier's cursor, an hour of them at most for such a tier. A coarser tier (1d) folds
+/// its open bucket hourly, so its raw tail stays within an hour and its run.
+pub const COARSE_FOLD_EVERY_NS: i64 = 3600 * NS;
+
 /// What [`Plan::close_margin_ns`] adds to the writer's hold: clients send their points a
 /// second or so after they stamp them. Points that come later still fold, into the stored
 /// row (written again).
@@ -107,9 +117,11 @@ fn dur_ns(d: Duration) -> i64 {
 
 impl Plan {
     /// How often the agent's periodic job folds `tier`. A tier a sink reads: promptly
-    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every`, at most
-    /// every quarter of the raw retention (so the raw points are still there), never more
-    /// often than promptly. The default (1 min) is the prompt cadence itself. A longer stride
+    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every`, or once a
+    /// bucket when its buckets are longer, up to [`COARSE_FOLD_EVERY_NS`] (the 1h tier folds
+    /// each hour once, when it has closed; a 1d tier its open day every hour); at most every
+    /// quarter of the raw retention (so the raw points are still there), never more often
+    /// than promptly. The default (1 min) is the 1m tier's prompt cadence. A longer stride
     /// writes each tier's leaf pages less often (rows are keyed by series: a fold writes at
     /// least a page per active series and tier whatever span it covers) but did not lower
     /// the reference workload's bytes written (docs/performance.md), raised its RSS peak,
@@ -122,6 +134,7 @@ impl Plan {
             return prompt;
         }
         self.fold_every_ns
+            .max(tier.res_ns.min(COARSE_FOLD_EVERY_NS))
             .min(self.raw_retention_ns / 4)
             .max(prompt)
     }

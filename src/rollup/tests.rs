@@ -557,22 +557,39 @@ fn failed_runs_wait_doubling_intervals_up_to_32() {
 fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     use crate::config::values::Interval;
     use std::time::Duration;
-    // The default plan: the prompt cadence (1m every minute, 1h every 5 minutes); with a
-    // 10-minute stride, the same for a tier a sink reads.
+    // The default plan: the 1m tier every minute, the 1h tier once an hour (each bucket once
+    // it has closed); with a 10-minute stride, the same for a tier a sink reads, which folds
+    // promptly (the 1h tier every 5 minutes).
     let default = Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap();
     let every =
         |plan: &Plan| -> Vec<i64> { plan.tiers.iter().map(|t| plan.fold_every_ns(t)).collect() };
-    assert_eq!(every(&default), vec![MIN, 5 * MIN]);
+    assert_eq!(every(&default), vec![MIN, HOUR]);
     let mut forwarded = default.clone();
     forwarded.fold_every_ns = 10 * MIN;
-    assert_eq!(every(&forwarded), vec![10 * MIN, 10 * MIN]);
+    assert_eq!(every(&forwarded), vec![10 * MIN, HOUR]);
     forwarded.tiers[0].forwarded = true;
-    assert_eq!(every(&forwarded), vec![MIN, 10 * MIN]);
+    assert_eq!(every(&forwarded), vec![MIN, HOUR]);
+    forwarded.tiers[1].forwarded = true;
+    assert_eq!(every(&forwarded), vec![MIN, 5 * MIN]);
     // A short interval (tests, a user who wants fresh tiers) folds a forwarded tier sooner;
     // a short `fold_every` never folds more often than promptly.
     forwarded.interval = Duration::from_secs(1);
     forwarded.fold_every_ns = NS;
-    assert_eq!(every(&forwarded), vec![5 * NS, 5 * MIN]);
+    forwarded.tiers[1].forwarded = false;
+    assert_eq!(every(&forwarded), vec![5 * NS, HOUR]);
+    // A tier coarser than an hour folds its open bucket hourly; a short raw retention folds
+    // every tier within a quarter of it.
+    let mut daily = Plan::new(
+        &RollupConfig {
+            tiers: vec!["1m".into(), "1h".into(), "1d".into()],
+            ..Default::default()
+        },
+        &RetentionConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(every(&daily), vec![MIN, HOUR, HOUR]);
+    daily.raw_retention_ns = 2 * HOUR;
+    assert_eq!(every(&daily), vec![MIN, 30 * MIN, 30 * MIN]);
 
     let mut plan = Plan::new(
         &RollupConfig {
@@ -589,7 +606,7 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     .unwrap();
     plan.tiers[1].forwarded = true;
     assert_eq!(plan.interval, Duration::from_secs(30));
-    assert_eq!(every(&plan), vec![10 * MIN, MIN, 10 * MIN]);
+    assert_eq!(every(&plan), vec![10 * MIN, MIN, 15 * MIN]);
     plan.fold_every_ns = HOUR;
     assert_eq!(every(&plan), vec![15 * MIN, MIN, 15 * MIN]);
     let (paced, each) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -1261,6 +1278,124 @@ fn the_agents_job_folds_each_minute_once_it_has_closed() {
     open_job.run_once(end + 2 * MIN, &|| false).unwrap();
     // The same rows (sums to rounding: the points were added in another order).
     let (a, b) = (dump(closed.path()), dump(open.path()));
+    assert_eq!(a.len(), b.len());
+    let strip = |r: &crate::store::testing::RollupRow| {
+        let mut r = r.clone();
+        r.4 = 0.0;
+        r
+    };
+    for (x, y) in a.iter().zip(&b) {
+        let key = (x.0, x.1, x.2);
+        assert_eq!(key, (y.0, y.1, y.2));
+        assert!((x.4 - y.4).abs() <= 1e-9 * x.4.abs().max(1.0), "{key:?}");
+        assert!(strip(x) == strip(y), "row {key:?} differs");
+    }
+}
+
+/// With the default tiers, the agent's job folds each hour of the 1h tier once, when it has
+/// closed, and the 1m tier's minutes meanwhile: 20 series committed every 15 s (the writer's
+/// default hold) and the job every 30 s for two and a half hours. No minute is written
+/// twice, and an hour only as often as its fold takes steps (folding the open hour every 5
+/// minutes rewrote each of its rows eleven times more); the 1m tier never lags by more than its open minute, the margin and a run
+/// while the 1h tier waits an hour behind it; the rows end up those of a job that folds
+/// everything at every run.
+#[test]
+fn the_agents_job_folds_each_hour_once_it_has_closed_and_the_minutes_meanwhile() {
+    const SERIES: usize = 20;
+    let t0 = 1000 * HOUR + 7 * NS;
+    let end = t0 + 150 * MIN;
+    let plan = Plan::new(&RollupConfig::default(), &RetentionConfig::default()).unwrap();
+    assert_eq!(plan.tiers.len(), 2);
+    let newest_chunk = |d: &Path| -> i64 {
+        let r = Reader::open(d).unwrap();
+        r.conn()
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM chunks", [], |row| {
+                row.get(0)
+            })
+            .unwrap()
+    };
+    let (paced, each) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut writers = [paced.path(), each.path()].map(|d| {
+        let mut w = Writer::open(d, 1000, Synchronous::Normal).unwrap();
+        w.set_clock(clock_now);
+        w
+    });
+    let mut jobs = [paced.path(), each.path()].map(|d| Job::open(d, plan.clone()).unwrap());
+    jobs[0].fold_cadence = true;
+    let mut rep = Report::default();
+    let mut r = rng(5);
+    // (commit time, newest chunk id then) of every commit.
+    let mut commits: Vec<(i64, i64)> = Vec::new();
+    let (mut t, mut next_job) = (t0 + 3 * NS, t0 + 10 * NS);
+    let mut hour_cursors = std::collections::BTreeSet::new();
+    while t < end {
+        CLOCK.with(|c| c.set(t));
+        let lines: Vec<Line> = (0..SERIES)
+            .flat_map(|s| (1..=15).map(move |k| (s, k)))
+            .map(|(s, k)| Line {
+                key: format!("m,s=s{s:03}"),
+                fields: vec![("v".to_string(), Value::F64(r()))],
+                ts: t - (16 - k) * NS,
+                line_no: 0,
+            })
+            .collect();
+        for w in writers.iter_mut() {
+            w.write(&[&Batch {
+                lines: lines.clone(),
+            }])
+            .unwrap();
+        }
+        commits.push((t, newest_chunk(paced.path())));
+        t += 15 * NS;
+        while next_job < t {
+            let run = jobs[0].run_once(next_job, &|| false).unwrap();
+            rep.rewritten_rows += run.rewritten_rows;
+            jobs[1].run_once(next_job, &|| false).unwrap();
+            let [minute, hour] = tier_cursors(paced.path(), [60, 3600]);
+            hour_cursors.insert(hour);
+            // Every chunk committed more than 2 minutes before this run is in the 1m tier.
+            let due = commits
+                .iter()
+                .filter(|(at, _)| *at + 2 * MIN <= next_job)
+                .map(|c| c.1)
+                .max()
+                .unwrap_or(0);
+            assert!(
+                minute >= due,
+                "at +{} s the 1m tier is at chunk {minute}, behind {due}",
+                (next_job - t0) / NS
+            );
+            next_job += 30 * NS;
+        }
+    }
+    // An hour here is about 6,000 chunks, so its fold takes two steps (at most 5,000 chunks
+    // each) and the second merges into the rows the first wrote: one rewrite per series
+    // and hour, against eleven when the open hour was folded every 5 minutes.
+    assert!(
+        rep.rewritten_rows <= 2 * SERIES as u64,
+        "{} rows rewritten",
+        rep.rewritten_rows
+    );
+    // The 1h tier moved once for each hour that closed (the first fold included), not at
+    // every run.
+    assert!(hour_cursors.len() <= 4, "{hour_cursors:?}");
+    let hours: std::collections::BTreeSet<i64> = dump(paced.path())
+        .iter()
+        .filter(|row| row.0 == 3600)
+        .map(|row| row.2)
+        .collect();
+    // The first commit holds a few seconds of the hour before t0.
+    let first_hour = t0 - t0 % HOUR - HOUR;
+    assert_eq!(
+        hours.into_iter().collect::<Vec<_>>(),
+        vec![first_hour, first_hour + HOUR, first_hour + 2 * HOUR],
+        "the hours closed before the end, each once"
+    );
+    // Everything folded at last: the same rows as the job that folded at every run.
+    jobs[0].fold_cadence = false;
+    jobs[0].run_once(end + MIN, &|| false).unwrap();
+    jobs[1].run_once(end + MIN, &|| false).unwrap();
+    let (a, b) = (dump(paced.path()), dump(each.path()));
     assert_eq!(a.len(), b.len());
     let strip = |r: &crate::store::testing::RollupRow| {
         let mut r = r.clone();
