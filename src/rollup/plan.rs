@@ -101,6 +101,13 @@ pub const SETTLE_FROM_NS: i64 = 3600 * NS;
 /// its open bucket hourly, so its raw tail stays within an hour and its run.
 pub const COARSE_FOLD_EVERY_NS: i64 = 3600 * NS;
 
+/// The shortest `[rollup] fold_every` at which tiers up to [`COARSE_FOLD_EVERY_NS`] fold each
+/// bucket once: a minute, the default. A shorter one (tests, a demo that wants the tiers'
+/// open buckets in the status at once) keeps every tier at its prompt cadence
+/// ([`Tier::prompt_fold_every_ns`]: the 1m tier every 5 s at a 1 s interval, the 1h tier
+/// every 5 minutes), open buckets included.
+pub const ONCE_A_BUCKET_FROM_NS: i64 = 60 * NS;
+
 /// What [`Plan::close_margin_ns`] adds to the writer's hold: clients send their points a
 /// second or so after they stamp them. Points that come later still fold, into the stored
 /// row (written again).
@@ -117,11 +124,12 @@ fn dur_ns(d: Duration) -> i64 {
 
 impl Plan {
     /// How often the agent's periodic job folds `tier`. A tier a sink reads: promptly
-    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every`, or once a
-    /// bucket when its buckets are longer, up to [`COARSE_FOLD_EVERY_NS`] (the 1h tier folds
-    /// each hour once, when it has closed; a 1d tier its open day every hour); at most every
-    /// quarter of the raw retention (so the raw points are still there), never more often
-    /// than promptly. The default (1 min) is the 1m tier's prompt cadence. A longer stride
+    /// ([`Tier::prompt_fold_every_ns`]). Any other: every `[rollup] fold_every`, or, from a
+    /// `fold_every` of [`ONCE_A_BUCKET_FROM_NS`] (the default, 1 min), once a bucket when its
+    /// buckets are longer, up to [`COARSE_FOLD_EVERY_NS`] (the 1h tier folds each hour once,
+    /// when it has closed; a 1d tier its open day every hour); at most every quarter of the
+    /// raw retention (so the raw points are still there), never more often than promptly. A
+    /// shorter `fold_every` asks for fresh tiers: each folds its open bucket promptly. A longer stride
     /// writes each tier's leaf pages less often (rows are keyed by series: a fold writes at
     /// least a page per active series and tier whatever span it covers) but did not lower
     /// the reference workload's bytes written (docs/performance.md), raised its RSS peak,
@@ -133,10 +141,12 @@ impl Plan {
         if tier.forwarded {
             return prompt;
         }
-        self.fold_every_ns
-            .max(tier.res_ns.min(COARSE_FOLD_EVERY_NS))
-            .min(self.raw_retention_ns / 4)
-            .max(prompt)
+        let quarter = self.raw_retention_ns / 4;
+        let every = self.fold_every_ns.min(quarter).max(prompt);
+        if self.fold_every_ns < ONCE_A_BUCKET_FROM_NS {
+            return every;
+        }
+        every.max(tier.res_ns.min(COARSE_FOLD_EVERY_NS).min(quarter))
     }
 
     /// Validates `[rollup]` and `[retention]`.

@@ -572,11 +572,14 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     forwarded.tiers[1].forwarded = true;
     assert_eq!(every(&forwarded), vec![MIN, 5 * MIN]);
     // A short interval (tests, a user who wants fresh tiers) folds a forwarded tier sooner;
-    // a short `fold_every` never folds more often than promptly.
+    // a `fold_every` under a minute folds every tier promptly, open buckets included, and
+    // never more often.
     forwarded.interval = Duration::from_secs(1);
     forwarded.fold_every_ns = NS;
     forwarded.tiers[1].forwarded = false;
-    assert_eq!(every(&forwarded), vec![5 * NS, HOUR]);
+    assert_eq!(every(&forwarded), vec![5 * NS, 5 * MIN]);
+    forwarded.tiers[0].forwarded = false;
+    assert_eq!(every(&forwarded), vec![5 * NS, 5 * MIN]);
     // A tier coarser than an hour folds its open bucket hourly; a short raw retention folds
     // every tier within a quarter of it.
     let mut daily = Plan::new(
