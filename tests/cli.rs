@@ -707,3 +707,113 @@ fn rust_log_and_the_log_level_choose_what_the_agent_logs() {
         }
     }
 }
+
+/// `edgewatch query` of the config's store first has the agent running with that config
+/// commit what it holds (a GET of its status), so it shows UDP points received a moment ago
+/// though the agent holds points for 60 s; `--stored` reads the file as it is. With the agent
+/// stopped it reads the file, silently; an agent that answers with an error gets a note on
+/// stderr, and the answer is the file's.
+#[test]
+fn query_has_the_running_agent_commit_the_points_it_holds_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(
+        dir.path(),
+        "[host]\nenabled = false\n[tegrastats]\nenabled = false\n[nvml]\nenabled = false\n\
+         [rollup]\nenabled = false\n[ingest]\nflush_interval = \"60s\"\n",
+    );
+    // Past the alert task's first cycle, which may commit at start.
+    let first_cycle = wait_for(std::time::Duration::from_secs(10), || {
+        (agent.status()["alerts"]["evaluations"].as_u64() >= Some(1)).then_some(())
+    });
+    assert!(first_cycle.is_some(), "no alert evaluation at start");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as i64;
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.send_to(
+        format!(
+            "cli_held,app=x v=1 {}\ncli_held,app=x v=2 {}\n",
+            now - 2_000_000_000,
+            now - 1_000_000_000
+        )
+        .as_bytes(),
+        agent.udp,
+    )
+    .unwrap();
+    // Held: a read of the latest through the API sees them, without a commit.
+    let held = wait_for(std::time::Duration::from_secs(10), || {
+        (stored_points(&agent, "measurement=cli_held").len() == 2).then_some(())
+    });
+    assert!(held.is_some(), "the agent did not take the UDP points");
+    let db = agent.dir.join("edgewatch.db");
+    let cfg = agent.config_path();
+    let cfg = cfg.to_str().unwrap().to_string();
+    let ask = |extra: &[&str]| -> (i32, usize, String) {
+        let mut args = vec![
+            "query",
+            "--config",
+            &cfg,
+            "--measurement",
+            "cli_held",
+            "--from",
+            "-10m",
+        ];
+        args.extend_from_slice(extra);
+        let (code, out, err) = run(&args);
+        (code, out.lines().count().saturating_sub(1), err)
+    };
+    assert_eq!(ask(&["--stored"]).1, 0, "--stored reads the file as it is");
+    assert_eq!(points_in_file(&db, "cli_held"), 0, "the points are held");
+    let (code, n, err) = ask(&[]);
+    assert_eq!((code, n), (0, 2), "{err}");
+    assert!(err.is_empty(), "{err}");
+    assert_eq!(points_in_file(&db, "cli_held"), 2);
+
+    // No agent running: the file, silently.
+    let data = agent.dir.clone();
+    let (code, _) = agent.terminate();
+    assert_eq!(code, Some(0));
+    let (code, n, err) = ask(&[]);
+    assert_eq!((code, n), (0, 2), "{err}");
+    assert!(err.is_empty(), "{err}");
+
+    // Something at the config's listen that answers with an error: a note, and the file.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        s.write_all(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+    });
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        format!(
+            "[http]\nlisten = \"127.0.0.1:{port}\"\n[storage]\ndata_dir = \"{}\"\n",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = run(&[
+        "query",
+        "--config",
+        broken.to_str().unwrap(),
+        "--measurement",
+        "cli_held",
+        "--from",
+        "-10m",
+    ]);
+    server.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(
+        err.contains("answered 503") && err.contains("only what it has committed"),
+        "{err}"
+    );
+}

@@ -39,29 +39,13 @@ pub fn run(a: AlertsArgs) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let base = match a.url {
-        Some(u) => u,
-        None => {
-            let listen = cfg
-                .as_ref()
-                .map(|c| c.http.listen)
-                .unwrap_or_else(|| std::net::SocketAddr::from(([127, 0, 0, 1], 9400)));
-            let mut listen = listen;
-            if listen.ip().is_unspecified() {
-                listen.set_ip(if listen.is_ipv4() {
-                    std::net::Ipv4Addr::LOCALHOST.into()
-                } else {
-                    std::net::Ipv6Addr::LOCALHOST.into()
-                });
-            }
-            format!("http://{listen}")
-        }
-    };
-    let token = a.token.filter(|t| !t.is_empty()).or_else(|| {
-        cfg.as_ref()
-            .map(|c| c.http.token.expose().to_string())
-            .filter(|t| !t.is_empty())
-    });
+    let base = a
+        .url
+        .unwrap_or_else(|| super::status::agent_base(cfg.as_ref()));
+    let token = a
+        .token
+        .filter(|t| !t.is_empty())
+        .or_else(|| cfg.as_ref().and_then(super::status::agent_token));
     let (url, body) =
         super::status::fetch(&base, "/api/v1/alerts", token.as_deref(), "the alerts")?;
     let mut out = std::io::stdout().lock();

@@ -2,6 +2,10 @@
 //! (safe while the agent runs). The flags become the same typed queries as `/api/v1/query`'s
 //! parameters — raw points, or aggregates over rollup tiers with `--step`/`--agg` — checked by
 //! the same words (`engine::request`), so both accept and refuse the same things. Read-only.
+//! The agent holds what it receives up to `[ingest] flush_interval` before committing it,
+//! and the file shows only what is committed; so a query of the config's store first asks
+//! the agent running with that config to commit what it holds (its status, read for the
+//! latest, does: one commit), unless `--stored`. No agent there is not an error.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -57,6 +61,11 @@ pub struct QueryArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Csv)]
     format: Format,
+    /// Read only what the store file holds: do not first ask the agent running with the
+    /// config to commit the points it holds (they reach the file at its next commit, up to
+    /// `[ingest] flush_interval` later).
+    #[arg(long)]
+    stored: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -78,17 +87,32 @@ fn tag_filters(tags: &[String]) -> anyhow::Result<Vec<(String, String)>> {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<ExitCode> {
-    let dir = match a.data_dir {
-        Some(d) => d,
-        None => load_config(a.config.as_deref())?.storage.data_dir,
+    // The config: for the store (without --data-dir), the tiers (with --step/--agg) and the
+    // agent that writes the store.
+    let is_agg = request::is_agg(a.step.as_deref(), a.agg.as_deref());
+    let cfg = if a.data_dir.is_none() || a.config.is_some() || is_agg {
+        Some(load_config(a.config.as_deref())?)
+    } else {
+        None
     };
+    let dir = match (a.data_dir, &cfg) {
+        (Some(d), _) => d,
+        (None, Some(c)) => c.storage.data_dir.clone(),
+        (None, None) => bail!("no store to read: give --data-dir or --config"),
+    };
+    if let Some(c) = cfg
+        .as_ref()
+        .filter(|c| !a.stored && c.storage.data_dir == dir)
+    {
+        commit_held(c);
+    }
     let tags = tag_filters(&a.tags)?;
     let now = edgewatch::now_ns();
     let measurement = request::measurement(Some(&a.measurement)).map_err(anyhow::Error::msg)?;
     let (from, to) =
         request::time_range(a.from.as_deref(), a.to.as_deref(), now).map_err(anyhow::Error::msg)?;
     let (step, agg) = (a.step.as_deref(), a.agg.as_deref());
-    if request::is_agg(step, agg) {
+    if is_agg {
         let field = request::agg_field(a.field.as_deref()).map_err(anyhow::Error::msg)?;
         let (agg, agg_name) = request::agg(agg).map_err(anyhow::Error::msg)?;
         let step_ns = request::step(step, from, to).map_err(anyhow::Error::msg)?;
@@ -103,7 +127,10 @@ pub fn run(a: QueryArgs) -> anyhow::Result<ExitCode> {
             agg,
             agg_name,
         };
-        let plan = edgewatch::rollup::Plan::from_config(&load_config(a.config.as_deref())?)?;
+        let Some(c) = &cfg else {
+            bail!("no config for the rollup tiers");
+        };
+        let plan = edgewatch::rollup::Plan::from_config(c)?;
         return print_agg(&Reader::open(&dir)?, &plan, &q, now, a.format);
     }
     let q = RawQuery {
@@ -115,6 +142,28 @@ pub fn run(a: QueryArgs) -> anyhow::Result<ExitCode> {
         limit: a.limit.unwrap_or(DEFAULT_LIMIT),
     };
     print_raw(&Reader::open(&dir)?, &q, a.format)
+}
+
+/// Asks the agent running with `cfg` to commit the points it holds, so that the file read
+/// next holds every point it received before this call: a GET of its status, which reads
+/// for the latest (docs/reading-data.md). An agent that is not running is no error (the
+/// file holds everything then); one that answers with an error gets a note on stderr.
+fn commit_held(cfg: &edgewatch::config::Config) {
+    let base = crate::cli::status::agent_base(Some(cfg));
+    let agent = ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(10))
+        .build();
+    let mut req = agent.get(&format!("{base}/api/v1/status"));
+    if let Some(t) = crate::cli::status::agent_token(cfg) {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    match req.call() {
+        Ok(_) | Err(ureq::Error::Transport(_)) => {}
+        Err(ureq::Error::Status(code, _)) => eprintln!(
+            "note: the agent at {base} answered {code} when asked to commit the points it \
+             holds; this answer has only what it has committed"
+        ),
+    }
 }
 
 fn print_agg(

@@ -46,33 +46,10 @@ fn status_command(
     } else {
         None
     };
-    let base = match url {
-        Some(u) => u,
-        None => {
-            let listen = cfg
-                .as_ref()
-                .map(|c| c.http.listen)
-                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9400)));
-            // An agent listening on every address answers on loopback.
-            let host = if listen.ip().is_unspecified() {
-                if listen.is_ipv4() {
-                    "127.0.0.1".to_string()
-                } else {
-                    "[::1]".to_string()
-                }
-            } else if listen.is_ipv6() {
-                format!("[{}]", listen.ip())
-            } else {
-                listen.ip().to_string()
-            };
-            format!("http://{host}:{}", listen.port())
-        }
-    };
-    let token = token.filter(|t| !t.is_empty()).or_else(|| {
-        cfg.as_ref()
-            .map(|c| c.http.token.expose().to_string())
-            .filter(|t| !t.is_empty())
-    });
+    let base = url.unwrap_or_else(|| agent_base(cfg.as_ref()));
+    let token = token
+        .filter(|t| !t.is_empty())
+        .or_else(|| cfg.as_ref().and_then(agent_token));
     let (url, body) = fetch(
         &base,
         "/api/v1/status",
@@ -462,6 +439,32 @@ fn render_status(v: &Status, base: &str, now_ns: i64) -> String {
         "  (FALLBACK: rollup points sent / raw points evicted before this sink sent them)"
     );
     o
+}
+
+/// The base URL of the agent running with `cfg`: `http://` and its `[http] listen` (loopback
+/// for an unspecified address, on which such an agent answers too); the default listen
+/// without a config.
+pub(crate) fn agent_base(cfg: Option<&edgewatch::config::Config>) -> String {
+    let listen = cfg
+        .map(|c| c.http.listen)
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9400)));
+    let host = if listen.ip().is_unspecified() {
+        if listen.is_ipv4() {
+            "127.0.0.1".to_string()
+        } else {
+            "[::1]".to_string()
+        }
+    } else if listen.is_ipv6() {
+        format!("[{}]", listen.ip())
+    } else {
+        listen.ip().to_string()
+    };
+    format!("http://{host}:{}", listen.port())
+}
+
+/// `[http] token` of `cfg`, when it sets one.
+pub(crate) fn agent_token(cfg: &edgewatch::config::Config) -> Option<String> {
+    Some(cfg.http.token.expose().to_string()).filter(|t| !t.is_empty())
 }
 
 /// GETs `path` from the agent at `base` (with `token` as a bearer token) and returns the URL
