@@ -517,4 +517,113 @@ mod agg_tests {
             }
         }
     }
+
+    /// A 1h tier waiting for its hour to close, the 1m tier ahead of it: a query at hourly
+    /// steps reads the 1h rows before the hour of the first chunk the 1h tier has not folded,
+    /// the 1m rows from it on, and raw only past each tier's cursor on its own side (late
+    /// points among them): every agg equals the points', with the 1m tier standing in.
+    #[test]
+    fn every_agg_from_a_waiting_coarse_tier_and_the_finer_one_equals_the_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        let hour = 3600 * NS;
+        let t0 = NOW - 3 * hour;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut val = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            1.0 + (x % 10_000) as f64 / 100.0
+        };
+        let keys = ["m,s=a", "m,s=b"];
+        let mut series: Vec<Vec<(i64, f64)>> = vec![Vec::new(), Vec::new()];
+        let mut put = |w: &mut Writer, range: std::ops::Range<i64>, every: i64| {
+            for (k, pts) in keys.iter().zip(series.iter_mut()) {
+                let new: Vec<(i64, f64)> = range
+                    .clone()
+                    .step_by(every as usize)
+                    .map(|t| (t, val()))
+                    .collect();
+                write(w, k, &new);
+                pts.extend(new);
+            }
+        };
+        let plan = |tiers: &[&str]| {
+            Plan::new(
+                &RollupConfig {
+                    tiers: tiers.iter().map(|t| t.to_string()).collect(),
+                    ..Default::default()
+                },
+                &RetentionConfig::default(),
+            )
+            .unwrap()
+        };
+        let both = plan(&["1m", "1h"]);
+        // 100 minutes folded into both tiers.
+        put(&mut w, t0..t0 + 100 * 60 * NS, 13 * NS);
+        Job::open(dir.path(), both.clone())
+            .unwrap()
+            .run_once(NOW, &|| false)
+            .unwrap();
+        // Up to 5 minutes before now folded into the 1m tier only, with late points in
+        // buckets both tiers had made final.
+        put(&mut w, t0 + 100 * 60 * NS..NOW - 5 * 60 * NS, 11 * NS);
+        put(&mut w, t0 + 10 * 60 * NS + 1..t0 + 10 * 60 * NS + 2, 1);
+        put(&mut w, t0 + 70 * 60 * NS + 1..t0 + 70 * 60 * NS + 2, 1);
+        Job::open(dir.path(), plan(&["1m"]))
+            .unwrap()
+            .run_once(NOW, &|| false)
+            .unwrap();
+        // The last minutes raw, and a late point past both cursors.
+        put(&mut w, NOW - 5 * 60 * NS..NOW, 7 * NS);
+        put(&mut w, t0 + 30 * 60 * NS + 5..t0 + 30 * 60 * NS + 6, 1);
+        for pts in series.iter_mut() {
+            pts.sort_by_key(|p| p.0);
+        }
+        let reader = Reader::open(dir.path()).unwrap();
+        let hourly = &both.tiers[1];
+        let cursor = crate::store::tiers::state(reader.conn(), reader.path(), 3600)
+            .unwrap()
+            .cursor;
+        let finer = source::finer_from(&reader, &both, hourly, cursor, NOW, NOW)
+            .unwrap()
+            .expect("the 1m tier stands in");
+        assert_eq!(finer.tier.name, "1m");
+        assert_eq!(finer.split, bucket_start(t0 + 100 * 60 * NS, hour));
+        let aggs = [
+            "mean", "min", "max", "sum", "count", "last", "rate", "p50", "p99",
+        ];
+        for (step, from) in [
+            (hour, t0 - hour),
+            (2 * hour, t0 - 2 * hour),
+            (hour, t0 + 2 * hour),
+        ] {
+            for name in aggs {
+                let agg = Agg::parse(name).unwrap();
+                let q = AggQuery {
+                    measurement: "m".into(),
+                    field: "v".into(),
+                    tags: vec![],
+                    group_by: None,
+                    from,
+                    to: NOW,
+                    step_ns: step,
+                    agg,
+                    agg_name: name.into(),
+                };
+                let res = query(&reader, &both, &q, NOW).unwrap();
+                assert_eq!(res.tier, "1h");
+                assert_eq!(res.series.len(), 2, "{name}");
+                for (got, pts) in res.series.iter().zip(&series) {
+                    let pts: Vec<(i64, f64)> = pts
+                        .iter()
+                        .copied()
+                        .filter(|p| p.0 >= bucket_start(from, step))
+                        .collect();
+                    let what = format!("{name} step {step} from {from}");
+                    assert_close(&what, agg, &got.points, &expected_steps(agg, &pts, step));
+                }
+            }
+        }
+    }
 }

@@ -45,6 +45,70 @@ pub fn choose_source(plan: &Plan, step_ns: i64, from: i64, now: i64) -> Source {
         .map_or(Source::Raw, Source::Tier)
 }
 
+/// A finer tier read in place of the chosen one's raw tail (see [`finer_from`]).
+#[derive(Clone, Copy)]
+pub(super) struct Finer<'a> {
+    pub(super) tier: &'a Tier,
+    /// Its cursor: its rows hold the points of every chunk up to this id.
+    pub(super) cursor: i64,
+    /// The chosen tier's rows are read before this time, the finer tier's from it on.
+    pub(super) split: i64,
+}
+
+/// The finer tier that stands in for `tier`'s raw tail, if one would. A coarse tier waits
+/// for its buckets to close (the 1h tier folds each hour once, when it has:
+/// `Plan::fold_every_ns`), so the chunks past its cursor can be an hour of raw points
+/// (360,000 for a series at 100 a second, ~25 ms to read and merge). The coarsest tier finer
+/// than it whose buckets divide its own (the 1m tier, folded each minute) holds the points of every chunk up to its own cursor; from `split`, the start of
+/// `tier`'s bucket of the first chunk it has not folded, its rows stand in for `tier`'s.
+/// Each point is then read once: from `tier`'s rows before `split`, from the chunks past
+/// `tier`'s cursor before `split` (points that came late), from the finer rows from `split`
+/// on, and from the chunks past the finer cursor from `split` on. `None` when `tier` has
+/// nothing unfolded in the range, or no finer tier is ahead of it and covers `split`.
+pub(super) fn finer_from<'a>(
+    reader: &Reader,
+    plan: &'a Plan,
+    tier: &Tier,
+    cursor: i64,
+    to: i64,
+    now: i64,
+) -> Result<Option<Finer<'a>>, EngineError> {
+    let (conn, path) = (reader.conn(), reader.path());
+    let Some(f) = plan
+        .tiers
+        .iter()
+        .filter(|f| f.res_ns < tier.res_ns && tier.res_ns % f.res_ns == 0)
+        .max_by_key(|f| f.res_ns)
+    else {
+        return Ok(None);
+    };
+    let mut first = None;
+    let next = Scan {
+        after: Some(cursor),
+        limit: Some(1),
+        without_data: true,
+        ..Scan::default()
+    };
+    chunks::scan(conn, path, &next, |c| {
+        first = Some(c.ts_min);
+        Ok(ControlFlow::Break(()))
+    })?;
+    let Some(split) = first.map(|ts| bucket_start(ts, tier.res_ns)) else {
+        return Ok(None);
+    };
+    let f_cursor = tiers::state(conn, path, f.key())?.cursor;
+    let covers = f
+        .retention_ns
+        .map_or(true, |r| split >= now.saturating_sub(r));
+    Ok(
+        (f_cursor > cursor && split <= to && covers).then_some(Finer {
+            tier: f,
+            cursor: f_cursor,
+            split,
+        }),
+    )
+}
+
 /// The per-step state: the aggregate and, from raw points, every value (exact percentiles).
 pub use crate::store::tiers::Need;
 
@@ -119,19 +183,31 @@ pub fn collect(
         };
         found.push((set.tags, set.id, sid, steps));
     }
-    // The tier's rows of all of them in one read: the recent ones of every series at once
+    let finer = match tier {
+        Some(t) => finer_from(reader, plan, t, cursor, to, now)?,
+        None => None,
+    };
+    // Each tier's rows of all of them in one read: the recent ones of every series at once
     // (a scan of the span's buckets when they are many of a bucket's rows, see
-    // `tiers::read_ranges`), then each series' settled range.
+    // `tiers::read_ranges`), then each series' settled range. With a finer tier standing in
+    // from `split` on, the tier's rows end before it.
+    let sids: Vec<i64> = found.iter().map(|f| f.2).collect();
+    let mut rows = Vec::new();
     if let Some(t) = tier {
-        let sids: Vec<i64> = found.iter().map(|f| f.2).collect();
-        let lo = bucket_start(from, t.res_ns);
+        let hi = finer.map_or(to, |f| to.min(f.split - 1));
+        rows.push((t, bucket_start(from, t.res_ns), hi));
+    }
+    if let Some(f) = finer {
+        rows.push((f.tier, f.split.max(bucket_start(from, f.tier.res_ns)), to));
+    }
+    for (t, lo, hi) in rows {
         tiers::read_ranges(
             conn,
             path,
             t.key(),
             &sids,
             lo,
-            to,
+            hi,
             need,
             |i, bucket, acc| {
                 let acc = acc.map_err(|()| EngineError::Corrupt(path.to_path_buf()))?;
@@ -140,31 +216,42 @@ pub fn collect(
             },
         )?;
     }
-    // Raw points of all of them in one pass (each tag set's chunks in id order, the
-    // unindexed tail read once): all points for the raw source, else only chunks the tier
-    // has not rolled up yet.
+    // Raw points of all of them (each tag set's chunks in id order, the unindexed tail read
+    // once a pass): all points for the raw source, else only chunks the tier has not rolled
+    // up yet; with a finer tier from `split` on, the points before it of the chunks past the
+    // tier's cursor (late ones) and the points from it on of the chunks past the finer
+    // tier's cursor.
     let exact = tier.is_none();
     let of_tagset: HashMap<i64, usize> = found.iter().enumerate().map(|(i, f)| (f.1, i)).collect();
-    let scan = Scan {
-        after: Some(cursor),
-        ts_from: Some(from),
-        ts_to: Some(to),
-        ..Scan::default()
+    let passes = match finer {
+        None => vec![(cursor, from, to)],
+        Some(f) => vec![
+            (cursor, from, to.min(f.split - 1)),
+            (f.cursor, from.max(f.split), to),
+        ],
     };
-    let tagsets: Vec<i64> = found.iter().map(|f| f.1).collect();
-    chunks::scan_tagsets(conn, path, &scan, tagsets, |c| {
-        let Some(&i) = of_tagset.get(&c.tagset_id) else {
-            return Ok(ControlFlow::Continue(()));
+    for (after, lo, hi) in passes.into_iter().filter(|p| p.1 <= p.2) {
+        let scan = Scan {
+            after: Some(after),
+            ts_from: Some(lo),
+            ts_to: Some(hi),
+            ..Scan::default()
         };
-        let (_, _, sid, slots) = &mut found[i];
-        let sid = *sid;
-        c.decode(path, |ts, s, v| {
-            if s == sid && ts >= from && ts <= to {
-                add_raw(slots, ts, &v, exact);
-            }
+        let tagsets: Vec<i64> = found.iter().map(|f| f.1).collect();
+        chunks::scan_tagsets(conn, path, &scan, tagsets, |c| {
+            let Some(&i) = of_tagset.get(&c.tagset_id) else {
+                return Ok(ControlFlow::Continue(()));
+            };
+            let (_, _, sid, slots) = &mut found[i];
+            let sid = *sid;
+            c.decode(path, |ts, s, v| {
+                if s == sid && ts >= lo && ts <= hi {
+                    add_raw(slots, ts, &v, exact);
+                }
+            })?;
+            Ok(ControlFlow::Continue(()))
         })?;
-        Ok(ControlFlow::Continue(()))
-    })?;
+    }
     // The points the writer held when the read began (inside `Reader::read_with_held`):
     // none of them is in a chunk or a tier row yet.
     if let Some(held) = &*reader.held() {
