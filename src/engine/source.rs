@@ -1,6 +1,8 @@
 //! Where a query's data comes from and reading it: [`choose_source`] picks raw points or a
 //! rollup tier for a step (pure), and [`collect`] reads one field of the matching tag sets
-//! into [`Steps`] from that tier plus the raw chunks it has not rolled up yet. Read-only;
+//! into [`Steps`] from that tier plus the raw chunks it has not rolled up yet (past a coarse
+//! tier that waits for its bucket to close, a finer tier's rows and the chunks past that
+//! one's cursor: [`finer_from`]). Read-only;
 //! it never aggregates steps into answers (that is `query` and `inference`).
 
 use std::collections::{BTreeMap, HashMap};

@@ -96,9 +96,10 @@ pub const SETTLE_FROM_NS: i64 = 3600 * NS;
 /// this long folds each bucket once, when it has closed (`Job::open_buckets`): the 1h tier,
 /// which at the prompt cadence rewrote every active series' row of the open hour every 5
 /// minutes, twelve times an hour, about 1 MB/h of WAL on the reference workload for rows
-/// that end up the same (docs/performance.md). Reads lose nothing: they take the raw chunks
-/// past a tier's cursor, an hour of them at most for such a tier. A coarser tier (1d) folds
-/// its open bucket hourly, so its raw tail stays within an hour and its run.
+/// that end up the same (docs/performance.md). Reads lose nothing: past such a tier's
+/// cursor, a query reads the finer tier's rows (the 1m tier's) and only the raw chunks past
+/// that one's cursor (`engine::source`'s `finer_from`), not an hour of raw points. A coarser
+/// tier (1d) folds its open bucket hourly.
 pub const COARSE_FOLD_EVERY_NS: i64 = 3600 * NS;
 
 /// The shortest `[rollup] fold_every` at which tiers up to [`COARSE_FOLD_EVERY_NS`] fold each
