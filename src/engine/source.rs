@@ -61,8 +61,9 @@ pub(super) struct Finer<'a> {
 /// for its buckets to close (the 1h tier folds each hour once, when it has:
 /// `Plan::fold_every_ns`), so the chunks past its cursor can be an hour of raw points
 /// (360,000 for a series at 100 a second, ~25 ms to read and merge). The coarsest tier finer
-/// than it whose buckets divide its own (the 1m tier, folded each minute) holds the points of every chunk up to its own cursor; from `split`, the start of
-/// `tier`'s bucket of the first chunk it has not folded, its rows stand in for `tier`'s.
+/// than it whose buckets divide its own (the 1m tier, folded each minute) holds the points
+/// of every chunk up to its own cursor; from `split`, the start of `tier`'s bucket of the
+/// first chunk it has not folded, its rows stand in for `tier`'s.
 /// Each point is then read once: from `tier`'s rows before `split`, from the chunks past
 /// `tier`'s cursor before `split` (points that came late), from the finer rows from `split`
 /// on, and from the chunks past the finer cursor from `split` on. `None` when `tier` has
@@ -196,7 +197,7 @@ pub fn collect(
     let sids: Vec<i64> = found.iter().map(|f| f.2).collect();
     let mut rows = Vec::new();
     if let Some(t) = tier {
-        let hi = finer.map_or(to, |f| to.min(f.split - 1));
+        let hi = finer.map_or(to, |f| to.min(f.split.saturating_sub(1)));
         rows.push((t, bucket_start(from, t.res_ns), hi));
     }
     if let Some(f) = finer {
@@ -228,7 +229,7 @@ pub fn collect(
     let passes = match finer {
         None => vec![(cursor, from, to)],
         Some(f) => vec![
-            (cursor, from, to.min(f.split - 1)),
+            (cursor, from, to.min(f.split.saturating_sub(1))),
             (f.cursor, from.max(f.split), to),
         ],
     };

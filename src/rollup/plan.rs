@@ -95,11 +95,13 @@ pub const SETTLE_FROM_NS: i64 = 3600 * NS;
 /// `[rollup] fold_every` ([`Plan::fold_every_ns`]): an hour. A tier whose buckets are at most
 /// this long folds each bucket once, when it has closed (`Job::open_buckets`): the 1h tier,
 /// which at the prompt cadence rewrote every active series' row of the open hour every 5
-/// minutes, twelve times an hour, about 1 MB/h of WAL on the reference workload for rows
+/// minutes, twelve times an hour, about 1.2 MB/h of WAL on the reference workload for rows
 /// that end up the same (docs/performance.md). Reads lose nothing: past such a tier's
 /// cursor, a query reads the finer tier's rows (the 1m tier's) and only the raw chunks past
-/// that one's cursor (`engine::source`'s `finer_from`), not an hour of raw points. A coarser
-/// tier (1d) folds its open bucket hourly.
+/// that one's cursor (`engine::source`'s `finer_from`), not an hour of raw points. Small
+/// chunks are merged once every tier's cursor has passed them (`store::compact`), so up to
+/// an hour later than at the prompt cadence; the merges cost the same. A coarser tier (1d)
+/// folds its open bucket hourly.
 pub const COARSE_FOLD_EVERY_NS: i64 = 3600 * NS;
 
 /// The shortest `[rollup] fold_every` at which tiers up to [`COARSE_FOLD_EVERY_NS`] fold each
@@ -130,8 +132,8 @@ impl Plan {
     /// buckets are longer, up to [`COARSE_FOLD_EVERY_NS`] (the 1h tier folds each hour once,
     /// when it has closed; a 1d tier its open day every hour); at most every quarter of the
     /// raw retention (so the raw points are still there), never more often than promptly. A
-    /// shorter `fold_every` asks for fresh tiers: each folds its open bucket promptly. A longer stride
-    /// writes each tier's leaf pages less often (rows are keyed by series: a fold writes at
+    /// shorter `fold_every` asks for fresh tiers: each folds its open bucket promptly. A
+    /// longer stride writes each tier's leaf pages less often (rows are keyed by series: a fold writes at
     /// least a page per active series and tier whatever span it covers) but did not lower
     /// the reference workload's bytes written (docs/performance.md), raised its RSS peak,
     /// and makes queries and alert rules merge a longer raw tail (a 1 h stride cost 1.7x the
