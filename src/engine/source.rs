@@ -85,17 +85,7 @@ pub(super) fn finer_from<'a>(
     else {
         return Ok(None);
     };
-    let mut first = None;
-    let next = Scan {
-        after: Some(cursor),
-        limit: Some(1),
-        without_data: true,
-        ..Scan::default()
-    };
-    chunks::scan(conn, path, &next, |c| {
-        first = Some(c.ts_min);
-        Ok(ControlFlow::Break(()))
-    })?;
+    let first = chunks::first_ts_min_after(conn, path, cursor, None)?;
     let Some(split) = first.map(|ts| bucket_start(ts, tier.res_ns)) else {
         return Ok(None);
     };
@@ -233,6 +223,7 @@ pub fn collect(
             (f.cursor, from.max(f.split), to),
         ],
     };
+    let tagsets: Vec<i64> = found.iter().map(|f| f.1).collect();
     for (after, lo, hi) in passes.into_iter().filter(|p| p.1 <= p.2) {
         let scan = Scan {
             after: Some(after),
@@ -240,8 +231,7 @@ pub fn collect(
             ts_to: Some(hi),
             ..Scan::default()
         };
-        let tagsets: Vec<i64> = found.iter().map(|f| f.1).collect();
-        chunks::scan_tagsets(conn, path, &scan, tagsets, |c| {
+        chunks::scan_tagsets(conn, path, &scan, tagsets.iter().copied(), |c| {
             let Some(&i) = of_tagset.get(&c.tagset_id) else {
                 return Ok(ControlFlow::Continue(()));
             };

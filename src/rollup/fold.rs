@@ -292,19 +292,10 @@ impl Job {
             let Some(open) = open_from[ti].filter(|_| due[ti]) else {
                 continue;
             };
-            let next = Scan {
-                after: Some(states[ti].cursor),
-                before: Some(hold),
-                limit: Some(1),
-                without_data: true,
-                ..Scan::default()
-            };
-            chunks::scan(&read, &path, &next, |c| {
-                if bucket_start(c.ts_min, tier.res_ns) == open {
-                    due[ti] = false;
-                }
-                Ok(ControlFlow::Break(()))
-            })?;
+            let next = chunks::first_ts_min_after(&read, &path, states[ti].cursor, Some(hold))?;
+            if next.is_some_and(|ts| bucket_start(ts, tier.res_ns) == open) {
+                due[ti] = false;
+            }
         }
         let min_cursor = states
             .iter()

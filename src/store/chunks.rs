@@ -405,6 +405,30 @@ pub struct Backlog {
     pub oldest_ts: Option<i64>,
 }
 
+/// `ts_min` of the first chunk with id above `after` (and below `before`, when given), read
+/// without its data; `None` when there is none. Where a tier's next chunk lies: the rollup
+/// job's closed-bucket check and the engine's finer-tier split.
+pub fn first_ts_min_after(
+    conn: &Connection,
+    path: &Path,
+    after: i64,
+    before: Option<i64>,
+) -> Result<Option<i64>, StoreError> {
+    let mut first = None;
+    let next = Scan {
+        after: Some(after),
+        before,
+        limit: Some(1),
+        without_data: true,
+        ..Scan::default()
+    };
+    scan(conn, path, &next, |c| {
+        first = Some(c.ts_min);
+        Ok(ControlFlow::Break(()))
+    })?;
+    Ok(first)
+}
+
 /// Number of chunks with id above `after`.
 pub fn count_after(conn: &Connection, path: &Path, after: i64) -> Result<i64, StoreError> {
     conn.prepare_cached("SELECT COUNT(*) FROM chunks WHERE id > ?1")
