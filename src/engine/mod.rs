@@ -39,6 +39,7 @@ pub mod config;
 pub mod energy;
 mod inference;
 mod llm;
+pub mod pointcache;
 pub mod request;
 pub mod rowcache;
 mod source;

@@ -11,13 +11,15 @@
 //! the rows a fold may have rewritten (buckets not yet final at the last watermark seen;
 //! all of them when a late point landed in a final bucket); a raised oldest bucket drops
 //! the rows below it. It never writes to the store and never serves a query that is not
-//! the alert evaluator's.
+//! the alert evaluator's. It carries the evaluator's [`PointCache`] too (raw points of the
+//! windows read from chunks), so that one value holds what an evaluator keeps.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
 
 use rusqlite::Connection;
 
+use super::pointcache::PointCache;
 use crate::store::bucket::Acc;
 use crate::store::tiers::{self, Need, State};
 use crate::store::StoreError;
@@ -100,6 +102,8 @@ pub struct RowCache {
     tiers: HashMap<i64, TierRows>,
     rows: usize,
     cycle: u64,
+    /// The raw points of windows read from chunks.
+    pub points: PointCache,
 }
 
 /// Whether rows of `need` are cached.
@@ -129,6 +133,7 @@ impl RowCache {
         }
         self.rows -= dropped;
         self.cycle += 1;
+        self.points.finish_cycle();
     }
 
     /// Compares tier `key`'s state with the one seen last time and drops what may have

@@ -368,7 +368,7 @@ pub fn collect_window_cached(
     step_ns: i64,
     need: Need,
     now: i64,
-    cache: Option<&mut RowCache>,
+    mut cache: Option<&mut RowCache>,
     held: Option<&HeldSnapshot>,
 ) -> Result<Vec<Option<StepAcc>>, EngineError> {
     if step_ns <= 0 {
@@ -410,7 +410,7 @@ pub fn collect_window_cached(
             }
             Ok::<_, EngineError>(())
         };
-        match cache {
+        match cache.as_deref_mut() {
             Some(c) if rowcache::cacheable(need) => c.read_ranges(
                 conn,
                 path,
@@ -438,29 +438,84 @@ pub fn collect_window_cached(
     for (i, s) in series.iter().enumerate() {
         by_tagset.entry(s.tagset).or_default().push((s.sid, i));
     }
-    // One raw point of a wanted tag set within `[from, to]`, from a chunk or held.
-    let mut point = |want: &[(i64, usize)], ts: i64, sid: i64, v: &Value| {
-        let Some(&(_, i)) = want.iter().find(|(s, _)| *s == sid) else {
-            return;
-        };
-        if let Some(f) = numeric(v) {
-            let slot = &mut out[i];
-            if sketch {
-                slot.acc.add(ts, f);
-            } else {
-                slot.acc.add_plain(ts, f);
-            }
-            if exact {
-                slot.exact.get_or_insert_with(Vec::new).push(f);
-            }
+    // One raw numeric point of slot `i` within `[from, to]`, from a chunk or held.
+    let mut point = |i: usize, ts: i64, f: f64| {
+        let slot = &mut out[i];
+        if sketch {
+            slot.acc.add(ts, f);
+        } else {
+            slot.acc.add_plain(ts, f);
+        }
+        if exact {
+            slot.exact.get_or_insert_with(Vec::new).push(f);
         }
     };
+    // The slot of series `sid` in a tag set's wanted series (the first, if asked twice).
+    let slot_of =
+        |want: &[(i64, usize)], sid: i64| want.iter().find(|(s, _)| *s == sid).map(|&(_, i)| i);
     if let Some(held) = held {
         for (tagset, want) in &by_tagset {
             for (ts, sid, v) in held.values_in(*tagset, from, to) {
-                point(want, ts, sid, v);
+                if let (Some(i), Some(f)) = (slot_of(want, sid), numeric(v)) {
+                    point(i, ts, f);
+                }
             }
         }
+    }
+    // A raw window read through the evaluator's point cache: the tag sets whose every
+    // wanted series it holds are served from it, the others read from the store in full
+    // and kept.
+    if let (None, Some(c)) = (tier, cache) {
+        let cache = &mut c.points;
+        let through = cache.advance(conn, path)?;
+        let mut missing: Vec<i64> = Vec::new();
+        for (tagset, want) in &by_tagset {
+            if !want.iter().all(|&(sid, _)| cache.covers(sid, from)) {
+                missing.push(*tagset);
+                continue;
+            }
+            for (k, &(sid, i)) in want.iter().enumerate() {
+                if want[..k].iter().all(|&(s, _)| s != sid) {
+                    cache.serve(sid, from, to, |ts, f| point(i, ts, f));
+                }
+            }
+        }
+        if !missing.is_empty() {
+            // Every point from `from` on (later than `to` too: a point stamped ahead of
+            // the clock is in a later window), through the id the cache has seen.
+            let mut fresh: BTreeMap<i64, (i64, Vec<(i64, f64)>)> = BTreeMap::new();
+            for tagset in &missing {
+                for &(sid, _) in by_tagset.get(tagset).map_or(&[][..], Vec::as_slice) {
+                    fresh.entry(sid).or_insert((*tagset, Vec::new()));
+                }
+            }
+            let scan = Scan {
+                through: Some(through),
+                ts_from: Some(from),
+                ..Scan::default()
+            };
+            chunks::scan_tagsets(conn, path, &scan, missing, |c| {
+                c.decode(path, |ts, sid, v| {
+                    if let (true, Some((_, pts)), Some(f)) =
+                        (ts >= from, fresh.get_mut(&sid), numeric(&v))
+                    {
+                        pts.push((ts, f));
+                    }
+                })?;
+                Ok(ControlFlow::Continue(()))
+            })?;
+            for (sid, (tagset, pts)) in fresh {
+                if let Some(i) = by_tagset.get(&tagset).and_then(|w| slot_of(w, sid)) {
+                    for &(ts, f) in &pts {
+                        if ts <= to {
+                            point(i, ts, f);
+                        }
+                    }
+                }
+                cache.insert(sid, tagset, from, pts);
+            }
+        }
+        return Ok(finished(out));
     }
     let mut add = |c: &chunks::Chunk<'_>| -> Result<ControlFlow<()>, StoreError> {
         let Some(want) = by_tagset.get(&c.tagset_id) else {
@@ -468,7 +523,9 @@ pub fn collect_window_cached(
         };
         c.decode(path, |ts, sid, v| {
             if ts >= from && ts <= to {
-                point(want, ts, sid, &v);
+                if let (Some(i), Some(f)) = (slot_of(want, sid), numeric(&v)) {
+                    point(i, ts, f);
+                }
             }
         })?;
         Ok(ControlFlow::Continue(()))
@@ -490,10 +547,14 @@ pub fn collect_window_cached(
         let tagsets: Vec<i64> = by_tagset.keys().copied().collect();
         chunks::scan_tagsets(conn, path, &scan, tagsets, &mut add)?;
     }
-    Ok(out
-        .into_iter()
+    Ok(finished(out))
+}
+
+/// Each series' window: `None` where it has no data.
+fn finished(out: Vec<StepAcc>) -> Vec<Option<StepAcc>> {
+    out.into_iter()
         .map(|a| (a.acc.count > 0 || a.exact.is_some()).then_some(a))
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

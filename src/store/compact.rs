@@ -165,6 +165,12 @@ pub fn merge_step(
         }
     }
     drop(sel);
+    super::counters::bump(
+        &tx,
+        path,
+        super::counters::MERGED_RAW_CHUNKS,
+        pass.removed as i64,
+    )?;
     tx.commit().ctx(path)?;
     // Nothing merged (only runs around a corrupt chunk were left): done.
     Ok((pass.written > 0).then_some(pass))

@@ -13,6 +13,10 @@ use rusqlite::{params, Connection};
 use super::open::Ctx;
 use super::StoreError;
 
+/// Small chunks a merge replaced ([`super::compact`]): a reader that keeps decoded points
+/// across reads learns from it that committed chunks changed.
+pub const MERGED_RAW_CHUNKS: &str = "merged_raw_chunks";
+
 /// The counter holding tier `tier_key`'s live row count (migration 0004).
 pub fn tier_rows(tier_key: i64) -> String {
     format!("rows_{tier_key}")
