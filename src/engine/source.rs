@@ -355,8 +355,9 @@ pub fn collect_window(
 }
 
 /// [`collect_window`], reading the tier's rows through `cache` (kept across calls, see
-/// [`RowCache`]) when it is given and `need` is cacheable (the results are the same), and
-/// adding the points of `held`: what the writer held for its next commit when the reader's
+/// [`RowCache`]) when it is given and `need` is cacheable, and a raw window's points
+/// through its [`super::pointcache::PointCache`] (the results are the same), and adding
+/// the points of `held`: what the writer held for its next commit when the reader's
 /// transaction began ([`crate::store::HeldView::snapshot_with`]), none of it in the store.
 #[allow(clippy::too_many_arguments)]
 pub fn collect_window_cached(
