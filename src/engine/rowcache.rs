@@ -281,25 +281,16 @@ impl RowCache {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, Synchronous};
+    use crate::config::Config;
     use crate::engine::{collect_window, collect_window_cached, SeriesRef, StepAcc};
-    use crate::ingest::lineproto::{parse_body, Precision};
     use crate::rollup::{Job, Plan};
-    use crate::store::{dict, Reader, Writer};
+    use crate::store::testing::write_body as write;
+    use crate::store::{dict, Reader};
 
     use super::*;
 
     const NS: i64 = 1_000_000_000;
     const M: i64 = 60 * NS;
-
-    fn write(dir: &Path, body: &str, now: i64) {
-        let parsed = parse_body(body, Precision::Nanos, now);
-        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-        Writer::open(dir, 1_000, Synchronous::Normal)
-            .unwrap()
-            .write(&[&parsed.batch])
-            .unwrap();
-    }
 
     fn refs(reader: &Reader) -> Vec<SeriesRef> {
         let (conn, path) = (reader.conn(), reader.path());

@@ -224,3 +224,15 @@ pub fn wal_pages(dir: &Path) -> Vec<u32> {
         .map(|f| u32::from_be_bytes([f[0], f[1], f[2], f[3]]))
         .collect()
 }
+
+/// Parses `body` (line protocol, ns) as received at `now` and writes it with a writer of
+/// its own, as one commit; panics on any parse error.
+pub fn write_body(dir: &Path, body: &str, now: i64) {
+    let parsed =
+        crate::ingest::lineproto::parse_body(body, crate::ingest::lineproto::Precision::Nanos, now);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    super::Writer::open(dir, 1_000, crate::config::Synchronous::Normal)
+        .unwrap()
+        .write(&[&parsed.batch])
+        .unwrap();
+}
