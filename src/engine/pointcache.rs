@@ -101,12 +101,7 @@ impl PointCache {
         self.entries.retain(|_, e| {
             if e.used != cycle {
                 *points -= e.points.len();
-                if let Some(n) = tagsets.get_mut(&e.tagset) {
-                    *n -= 1;
-                    if *n == 0 {
-                        tagsets.remove(&e.tagset);
-                    }
-                }
+                forget(tagsets, e.tagset);
                 return false;
             }
             if e.wanted_from > e.from {
@@ -202,12 +197,7 @@ impl PointCache {
     pub fn insert(&mut self, sid: i64, tagset: i64, from: i64, points: Vec<(i64, f64)>) {
         if let Some(old) = self.entries.remove(&sid) {
             self.points -= old.points.len();
-            if let Some(n) = self.tagsets.get_mut(&old.tagset) {
-                *n -= 1;
-                if *n == 0 {
-                    self.tagsets.remove(&old.tagset);
-                }
-            }
+            forget(&mut self.tagsets, old.tagset);
         }
         self.fetched += points.len() as u64;
         if self.points + points.len() > MAX_POINTS {
@@ -225,6 +215,16 @@ impl PointCache {
                 used: self.cycle,
             },
         );
+    }
+}
+
+/// Counts one entry of `tagset` less (its last one gone: the tag set too).
+fn forget(tagsets: &mut HashMap<i64, usize>, tagset: i64) {
+    if let Some(n) = tagsets.get_mut(&tagset) {
+        *n -= 1;
+        if *n == 0 {
+            tagsets.remove(&tagset);
+        }
     }
 }
 

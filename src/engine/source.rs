@@ -475,8 +475,8 @@ pub fn collect_window_cached(
                 missing.push(*tagset);
                 continue;
             }
-            for (k, &(sid, i)) in want.iter().enumerate() {
-                if want[..k].iter().all(|&(s, _)| s != sid) {
+            for &(sid, i) in want {
+                if slot_of(want, sid) == Some(i) {
                     cache.serve(sid, from, to, |ts, f| point(i, ts, f));
                 }
             }
