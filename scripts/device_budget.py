@@ -653,6 +653,16 @@ def run_phase(name, args, work, ports, peers, off, ui, secs, strace_s):
     data = os.path.join(work, "data")
     shutil.rmtree(data, ignore_errors=True)
     loopfs = LoopFs(work, name, data, args.mount_options) if args.device else None
+    if args.seed:
+        # An old store to start from: a consistent copy (SQLite's backup), so the measured
+        # hour sees what a device that has run for a while does (merges of an hour's small
+        # chunks come once the 1h tier folds, an hour after the agent starts).
+        os.makedirs(data, exist_ok=True)
+        src = sqlite3.connect(f"file:{os.path.join(args.seed, 'edgewatch.db')}?mode=ro", uri=True)
+        dst = sqlite3.connect(os.path.join(data, "edgewatch.db"))
+        src.backup(dst)
+        dst.close()
+        src.close()
     started = len(Proc.live)
     try:
         return measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data, loopfs)
@@ -939,6 +949,10 @@ def main():
                     help="poll the API every S seconds as an app or dashboard does without "
                          "`X-Edgewatch-Read: stored` (an engine query and a raw query, each a read "
                          "of the latest)")
+    ap.add_argument("--seed", metavar="DIR",
+                    help="start each phase's agent on a copy of the store in DIR (a data directory, "
+                         "e.g. one `--keep` left): the steady state of an older store without hours "
+                         "of warm-up")
     ap.add_argument("--keep", help="copy each phase's stopped data directory to KEEP/PHASE (to inspect the store)")
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args()

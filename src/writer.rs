@@ -819,7 +819,8 @@ mod tests {
         conn.execute_batch(
             "DELETE FROM sqlite_sequence WHERE name = 'edgewatch.journal'; \
              UPDATE chunk_tail SET journal_seq = 2; \
-             DELETE FROM schema_migrations WHERE version = 16; PRAGMA user_version = 15;",
+             DROP TABLE merge_state; \
+             DELETE FROM schema_migrations WHERE version >= 16; PRAGMA user_version = 15;",
         )
         .unwrap();
         assert_eq!(stored(dir.path()), 5);

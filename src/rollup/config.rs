@@ -22,7 +22,7 @@ pub struct RollupConfig {
     pub lateness: Interval,
     /// Tier resolutions, e.g. `["1m", "1h"]`.
     pub tiers: Vec<String>,
-    /// Most raw points folded per transaction.
+    /// Most raw points folded or merged per transaction.
     pub batch_points: usize,
     /// How often a tier no sink reads is folded (see [`super::Plan::fold_every_ns`]).
     pub fold_every: Interval,

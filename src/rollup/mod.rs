@@ -135,9 +135,10 @@ pub struct Job {
     merged_at: Option<i64>,
 }
 
-/// How often the agent's periodic job (`fold_cadence`) looks for small chunks to merge: the
-/// search scans every chunk row below the consumers' horizon (0.34 s for a million rows
-/// here), which every 30 s would cost a day-old device ~1 % of a core; merging can wait.
+/// How often the agent's periodic job (`fold_cadence`) looks for small chunks to merge. A
+/// look reads the chunk rows after the merge cursor up to the consumers' horizon (at most a
+/// range's worth); a step only runs once a full range is below the horizon, which on a
+/// device is when the 1h tier folds, so merging waits anyway.
 const MERGE_EVERY_NS: i64 = 5 * 60 * plan::NS;
 
 /// Opens a read-write connection to the migrated store in `dir` (it must exist, at this
@@ -196,7 +197,11 @@ impl Job {
                     self.merged_at = Some(now);
                 }
                 for _ in 0..if merge_due { 4 } else { 0 } {
-                    let limits = crate::store::compact::Limits::default();
+                    // A step's range holds `batch_points` points, like a fold's transaction.
+                    let limits = crate::store::compact::Limits {
+                        max_points: self.plan.batch_points,
+                        all: false,
+                    };
                     if stop()
                         || crate::store::compact::merge_step(&mut self.conn, &self.path, &limits)?
                             .is_none()

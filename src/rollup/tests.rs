@@ -1158,8 +1158,8 @@ fn a_corrupt_sketch_in_either_tier_table_is_reported_and_does_not_stop_the_fold(
 }
 
 /// The agent's job (`fold_cadence`) looks for small chunks to merge on its first run and then
-/// every `MERGE_EVERY_NS`, not every run (the search scans every chunk row); a job without
-/// the cadence (`edgewatch maintain`, tests) merges at every run as before.
+/// every `MERGE_EVERY_NS`, not every run; a job without the cadence (`edgewatch maintain`,
+/// tests) merges at every run as before. A step's range holds `batch_points` points.
 #[test]
 fn the_agents_job_merges_small_chunks_every_five_minutes_not_every_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -1172,24 +1172,21 @@ fn the_agents_job_merges_small_chunks_every_five_minutes_not_every_run() {
     one_point_commits(&mut w, 0);
     let chunks = || crate::store::testing::count_chunks(dir.path());
     assert_eq!(chunks(), 3000);
-    let plan = plan_with(&["1m"], 100_000, 0);
+    let plan = plan_with(&["1m"], 1_000, 0);
     let mut job = Job::open(dir.path(), plan).unwrap();
     job.fold_cadence = true;
     // Two hours in: every point written below is in a closed minute.
     let now = 7200 * NS;
     job.run_once(now, &|| false).unwrap();
-    let after_first = chunks();
-    // 2,048 points merged into one chunk; the rest waits for more (an open run).
-    assert_eq!(after_first, 1 + 3000 - 2048, "merged on the first run");
+    // Three ranges of 1,000 points, each carrying the last partial chunk into the next:
+    // 2,048 + 952.
+    assert_eq!(chunks(), 2, "merged on the first run");
     one_point_commits(&mut w, 3000);
     job.run_once(now + 30 * NS, &|| false).unwrap();
-    assert_eq!(chunks(), after_first + 3000, "30 s later: no search");
+    assert_eq!(chunks(), 2 + 3000, "30 s later: no search");
     job.run_once(now + 5 * MIN, &|| false).unwrap();
-    assert_eq!(
-        chunks(),
-        after_first + 3000 + 1 - 2048,
-        "5 minutes later: merged"
-    );
+    // 6,000 points: 2,048 + 2,048 + 1,904.
+    assert_eq!(chunks(), 3, "5 minutes later: merged");
 }
 
 thread_local! {

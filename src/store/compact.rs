@@ -1,20 +1,23 @@
-//! Recompression of committed chunks, in bounded steps: small chunks of one tag set (one
-//! per commit: at 1 Hz a tegrastats tag set gets a one-point chunk a second) are merged into
+//! Recompression of committed chunks, in bounded steps: small chunks (one per tag set per
+//! commit: at 1 Hz a tegrastats tag set gets a one-point chunk a second) are merged into
 //! columnar chunks of up to [`TARGET_POINTS`] points, and chunks in the legacy form are
 //! re-encoded in place. Each step is one short `BEGIN IMMEDIATE` transaction, like the
-//! rollup job's.
+//! rollup job's. Merging goes through the store by ranges of ids after a cursor
+//! (`merge_state.merged_through`), every tag set of a range at once, so each leaf of the
+//! chunk table is rewritten once (see [`merge_step`]).
 //!
 //! What it never breaks: only chunks at or below every consumer's cursor are merged (each
 //! tier's `rollup_state.cursor`, each raw-mode sink's `cursor_chunk_id`, and below the clock hold),
 //! so a merged chunk is on the same side of every cursor as the chunks it replaces; it
 //! keeps the largest of their ids (ids are never reused) and their points in id order, so
-//! every reader sees the same points. A legacy chunk is re-encoded under its own id with
-//! the same points. Never decides when to run: `edgewatch maintain --recompress` and the
-//! caller's loop do.
+//! every reader sees the same points. A chunk carried from before a range is its tag set's
+//! newest there, so the order holds across ranges too. A legacy chunk is re-encoded under
+//! its own id with the same points. Never decides when to run: `edgewatch maintain
+//! --recompress` and the caller's loop do.
 
 use std::path::Path;
 
-use rusqlite::{params, Connection, TransactionBehavior};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use super::codec::{self, ChunkEncoder, Format};
 use super::open::Ctx;
@@ -25,10 +28,10 @@ pub use super::chunks::{SMALL_POINTS, TARGET_POINTS};
 /// How much one step may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Points read per step (at least one chunk's).
+    /// Points of small chunks in a step's range (at least one chunk's).
     pub max_points: usize,
-    /// Merge every run of small chunks, even one that does not fill a chunk yet (a
-    /// one-off pass); otherwise a tag set waits until its small chunks fill one.
+    /// Take the range even if it holds fewer than `max_points` points, up to the horizon
+    /// (a one-off pass); otherwise a step waits until the range is full.
     pub all: bool,
 }
 
@@ -85,14 +88,37 @@ fn horizon(tx: &Connection, path: &Path) -> Result<i64, StoreError> {
 
 struct Row {
     id: i64,
+    tagset: i64,
     ts_min: i64,
     n: i64,
     data: Vec<u8>,
 }
 
-/// One merge step: the small chunks of the tag sets that have enough of them (or all, with
-/// `limits.all`), up to `limits.max_points` points. `None` when nothing (more) could be
-/// merged.
+impl Row {
+    /// From a statement selecting `id, tagset_id, ts_min, n, data`.
+    fn from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+        Ok(Row {
+            id: r.get(0)?,
+            tagset: r.get(1)?,
+            ts_min: r.get(2)?,
+            n: r.get(3)?,
+            data: r.get(4)?,
+        })
+    }
+}
+
+/// One merge step over the next range of ids after the merge cursor
+/// (`merge_state.merged_through`): the small chunks in it, up to `limits.max_points` points,
+/// of every tag set at once, each tag set's in greedy runs of up to [`TARGET_POINTS`]
+/// points; a tag set's newest chunk at or below the cursor, when it is not full yet, leads
+/// its first run (so a slow tag set's chunks still fill up over several ranges). The cursor
+/// then moves to the range's end. Without `limits.all` a step waits until the range holds
+/// `max_points` points. `None` when there was no range to take.
+///
+/// Why by range: each writer commit adds one small chunk per tag set, so one tag set's
+/// chunks lie on every leaf of the hour, and merging tag set by tag set rewrote nearly every
+/// leaf at every step. A range's leaves are rewritten once; the carried chunks sit at the
+/// end of the previous range, on a few leaves.
 pub fn merge_step(
     conn: &mut Connection,
     path: &Path,
@@ -107,64 +133,106 @@ pub fn merge_step(
         // if it runs, goes on from the new `indexed_through`).
         super::chunks::index_tail(&tx, path)?;
     }
-    let need = if limits.all { 0 } else { TARGET_POINTS as i64 };
-    let tagsets: Vec<i64> = tx
+    let (after, upto): (i64, i64) = tx
+        .query_row(
+            "SELECT merged_through, MIN(?1, (SELECT indexed_through FROM chunk_tail)) \
+             FROM merge_state WHERE id = 1",
+            [h],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .ctx(path)?;
+    if upto <= after {
+        return Ok(None);
+    }
+    // The range: small chunks after the cursor, in id order, until `max_points` points.
+    let budget = limits.max_points.max(1) as i64;
+    let (through, points) = {
+        let mut st = tx
+            .prepare_cached(
+                "SELECT id, n FROM chunks WHERE id > ?1 AND id <= ?2 AND n < ?3 ORDER BY id",
+            )
+            .ctx(path)?;
+        let mut rows = st.query(params![after, upto, SMALL_POINTS]).ctx(path)?;
+        let (mut through, mut points) = (after, 0i64);
+        while let Some(r) = rows.next().ctx(path)? {
+            through = r.get(0).ctx(path)?;
+            points += r.get::<_, i64>(1).ctx(path)?.max(0);
+            if points >= budget {
+                break;
+            }
+        }
+        (through, points)
+    };
+    let full = points >= budget;
+    if !full && !limits.all {
+        return Ok(None);
+    }
+    // A range that ends before `upto` ends at its last small chunk; one that takes the rest
+    // covers everything through `upto` (chunks past the last small one are full already).
+    let through = if full { through } else { upto };
+    let mut rows: Vec<Row> = tx
         .prepare_cached(
-            "SELECT tagset_id FROM chunks WHERE id <= MIN(?1, (SELECT indexed_through FROM chunk_tail)) \
-             AND n < ?2 GROUP BY tagset_id \
-             HAVING COUNT(*) > 1 AND SUM(n) >= ?3 ORDER BY MIN(id)",
+            "SELECT id, tagset_id, ts_min, n, data FROM chunks \
+             WHERE id > ?1 AND id <= ?2 AND n < ?3 ORDER BY id",
         )
         .and_then(|mut st| {
-            st.query_map(params![h, SMALL_POINTS, need], |r| r.get(0))
+            st.query_map(params![after, through, SMALL_POINTS], Row::from_sql)
                 .and_then(|rows| rows.collect())
         })
         .ctx(path)?;
-    if tagsets.is_empty() {
-        return Ok(None);
-    }
+    // Each tag set's chunks together, in id order within it (a stable sort).
+    rows.sort_by_key(|r| r.tagset);
     let mut pass = Pass::default();
-    let mut budget = limits.max_points.max(1);
-    let mut sel = tx
+    let mut carry_id = tx
+        .prepare_cached("SELECT MAX(id) FROM chunk_index WHERE tagset_id = ?1 AND id <= ?2")
+        .ctx(path)?;
+    let mut carry_row = tx
         .prepare_cached(
-            "SELECT c.id, c.ts_min, c.n, c.data FROM chunk_index i CROSS JOIN chunks c ON c.id = i.id \
-             WHERE i.tagset_id = ?1 AND i.id <= ?2 AND c.n < ?3 ORDER BY c.id LIMIT ?4",
+            "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id = ?1 AND n < ?2",
         )
         .ctx(path)?;
-    for tagset in tagsets {
-        if budget == 0 {
-            break;
-        }
-        let rows: Vec<Row> = sel
-            .query_map(params![tagset, h, SMALL_POINTS, budget as i64], |r| {
-                Ok(Row {
-                    id: r.get(0)?,
-                    ts_min: r.get(1)?,
-                    n: r.get(2)?,
-                    data: r.get(3)?,
-                })
-            })
-            .and_then(|rows| rows.collect())
-            .ctx(path)?;
+    let mut rest = rows.as_slice();
+    while let Some(first) = rest.first() {
+        let len = rest
+            .iter()
+            .position(|r| r.tagset != first.tagset)
+            .unwrap_or(rest.len());
+        let (group, tail) = rest.split_at(len);
+        rest = tail;
+        // The tag set's newest chunk before the range, if it is not full: first in line.
+        let carried: Option<Row> = match carry_id
+            .query_row(params![first.tagset, after], |r| r.get::<_, Option<i64>>(0))
+            .ctx(path)?
+        {
+            Some(id) => carry_row
+                .query_row(params![id, TARGET_POINTS as i64], Row::from_sql)
+                .optional()
+                .ctx(path)?,
+            None => None,
+        };
+        let line: Vec<&Row> = carried.iter().chain(group.iter()).collect();
         // Greedy runs in id order, each up to TARGET_POINTS points.
         let mut start = 0;
-        while start < rows.len() {
+        while start < line.len() {
             let mut end = start;
             let mut sum = 0usize;
-            while end < rows.len() && sum + rows[end].n.max(0) as usize <= TARGET_POINTS {
-                sum += rows[end].n.max(0) as usize;
+            while end < line.len() && sum + line[end].n.max(0) as usize <= TARGET_POINTS {
+                sum += line[end].n.max(0) as usize;
                 end += 1;
             }
             let end = end.max(start + 1);
-            let run = &rows[start..end];
-            let closed = end < rows.len() || sum >= TARGET_POINTS;
-            if run.len() > 1 && (closed || limits.all) {
-                merge(&tx, path, run, &mut pass)?;
+            if end - start > 1 {
+                merge(&tx, path, &line[start..end], &mut pass)?;
             }
-            budget = budget.saturating_sub(sum);
             start = end;
         }
     }
-    drop(sel);
+    drop((carry_id, carry_row));
+    tx.execute(
+        "UPDATE merge_state SET merged_through = ?1 WHERE id = 1",
+        [through],
+    )
+    .ctx(path)?;
     super::counters::bump(
         &tx,
         path,
@@ -172,16 +240,15 @@ pub fn merge_step(
         pass.removed as i64,
     )?;
     tx.commit().ctx(path)?;
-    // Nothing merged (only runs around a corrupt chunk were left): done.
-    Ok((pass.written > 0).then_some(pass))
+    Ok(Some(pass))
 }
 
 /// Replaces `run` (one tag set, id order) by one chunk under the largest id. A chunk that
 /// does not decode stays as it is (logged; readers report it by id).
-fn merge(tx: &Connection, path: &Path, run: &[Row], pass: &mut Pass) -> Result<(), StoreError> {
+fn merge(tx: &Connection, path: &Path, run: &[&Row], pass: &mut Pass) -> Result<(), StoreError> {
     let mut enc = ChunkEncoder::new();
     let mut merged: Vec<&Row> = Vec::with_capacity(run.len());
-    for r in run {
+    for &r in run {
         let mut points: Vec<(i64, Vec<(i64, crate::model::Value)>)> = Vec::new();
         match codec::decode_points(&r.data, r.ts_min, |ts, vals| {
             points.push((ts, std::mem::take(vals)))
@@ -230,17 +297,12 @@ pub fn convert_step(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
     let rows: Vec<Row> = tx
-        .prepare_cached("SELECT id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2")
+        .prepare_cached(
+            "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2",
+        )
         .and_then(|mut st| {
-            st.query_map(params![after, max_chunks.max(1) as i64], |r| {
-                Ok(Row {
-                    id: r.get(0)?,
-                    ts_min: r.get(1)?,
-                    n: r.get(2)?,
-                    data: r.get(3)?,
-                })
-            })
-            .and_then(|rows| rows.collect())
+            st.query_map(params![after, max_chunks.max(1) as i64], Row::from_sql)
+                .and_then(|rows| rows.collect())
         })
         .ctx(path)?;
     let mut pass = Pass::default();
@@ -570,6 +632,115 @@ mod tests {
         assert!(compact_all(&mut conn, &path) > 0);
         assert!(src.read(rest.last, 100_000).unwrap().points.is_empty());
         assert_eq!(stored(dir.path(), 1..=i64::MAX).len(), 400 + 200 + 10);
+    }
+
+    /// The merge cursor (`merge_state.merged_through`).
+    fn merged_through(conn: &Connection) -> i64 {
+        conn.query_row("SELECT merged_through FROM merge_state", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A step takes the next range of ids after the cursor, every tag set in it at once:
+    /// rows outside the range stay as they are but for each tag set's newest chunk before
+    /// it (not full yet), which is carried into the tag set's first run, so a slow tag set
+    /// still ends up in one chunk and a tag set that stopped writing is never rewritten.
+    /// Without `all`, the rest waits until it fills a range. Every point stays.
+    #[test]
+    fn a_step_merges_one_range_of_every_tag_set_and_carries_each_partial_chunk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Normal).unwrap();
+        // `a` every second, `b` every 5th; `c` only in the first 20 seconds.
+        let seconds = |w: &mut Writer, from: i64, to: i64| {
+            for s in from..to {
+                let t = FLOOR + s * NS;
+                crate::rollup::tests::write(w, "m,s=a", &[(t, s as f64)]);
+                if s % 5 == 0 {
+                    crate::rollup::tests::write(w, "m,s=b", &[(t, -s as f64)]);
+                }
+                if s < 20 {
+                    crate::rollup::tests::write(w, "m,s=c", &[(t, 0.5)]);
+                }
+            }
+        };
+        seconds(&mut w, 0, 100);
+        let all = stored(dir.path(), 1..=i64::MAX);
+        let (mut conn, path) = crate::store::open(dir.path(), Mode::Job).unwrap();
+        let limits = Limits {
+            max_points: 100,
+            all: false,
+        };
+        let tagsets = |rows: &[RawRow]| {
+            let mut t: Vec<i64> = rows.iter().map(|r| r.1).collect();
+            t.sort();
+            t
+        };
+        // What the writer does every 30 s: only indexed chunks are merged without `all`.
+        let index = |conn: &mut Connection| {
+            let tx = conn.transaction().unwrap();
+            chunks::index_tail(&tx, &path).unwrap();
+            tx.commit().unwrap();
+        };
+        index(&mut conn);
+
+        // 1. The first 100 points: one chunk per tag set at or below the cursor.
+        let before = rows(dir.path(), 1..=i64::MAX);
+        assert_eq!(before.len(), 100 + 20 + 20);
+        let pass = merge_step(&mut conn, &path, &limits).unwrap().unwrap();
+        let through = merged_through(&conn);
+        let range = before.iter().filter(|r| r.0 <= through).count() as u64;
+        assert_eq!((pass.written, pass.removed), (3, range - 3), "{through}");
+        let merged = rows(dir.path(), 1..=through);
+        assert_eq!(tagsets(&merged).len(), 3, "{merged:?}");
+        assert_eq!(
+            rows(dir.path(), through + 1..=i64::MAX),
+            before
+                .iter()
+                .filter(|r| r.0 > through)
+                .cloned()
+                .collect::<Vec<_>>(),
+            "past the range: untouched"
+        );
+
+        // 2. What is left does not fill a range: it waits, and nothing changes.
+        let waiting = rows(dir.path(), 1..=i64::MAX);
+        assert!(merge_step(&mut conn, &path, &limits).unwrap().is_none());
+        assert_eq!(rows(dir.path(), 1..=i64::MAX), waiting);
+        assert_eq!(merged_through(&conn), through);
+
+        // 3. More seconds fill the next range: `a`'s and `b`'s chunks before it are carried
+        // into it; `c` has written nothing since, so its chunk stays as it is.
+        seconds(&mut w, 100, 200);
+        index(&mut conn);
+        let pass = merge_step(&mut conn, &path, &limits).unwrap().unwrap();
+        let through2 = merged_through(&conn);
+        assert!(through2 > through);
+        let now = rows(dir.path(), 1..=through2);
+        let c = merged.iter().find(|r| !now.iter().any(|n| n.1 == r.1));
+        assert!(c.is_none(), "every tag set keeps a chunk: {now:?}");
+        let kept: Vec<&RawRow> = merged.iter().filter(|r| now.contains(r)).collect();
+        assert_eq!(kept.len(), 1, "only `c`'s chunk is not carried: {now:?}");
+        assert_eq!(now.len(), 3, "{now:?}");
+        assert_eq!(pass.written, 2);
+
+        // 4. `maintain --recompress` (all): the rest too; every point once.
+        let everything = Limits {
+            all: true,
+            ..limits
+        };
+        while merge_step(&mut conn, &path, &everything).unwrap().is_some() {}
+        assert_eq!(
+            merged_through(&conn),
+            chunks::newest_id(&conn, &path).unwrap()
+        );
+        assert_eq!(rows(dir.path(), 1..=i64::MAX).len(), 3);
+        let mut want = all;
+        want.extend(
+            stored(dir.path(), 1..=i64::MAX)
+                .into_iter()
+                .filter(|p| p.1 >= FLOOR + 100 * NS),
+        );
+        want.sort();
+        assert_eq!(stored(dir.path(), 1..=i64::MAX), want);
     }
 
     /// With nothing else to hold merging back (no sink, no rollup), held chunks are left as

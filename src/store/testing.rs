@@ -112,6 +112,8 @@ pub fn downgrade_to_v3(dir: &Path) {
     // Migration 0011's column (the outbox bound).
     c.execute("ALTER TABLE notifiers DROP COLUMN pruned_unsent", [])
         .unwrap();
+    // Migration 0017's merge cursor.
+    c.execute("DROP TABLE merge_state", []).unwrap();
     // Migration 0015's index table: back to 0012's partial index.
     c.execute_batch(
         "DROP TRIGGER chunk_index_delete; DROP TRIGGER chunk_index_retime; DROP TABLE chunk_index; \
