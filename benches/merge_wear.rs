@@ -7,7 +7,8 @@
 //! This bench writes the workload (`common/workload.rs`: tegrastats-like gauges at 1 Hz,
 //! host every 10 s, `BENCH_INFERENCES` inferences a second, `BENCH_SCRAPED` scraped tag sets
 //! every 15 s) through the real writer, one commit a second, and after each hour runs the
-//! agent's merge steps (`Limits::default()`) until none is left, counting each step's WAL
+//! agent's merge steps (`Limits::default()`: ranges of 100,000 points, as the default
+//! `[rollup] batch_points` gives the agent) until none is left, counting each step's WAL
 //! frames (the WAL is truncated before it, autocheckpoint off). From the second hour on a
 //! step also meets what the previous hour left (carried or waiting chunks): those hours are
 //! the steady state.
@@ -63,14 +64,14 @@ fn main() {
     );
     println!(
         "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10} {:>9}",
-        "hour", "points", "steps", "removed", "written", "WAL frames", "WAL MB", "merge ms"
+        "hour", "values", "steps", "removed", "written", "WAL frames", "WAL MB", "merge ms"
     );
     let mut steady = (0i64, 0i64, 0u64);
     for h in 0..hours {
-        let mut points = 0u64;
+        let mut values = 0u64;
         for s in h * 3600..(h + 1) * 3600 {
             let batch = device.second(s);
-            points += batch.values() as u64;
+            values += batch.values() as u64;
             writer.write(&[&batch]).expect("commit");
         }
         truncate(&conn);
@@ -89,7 +90,7 @@ fn main() {
         println!(
             "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10.2} {:>9.0}",
             h + 1,
-            points,
+            values,
             steps,
             pass.removed,
             pass.written,
@@ -98,12 +99,12 @@ fn main() {
             ms
         );
         if h > 0 {
-            steady = (steady.0 + 1, steady.1 + frames, steady.2 + points);
+            steady = (steady.0 + 1, steady.1 + frames, steady.2 + values);
         }
     }
     if steady.0 > 0 {
         println!(
-            "steady state (hours 2-{hours}): {:.0} WAL frames/h, {:.2} MB/h of WAL, {:.1} frames per 10,000 points",
+            "steady state (hours 2-{hours}): {:.0} WAL frames/h, {:.2} MB/h of WAL, {:.1} frames per 10,000 values",
             steady.1 as f64 / steady.0 as f64,
             steady.1 as f64 * (PAGE + 24) as f64 / 1e6 / steady.0 as f64,
             steady.1 as f64 * 1e4 / steady.2 as f64

@@ -31,6 +31,10 @@ taken while it is attached).
     python3 scripts/device_budget.py --phases full --wal-trace  # + WAL pages by commit kind
     python3 scripts/device_budget.py --phases full --device     # + what the block device writes (root)
     python3 scripts/device_budget.py --phases full --prometheus 15  # + a real Prometheus scraping /metrics
+    python3 scripts/device_budget.py --phases full --keep K         # keep each phase's store in K/PHASE
+    python3 scripts/device_budget.py --phases full --seed K/full --seconds 3900 --warmup 240
+        # start on a copy of that store: an older store's hour (its small-chunk merges)
+        # without an hour of warm-up
 
 Targets (issue 33): full < 1 % of one core and < 25 MB steady RSS; idle < 0.2 %; bytes
 written per hour at most 3x the store's growth. Standard library only; every peer on
