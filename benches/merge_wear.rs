@@ -6,12 +6,15 @@
 //! cursor, which moves once an hour, so an hour of small chunks becomes mergeable at once.
 //! This bench writes the workload (`common/workload.rs`: tegrastats-like gauges at 1 Hz,
 //! host every 10 s, `BENCH_INFERENCES` inferences a second, `BENCH_SCRAPED` scraped tag sets
-//! every 15 s) through the real writer, one commit a second, and after each hour runs the
-//! agent's merge steps (`Limits::default()`: ranges of 100,000 points, as the default
-//! `[rollup] batch_points` gives the agent) until none is left, counting each step's WAL
-//! frames (the WAL is truncated before it, autocheckpoint off). From the second hour on a
-//! step also meets what the previous hour left (carried or waiting chunks): those hours are
-//! the steady state.
+//! every 15 s) through the real writer, one commit a second. At each hour's end the 1h
+//! tier's cursor moves to the end of the hour before (so, as in the agent, what merges lies
+//! behind a newer hour's pages), and the agent's merge steps (`Limits::default()`: ranges
+//! of 100,000 points, as the default `[rollup] batch_points` gives the agent) run until none
+//! is left, counting each step's WAL frames (the WAL is truncated before it, autocheckpoint
+//! off), and the pages left free. `BENCH_SHRINK_MIB=N` also gives free pages back past N MiB
+//! (`PRAGMA incremental_vacuum`, as the agent's job does past its threshold) and counts
+//! those frames too. From the second merge on a step also meets what the previous hour
+//! left (carried or waiting chunks): hours 2 on are the steady state.
 //!
 //! Run: `cargo bench --bench merge_wear` (`BENCH_HOURS=4` by default).
 
@@ -40,6 +43,7 @@ fn main() {
     let hours = env("BENCH_HOURS", 4);
     let inferences = env("BENCH_INFERENCES", 35);
     let scraped = env("BENCH_SCRAPED", 140) as usize;
+    let shrink_mib = env("BENCH_SHRINK_MIB", 0);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut writer = Writer::open(dir.path(), 100_000, Synchronous::Normal).expect("open store");
     let mut device = Device::new(inferences, scraped);
@@ -63,10 +67,19 @@ fn main() {
         "reference workload: {inferences} inferences/s, {scraped} scraped tag sets; merge steps after each hour"
     );
     println!(
-        "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10} {:>9}",
-        "hour", "values", "steps", "removed", "written", "WAL frames", "WAL MB", "merge ms"
+        "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>10}",
+        "hour",
+        "values",
+        "steps",
+        "removed",
+        "written",
+        "WAL frames",
+        "WAL MB",
+        "merge ms",
+        "free pages"
     );
     let mut steady = (0i64, 0i64, 0u64);
+    let mut folded = 0i64;
     for h in 0..hours {
         let mut values = 0u64;
         for s in h * 3600..(h + 1) * 3600 {
@@ -74,6 +87,18 @@ fn main() {
             values += batch.values() as u64;
             writer.write(&[&batch]).expect("commit");
         }
+        // The 1h tier's fold at the hour's end: it has folded the hour before this one, as
+        // the agent's tier does an hour after (it folds an hour once it has closed, and
+        // merging waits for every tier): merged pages lie behind this hour's.
+        conn.execute(
+            "INSERT OR REPLACE INTO rollup_state (tier, cursor, watermark_ns, late_points, updated_ns) \
+             VALUES (3600, ?1, 0, 0, 0)",
+            [folded],
+        )
+        .expect("tier cursor");
+        folded = conn
+            .query_row("SELECT COALESCE(MAX(id), 0) FROM chunks", [], |r| r.get(0))
+            .expect("newest chunk");
         truncate(&conn);
         let (mut steps, mut frames) = (0, 0);
         let mut pass = compact::Pass::default();
@@ -87,8 +112,24 @@ fn main() {
             assert!(steps < 1000, "does not converge");
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        // Pages the merges freed (and the hour's writes did not reuse). With
+        // `BENCH_SHRINK_MIB` set, free pages past that many MiB are given back as the
+        // agent's job did before (`PRAGMA incremental_vacuum`, moving pages from the file's
+        // end into the holes), its frames counted with the merges'.
+        let free: i64 = conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .expect("freelist_count");
+        if shrink_mib > 0 && free * PAGE as i64 >= shrink_mib << 20 {
+            // One page a step: stepped to the end, as `space::shrink` does.
+            let mut st = conn.prepare("PRAGMA incremental_vacuum").expect("vacuum");
+            let mut rows = st.query([]).expect("vacuum");
+            while rows.next().expect("vacuum step").is_some() {}
+            drop(rows);
+            drop(st);
+            frames += truncate(&conn);
+        }
         println!(
-            "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10.2} {:>9.0}",
+            "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10.2} {:>9.0} {:>10}",
             h + 1,
             values,
             steps,
@@ -96,7 +137,8 @@ fn main() {
             pass.written,
             frames,
             frames as f64 * (PAGE + 24) as f64 / 1e6,
-            ms
+            ms,
+            free
         );
         if h > 0 {
             steady = (steady.0 + 1, steady.1 + frames, steady.2 + values);

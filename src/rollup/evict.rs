@@ -16,10 +16,20 @@ use crate::store::{counters, sinks, tiers, Ctx};
 /// frame headers), i.e. a WAL a long read kept from restarting.
 const WAL_SHRINK_BYTES: u64 = 24 << 20;
 
-/// Free pages (bytes) that make giving them back to the file system worth a checkpoint.
-/// Below it they are reused by the next inserts: returning them only to grow the file
-/// again costs a WAL checkpoint (every hot page rewritten into the database) per run.
+/// Free pages (bytes) that make giving them back to the file system worth a checkpoint,
+/// at least: below it they are reused by the next inserts, and returning them only to grow
+/// the file again costs a WAL checkpoint (every hot page rewritten into the database) and
+/// `PRAGMA incremental_vacuum`'s move of every page past each hole (about a page written
+/// per page freed). A store with a disk budget keeps up to [`FREE_KEEP_SHARE`] of it free.
 const FREE_SHRINK_BYTES: u64 = 4 << 20;
+
+/// The share of the disk budget (1/16: 64 MiB of the default 1 GiB) that free pages may hold
+/// before they are given back. The hourly merges of small chunks free what an hour of the
+/// store's writes takes back (1,700-2,700 pages an hour at twice the reference rate,
+/// `cargo bench --bench merge_wear`), and so does raw retention once the store is full;
+/// giving those back doubled the merges' WAL (`BENCH_SHRINK_MIB=4`). Over the budget they
+/// go back whatever their size.
+const FREE_KEEP_SHARE: u64 = 16;
 
 impl Job {
     /// Deletes raw chunks (rolled up by every tier) and tier rows past their retention.
@@ -113,13 +123,12 @@ impl Job {
         Ok(n)
     }
 
-    /// Whether shrinking gives enough back: free pages past [`FREE_SHRINK_BYTES`] or a WAL
-    /// past [`WAL_SHRINK_BYTES`].
+    /// Whether shrinking gives enough back: free pages past [`FREE_SHRINK_BYTES`] and past
+    /// [`FREE_KEEP_SHARE`] of the disk budget, or a WAL past [`WAL_SHRINK_BYTES`].
     fn worth_shrinking(&self) -> Result<bool, RollupError> {
-        Ok(
-            space::free_bytes(&self.conn, &self.path)? >= FREE_SHRINK_BYTES
-                || space::wal_bytes(&self.path) > WAL_SHRINK_BYTES,
-        )
+        let keep = FREE_SHRINK_BYTES.max(self.plan.max_bytes / FREE_KEEP_SHARE);
+        Ok(space::free_bytes(&self.conn, &self.path)? >= keep
+            || space::wal_bytes(&self.path) > WAL_SHRINK_BYTES)
     }
 
     /// Returns free pages to the file system and truncates the WAL (best effort: a reader
@@ -150,7 +159,7 @@ impl Job {
         }
         // Shrinking holds the write lock while the checkpoint copies the WAL into the
         // database and syncs both: on a slow disk that is time ingest waits. So only when it
-        // gives something back: a store over its budget, free pages past FREE_SHRINK_BYTES
+        // gives something back: a store over its budget, free pages past its keep share
         // or a WAL grown past WAL_SHRINK_BYTES (the connections' own checkpoints restart it
         // at ~16 MB otherwise). `benches/slow_disk.py` measures the difference.
         if self.worth_shrinking()? || self.db_bytes()? > max {
