@@ -401,6 +401,46 @@ fn a_run_checkpoints_the_wal_only_in_normal_mode_or_when_it_gives_space_back() {
     );
 }
 
+/// Free pages stay in the file for the next writes up to a sixteenth of the disk budget:
+/// what retention (or a merge) frees under a 1 GiB budget is kept, and the same under a
+/// budget whose sixteenth it exceeds goes back to the file system.
+#[test]
+fn free_pages_stay_for_reuse_up_to_a_sixteenth_of_the_budget() {
+    for (budget, shrinks) in [(1u64 << 30, false), (48 << 20, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 100, Synchronous::Full).unwrap();
+        let mut r = rng(5);
+        for s in 0..40 {
+            let pts: Vec<(i64, f64)> = (0..20_000).map(|i| (i * NS, r() * 1e6)).collect();
+            write(&mut w, &format!("m,s={s}"), &pts);
+        }
+        let mut job = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, budget)).unwrap();
+        let later = 10 * HOUR;
+        job.run_once(later, &|| false).unwrap();
+        let file = |d: &Path| crate::store::disk_bytes(&db_path(d));
+        let grown = file(dir.path());
+        job.plan.raw_retention_ns = 1;
+        let rep = job.run_once(later + MIN, &|| false).unwrap();
+        assert!(rep.evicted_chunks > 0, "{rep:?}");
+        let free = crate::store::open::space::free_bytes(&job.conn, &job.path).unwrap();
+        if shrinks {
+            assert!(
+                file(dir.path()) + (4 << 20) < grown,
+                "budget {budget}: {grown} -> {}: given back",
+                file(dir.path())
+            );
+            assert!(free < 1 << 20, "{free}");
+        } else {
+            assert!(free > 4 << 20, "budget {budget}: freed {free}");
+            assert!(
+                file(dir.path()) >= grown,
+                "budget {budget}: {grown} -> {}: kept for the next writes",
+                file(dir.path())
+            );
+        }
+    }
+}
+
 #[test]
 fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data() {
     let dir = tempfile::tempdir().unwrap();
