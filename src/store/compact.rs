@@ -183,33 +183,21 @@ pub fn merge_step(
     // Each tag set's chunks together, in id order within it (a stable sort).
     rows.sort_by_key(|r| r.tagset);
     let mut pass = Pass::default();
-    let mut carry_id = tx
-        .prepare_cached("SELECT MAX(id) FROM chunk_index WHERE tagset_id = ?1 AND id <= ?2")
-        .ctx(path)?;
-    let mut carry_row = tx
+    // Each tag set's newest chunk before the range, if it is not full: first in its line.
+    let mut carry = tx
         .prepare_cached(
-            "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id = ?1 AND n < ?2",
+            "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE n < ?3 AND id = \
+             (SELECT MAX(id) FROM chunk_index WHERE tagset_id = ?1 AND id <= ?2)",
         )
         .ctx(path)?;
-    let mut rest = rows.as_slice();
-    while let Some(first) = rest.first() {
-        let len = rest
-            .iter()
-            .position(|r| r.tagset != first.tagset)
-            .unwrap_or(rest.len());
-        let (group, tail) = rest.split_at(len);
-        rest = tail;
-        // The tag set's newest chunk before the range, if it is not full: first in line.
-        let carried: Option<Row> = match carry_id
-            .query_row(params![first.tagset, after], |r| r.get::<_, Option<i64>>(0))
-            .ctx(path)?
-        {
-            Some(id) => carry_row
-                .query_row(params![id, TARGET_POINTS as i64], Row::from_sql)
-                .optional()
-                .ctx(path)?,
-            None => None,
-        };
+    for group in rows.chunk_by(|a, b| a.tagset == b.tagset) {
+        let carried: Option<Row> = carry
+            .query_row(
+                params![group[0].tagset, after, TARGET_POINTS as i64],
+                Row::from_sql,
+            )
+            .optional()
+            .ctx(path)?;
         let line: Vec<&Row> = carried.iter().chain(group.iter()).collect();
         // Greedy runs in id order, each up to TARGET_POINTS points.
         let mut start = 0;
@@ -227,7 +215,7 @@ pub fn merge_step(
             start = end;
         }
     }
-    drop((carry_id, carry_row));
+    drop(carry);
     tx.execute(
         "UPDATE merge_state SET merged_through = ?1 WHERE id = 1",
         [through],
