@@ -16,8 +16,13 @@
 //! those frames too. From the second merge on a step also meets what the previous hour
 //! left (carried or waiting chunks): hours 2 on are the steady state.
 //!
+//! The merge steps' Rust heap peak (over what was allocated before them; SQLite's own page
+//! cache is not counted) shows how much of a range a step holds at once.
+//!
 //! Run: `cargo bench --bench merge_wear` (`BENCH_HOURS=4` by default).
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use edgewatch::config::Synchronous;
@@ -31,6 +36,44 @@ use workload::Device;
 
 /// The store's page size.
 const PAGE: u64 = edgewatch::store::open::PAGE_SIZE as u64;
+
+/// The system allocator, counting the bytes allocated now and their peak.
+struct Counting;
+
+static HEAP: AtomicUsize = AtomicUsize::new(0);
+static HEAP_PEAK: AtomicUsize = AtomicUsize::new(0);
+
+fn grew(by: usize) {
+    let now = HEAP.fetch_add(by, Ordering::Relaxed) + by;
+    HEAP_PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+// SAFETY: every call goes to `System` with the caller's arguments; the counters only
+// observe the sizes.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = System.alloc(layout);
+        if !p.is_null() {
+            grew(layout.size());
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = System.realloc(ptr, layout, new_size);
+        if !p.is_null() {
+            HEAP.fetch_sub(layout.size(), Ordering::Relaxed);
+            grew(new_size);
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 fn env(name: &str, default: i64) -> i64 {
     std::env::var(name)
@@ -67,7 +110,7 @@ fn main() {
         "reference workload: {inferences} inferences/s, {scraped} scraped tag sets; merge steps after each hour"
     );
     println!(
-        "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>10}",
+        "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10} {:>9} {:>10} {:>12}",
         "hour",
         "values",
         "steps",
@@ -76,7 +119,8 @@ fn main() {
         "WAL frames",
         "WAL MB",
         "merge ms",
-        "free pages"
+        "free pages",
+        "heap peak MB"
     );
     let mut steady = (0i64, 0i64, 0u64);
     let mut folded = 0i64;
@@ -102,6 +146,8 @@ fn main() {
         truncate(&conn);
         let (mut steps, mut frames) = (0, 0);
         let mut pass = compact::Pass::default();
+        let base = HEAP.load(Ordering::Relaxed);
+        HEAP_PEAK.store(base, Ordering::Relaxed);
         let t = Instant::now();
         while let Some(p) =
             compact::merge_step(&mut conn, &path, &compact::Limits::default()).expect("merge step")
@@ -112,6 +158,7 @@ fn main() {
             assert!(steps < 1000, "does not converge");
         }
         let ms = t.elapsed().as_secs_f64() * 1e3;
+        let heap_peak = HEAP_PEAK.load(Ordering::Relaxed).saturating_sub(base);
         // Pages the merges freed (and the hour's writes did not reuse). With
         // `BENCH_SHRINK_MIB` set, free pages past that many MiB are given back as the
         // agent's job did before (`PRAGMA incremental_vacuum`, moving pages from the file's
@@ -129,7 +176,7 @@ fn main() {
             frames += truncate(&conn);
         }
         println!(
-            "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10.2} {:>9.0} {:>10}",
+            "{:>4} {:>10} {:>6} {:>9} {:>9} {:>11} {:>10.2} {:>9.0} {:>10} {:>12.2}",
             h + 1,
             values,
             steps,
@@ -138,7 +185,8 @@ fn main() {
             frames,
             frames as f64 * (PAGE + 24) as f64 / 1e6,
             ms,
-            free
+            free,
+            heap_peak as f64 / 1e6
         );
         if h > 0 {
             steady = (steady.0 + 1, steady.1 + frames, steady.2 + values);

@@ -86,23 +86,41 @@ fn horizon(tx: &Connection, path: &Path) -> Result<i64, StoreError> {
     .ctx(path)
 }
 
-struct Row {
+/// Where a small chunk is in a range and how many points it holds (its data is read when
+/// its run is merged).
+#[derive(Debug, Clone, Copy)]
+struct Slot {
     id: i64,
     tagset: i64,
+    n: i64,
+}
+
+impl Slot {
+    /// From a statement selecting `id, tagset_id, n`.
+    fn from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<Slot> {
+        Ok(Slot {
+            id: r.get(0)?,
+            tagset: r.get(1)?,
+            n: r.get(2)?,
+        })
+    }
+}
+
+struct Row {
+    id: i64,
     ts_min: i64,
     n: i64,
     data: Vec<u8>,
 }
 
 impl Row {
-    /// From a statement selecting `id, tagset_id, ts_min, n, data`.
+    /// From a statement selecting `id, ts_min, n, data`.
     fn from_sql(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         Ok(Row {
             id: r.get(0)?,
-            tagset: r.get(1)?,
-            ts_min: r.get(2)?,
-            n: r.get(3)?,
-            data: r.get(4)?,
+            ts_min: r.get(1)?,
+            n: r.get(2)?,
+            data: r.get(3)?,
         })
     }
 }
@@ -145,60 +163,60 @@ pub fn merge_step(
         return Ok(None);
     }
     // The range: small chunks after the cursor, in id order, until `max_points` points.
+    // Only where each one is and how many points it holds: the data is read run by run
+    // below, so a step holds one run's chunks at a time, not the whole range's.
     let budget = limits.max_points.max(1) as i64;
-    let (through, points) = {
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut points = 0i64;
+    {
         let mut st = tx
             .prepare_cached(
-                "SELECT id, n FROM chunks WHERE id > ?1 AND id <= ?2 AND n < ?3 ORDER BY id",
+                "SELECT id, tagset_id, n FROM chunks \
+                 WHERE id > ?1 AND id <= ?2 AND n < ?3 ORDER BY id",
             )
             .ctx(path)?;
         let mut rows = st.query(params![after, upto, SMALL_POINTS]).ctx(path)?;
-        let (mut through, mut points) = (after, 0i64);
         while let Some(r) = rows.next().ctx(path)? {
-            through = r.get(0).ctx(path)?;
-            points += r.get::<_, i64>(1).ctx(path)?.max(0);
+            let slot = Slot::from_sql(r).ctx(path)?;
+            points += slot.n.max(0);
+            slots.push(slot);
             if points >= budget {
                 break;
             }
         }
-        (through, points)
-    };
+    }
     let full = points >= budget;
     if !full && !limits.all {
         return Ok(None);
     }
     // A range that ends before `upto` ends at its last small chunk; one that takes the rest
     // covers everything through `upto` (chunks past the last small one are full already).
-    let through = if full { through } else { upto };
-    let mut rows: Vec<Row> = tx
-        .prepare_cached(
-            "SELECT id, tagset_id, ts_min, n, data FROM chunks \
-             WHERE id > ?1 AND id <= ?2 AND n < ?3 ORDER BY id",
-        )
-        .and_then(|mut st| {
-            st.query_map(params![after, through, SMALL_POINTS], Row::from_sql)
-                .and_then(|rows| rows.collect())
-        })
-        .ctx(path)?;
+    let through = match slots.last() {
+        Some(last) if full => last.id,
+        _ => upto,
+    };
     // Each tag set's chunks together, in id order within it (a stable sort).
-    rows.sort_by_key(|r| r.tagset);
+    slots.sort_by_key(|r| r.tagset);
     let mut pass = Pass::default();
     // Each tag set's newest chunk before the range, if it is not full: first in its line.
     let mut carry = tx
         .prepare_cached(
-            "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE n < ?3 AND id = \
+            "SELECT id, tagset_id, n FROM chunks WHERE n < ?3 AND id = \
              (SELECT MAX(id) FROM chunk_index WHERE tagset_id = ?1 AND id <= ?2)",
         )
         .ctx(path)?;
-    for group in rows.chunk_by(|a, b| a.tagset == b.tagset) {
-        let carried: Option<Row> = carry
+    let mut load = tx
+        .prepare_cached("SELECT id, ts_min, n, data FROM chunks WHERE id = ?1")
+        .ctx(path)?;
+    for group in slots.chunk_by(|a, b| a.tagset == b.tagset) {
+        let carried: Option<Slot> = carry
             .query_row(
                 params![group[0].tagset, after, TARGET_POINTS as i64],
-                Row::from_sql,
+                Slot::from_sql,
             )
             .optional()
             .ctx(path)?;
-        let line: Vec<&Row> = carried.iter().chain(group.iter()).collect();
+        let line: Vec<Slot> = carried.into_iter().chain(group.iter().copied()).collect();
         // Greedy runs in id order, each up to TARGET_POINTS points.
         let mut start = 0;
         while start < line.len() {
@@ -210,11 +228,17 @@ pub fn merge_step(
             }
             let end = end.max(start + 1);
             if end - start > 1 {
-                merge(&tx, path, &line[start..end], &mut pass)?;
+                let run: Vec<Row> = line[start..end]
+                    .iter()
+                    .map(|s| load.query_row([s.id], Row::from_sql))
+                    .collect::<rusqlite::Result<_>>()
+                    .ctx(path)?;
+                merge(&tx, path, &run, &mut pass)?;
             }
             start = end;
         }
     }
+    drop(load);
     drop(carry);
     tx.execute(
         "UPDATE merge_state SET merged_through = ?1 WHERE id = 1",
@@ -233,10 +257,10 @@ pub fn merge_step(
 
 /// Replaces `run` (one tag set, id order) by one chunk under the largest id. A chunk that
 /// does not decode stays as it is (logged; readers report it by id).
-fn merge(tx: &Connection, path: &Path, run: &[&Row], pass: &mut Pass) -> Result<(), StoreError> {
+fn merge(tx: &Connection, path: &Path, run: &[Row], pass: &mut Pass) -> Result<(), StoreError> {
     let mut enc = ChunkEncoder::new();
     let mut merged: Vec<&Row> = Vec::with_capacity(run.len());
-    for &r in run {
+    for r in run {
         let mut points: Vec<(i64, Vec<(i64, crate::model::Value)>)> = Vec::new();
         match codec::decode_points(&r.data, r.ts_min, |ts, vals| {
             points.push((ts, std::mem::take(vals)))
@@ -285,9 +309,7 @@ pub fn convert_step(
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .ctx(path)?;
     let rows: Vec<Row> = tx
-        .prepare_cached(
-            "SELECT id, tagset_id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2",
-        )
+        .prepare_cached("SELECT id, ts_min, n, data FROM chunks WHERE id > ?1 ORDER BY id LIMIT ?2")
         .and_then(|mut st| {
             st.query_map(params![after, max_chunks.max(1) as i64], Row::from_sql)
                 .and_then(|rows| rows.collect())
