@@ -243,12 +243,9 @@ impl Reader {
     /// evaluation). Read-only: the guard's end is a rollback of nothing.
     pub fn snapshot(&self) -> Result<rusqlite::Transaction<'_>, StoreError> {
         let tx = self.conn.unchecked_transaction().ctx(&self.path)?;
-        tx.query_row(
-            "SELECT count(*) FROM (SELECT 1 FROM chunks LIMIT 1)",
-            [],
-            |_| Ok(()),
-        )
-        .ctx(&self.path)?;
+        tx.prepare_cached("SELECT count(*) FROM (SELECT 1 FROM chunks LIMIT 1)")
+            .and_then(|mut st| st.query_row([], |_| Ok(())))
+            .ctx(&self.path)?;
         Ok(tx)
     }
 

@@ -479,12 +479,9 @@ pub fn dead_letter(
 
 /// Dead-lettered batches of sink `name`.
 pub fn dead_letter_batches(conn: &Connection, path: &Path, name: &str) -> Result<i64, StoreError> {
-    conn.query_row(
-        "SELECT COUNT(*) FROM dead_letters WHERE sink = ?1",
-        params![name],
-        |r| r.get(0),
-    )
-    .ctx(path)
+    conn.prepare_cached("SELECT COUNT(*) FROM dead_letters WHERE sink = ?1")
+        .and_then(|mut st| st.query_row(params![name], |r| r.get(0)))
+        .ctx(path)
 }
 
 /// Counts a batch sent again after a fault.

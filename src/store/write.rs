@@ -33,6 +33,26 @@ struct Dictionary {
     series_count: usize,
 }
 
+impl Dictionary {
+    /// Whether a line of `batch` names a tag set or a field not held yet (staging it would
+    /// add a series, or refuse the line at the series cap).
+    fn adds_series(&self, batch: &Batch) -> bool {
+        batch.lines.iter().any(|l| {
+            match self
+                .tagsets
+                .get(l.key.as_str())
+                .and_then(|t| self.series.get(t))
+            {
+                Some(fields) => l
+                    .fields
+                    .iter()
+                    .any(|(f, _)| !fields.contains_key(f.as_str())),
+                None => true,
+            }
+        })
+    }
+}
+
 /// The single writer of a database.
 pub struct Writer {
     conn: Connection,
@@ -304,17 +324,30 @@ impl Writer {
         batches: &[&Batch],
     ) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
         let path = self.path.clone();
-        // Deferred: a transaction that adds no series writes nothing and commits for free.
-        let tx = self.conn.transaction().ctx(&path)?;
-        let out = resolve_all(
-            &tx,
-            &path,
-            &mut self.dict,
-            self.max_series,
-            &mut self.sids,
-            batches,
-        )?;
-        tx.commit().ctx(&path)?;
+        // Lines of known series only (nearly every batch) read nothing and write nothing:
+        // no transaction, whose BEGIN and COMMIT SQLite would parse again for every batch.
+        let out = if batches.iter().any(|b| self.dict.adds_series(b)) {
+            let tx = self.conn.transaction().ctx(&path)?;
+            let out = resolve_all(
+                &tx,
+                &path,
+                &mut self.dict,
+                self.max_series,
+                &mut self.sids,
+                batches,
+            )?;
+            tx.commit().ctx(&path)?;
+            out
+        } else {
+            resolve_all(
+                &self.conn,
+                &path,
+                &mut self.dict,
+                self.max_series,
+                &mut self.sids,
+                batches,
+            )?
+        };
         if let Some(latest) = &self.latest {
             latest.record_staged(out.iter().map(|(_, s)| s));
         }
@@ -505,7 +538,7 @@ impl Writer {
 /// series they bring (in `tx`) and returns each batch's summary and accepted lines. A line
 /// is accepted entirely or refused entirely (InfluxDB semantics).
 fn resolve_all(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &Connection,
     path: &Path,
     dict: &mut Dictionary,
     max_series: usize,
