@@ -463,6 +463,21 @@ mod tests {
     use super::*;
     use crate::model::Value;
 
+    /// [`Journal::open`], waiting out a lock held for an instant by another test: a test that
+    /// starts a process (`mount`, `losetup`) forks with every descriptor of this process, a
+    /// dropped journal's included, and its `flock` lasts until that child has exec'd.
+    fn open(dir: &Path, stored: u64, sync: bool) -> Result<(Journal, Staged, u64), StoreError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Journal::open(dir, stored, sync) {
+                Err(StoreError::InUse(_)) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10))
+                }
+                r => return r,
+            }
+        }
+    }
+
     /// `(tag set, time, values)`.
     type Line = (i64, i64, Vec<(i64, Value)>);
 
@@ -511,13 +526,13 @@ mod tests {
     fn records_after_the_stored_one_replay_in_order_and_every_value_type_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut j, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+            let (mut j, replayed, seq) = open(dir.path(), 0, true).unwrap();
             assert_eq!((replayed, seq), (Staged::default(), 0));
             for k in 1..=3 {
                 assert_eq!(j.append([&sample(k)]).unwrap(), k as u64);
             }
         }
-        let (_, replayed, seq) = Journal::open(dir.path(), 1, true).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 1, true).unwrap();
         assert_eq!(seq, 3);
         assert_eq!(replayed, concat(&[sample(2), sample(3)]));
     }
@@ -526,7 +541,7 @@ mod tests {
     fn a_torn_or_corrupt_tail_ends_the_replay_and_keeps_what_precedes_it() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
+            let (mut j, _, _) = open(dir.path(), 0, false).unwrap();
             j.append([&sample(1)]).unwrap();
             j.append([&sample(2)]).unwrap();
         }
@@ -534,14 +549,14 @@ mod tests {
         let whole = std::fs::read(&path).unwrap();
         // An append cut short (a crash before its sync, never acknowledged).
         std::fs::write(&path, &whole[..whole.len() - 3]).unwrap();
-        let (_, replayed, seq) = Journal::open(dir.path(), 0, false).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 0, false).unwrap();
         assert_eq!((replayed, seq), (sample(1), 1));
         // A flipped bit in the second record.
         let mut bad = whole.clone();
         let last = bad.len() - 2;
         bad[last] ^= 0x10;
         std::fs::write(&path, &bad).unwrap();
-        let (_, replayed, seq) = Journal::open(dir.path(), 0, false).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 0, false).unwrap();
         assert_eq!((replayed, seq), (sample(1), 1));
     }
 
@@ -549,7 +564,7 @@ mod tests {
     fn a_reused_file_replays_only_the_new_pass_and_never_the_older_records_behind_it() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
+            let (mut j, _, _) = open(dir.path(), 0, false).unwrap();
             for k in 1..=4 {
                 j.append([&sample(k)]).unwrap();
             }
@@ -557,10 +572,10 @@ mod tests {
             j.stored();
             j.append([&sample(5)]).unwrap();
         }
-        let (_, replayed, seq) = Journal::open(dir.path(), 4, false).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 4, false).unwrap();
         assert_eq!((replayed, seq), (sample(5), 5));
         // Nothing after the stored one: nothing replayed, the numbering goes on.
-        let (j, replayed, seq) = Journal::open(dir.path(), 5, false).unwrap();
+        let (j, replayed, seq) = open(dir.path(), 5, false).unwrap();
         assert_eq!((replayed, seq, j.seq()), (Staged::default(), 5, 5));
     }
 
@@ -675,7 +690,7 @@ mod tests {
         std::fs::create_dir(&store).unwrap();
         OLD_KERNEL.with(|k| k.set(true));
         {
-            let (mut j, _, _) = Journal::open(&store, 0, true).unwrap();
+            let (mut j, _, _) = open(&store, 0, true).unwrap();
             assert_eq!(
                 j.direct_block(),
                 Some(512),
@@ -702,14 +717,14 @@ mod tests {
             (0..5).map(|k| (k * 4096, true)).collect::<Vec<_>>(),
             "each record on a 4 KiB block, padded"
         );
-        let (j, replayed, seq) = Journal::open(&store, 0, true).unwrap();
+        let (j, replayed, seq) = open(&store, 0, true).unwrap();
         assert_eq!(seq, 5);
         assert_eq!(replayed, concat(&(1..=5).map(sample).collect::<Vec<_>>()));
         drop(j);
         // This kernel says so itself.
         let now = fs.mnt().join("new");
         std::fs::create_dir(&now).unwrap();
-        let (j, _, _) = Journal::open(&now, 0, true).unwrap();
+        let (j, _, _) = open(&now, 0, true).unwrap();
         assert_eq!(j.direct_block(), Some(4096));
     }
 
@@ -725,7 +740,7 @@ mod tests {
             std::fs::create_dir(&store).unwrap();
             OLD_KERNEL.with(|k| k.set(old));
             {
-                let (mut j, _, _) = Journal::open(&store, 0, true).unwrap();
+                let (mut j, _, _) = open(&store, 0, true).unwrap();
                 assert_eq!(j.direct_block(), None, "old kernel: {old}");
                 for k in 1..=3 {
                     j.append([&sample(k)]).unwrap();
@@ -738,7 +753,7 @@ mod tests {
             OLD_KERNEL.with(|k| k.set(false));
             let bytes = std::fs::read(journal_path(&store)).unwrap();
             assert!(record_offsets(&bytes).iter().all(|&(_, padded)| !padded));
-            let (_, replayed, seq) = Journal::open(&store, 0, true).unwrap();
+            let (_, replayed, seq) = open(&store, 0, true).unwrap();
             assert_eq!(seq, 3);
             assert_eq!(replayed, concat(&(1..=3).map(sample).collect::<Vec<_>>()));
         }
@@ -779,7 +794,7 @@ mod tests {
     #[test]
     fn a_synced_append_writes_its_padded_block_directly_not_a_page() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
-        let (mut j, _, _) = Journal::open(dir.path(), 0, true).unwrap();
+        let (mut j, _, _) = open(dir.path(), 0, true).unwrap();
         let block = j.direct_block().unwrap_or_else(|| {
             panic!(
                 "the file system of {} refused O_DIRECT",
@@ -810,7 +825,7 @@ mod tests {
                 .all(|&(at, padded)| at % block == 0 && padded),
             "{offsets:?}"
         );
-        let (_, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 0, true).unwrap();
         assert_eq!(seq, 20);
         assert_eq!(replayed, concat(&(1..=20).map(sample).collect::<Vec<_>>()));
     }
@@ -822,13 +837,13 @@ mod tests {
     fn unpadded_records_of_an_earlier_release_replay_with_padded_ones_after_them() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         {
-            let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
+            let (mut j, _, _) = open(dir.path(), 0, false).unwrap();
             j.append([&sample(1)]).unwrap();
             assert_eq!(j.direct_block(), None);
             assert_ne!(j.len() % 512, 0, "{}", j.len());
         }
         {
-            let (mut j, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+            let (mut j, replayed, seq) = open(dir.path(), 0, true).unwrap();
             assert_eq!((replayed, seq), (sample(1), 1));
             let block = j.direct_block().unwrap() as u64;
             j.append([&sample(2)]).unwrap();
@@ -841,7 +856,7 @@ mod tests {
         let bytes = std::fs::read(journal_path(dir.path())).unwrap();
         let padded: Vec<bool> = record_offsets(&bytes).iter().map(|r| r.1).collect();
         assert_eq!(padded, [false, true, true]);
-        let (_, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 0, true).unwrap();
         assert_eq!(seq, 3);
         assert_eq!(replayed, concat(&[sample(1), sample(2), sample(3)]));
     }
@@ -852,7 +867,7 @@ mod tests {
     fn a_padded_record_with_bytes_after_its_lines_ends_the_replay() {
         let dir = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         {
-            let (mut j, _, _) = Journal::open(dir.path(), 0, true).unwrap();
+            let (mut j, _, _) = open(dir.path(), 0, true).unwrap();
             j.append([&sample(1)]).unwrap();
             j.append([&sample(2)]).unwrap();
         }
@@ -865,14 +880,14 @@ mod tests {
         let crc = crc32fast::hash(&bytes[second + 8..end]);
         bytes[second + 4..second + 8].copy_from_slice(&crc.to_le_bytes());
         std::fs::write(&path, &bytes).unwrap();
-        let (_, replayed, seq) = Journal::open(dir.path(), 0, true).unwrap();
+        let (_, replayed, seq) = open(dir.path(), 0, true).unwrap();
         assert_eq!((replayed, seq), (sample(1), 1));
     }
 
     #[test]
     fn a_record_is_a_few_bytes_per_value() {
         let dir = tempfile::tempdir().unwrap();
-        let (mut j, _, _) = Journal::open(dir.path(), 0, false).unwrap();
+        let (mut j, _, _) = open(dir.path(), 0, false).unwrap();
         let s = staged(&vec![
             (
                 3,
