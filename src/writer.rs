@@ -863,6 +863,47 @@ mod tests {
         assert_eq!(stored(dir.path()), 14);
     }
 
+    /// Staging commits the series it adds in a transaction it begins at the first insert
+    /// (lines of known series need none), and a staging that fails part way keeps none of
+    /// them and leaves no transaction open: the same lines stage once the cause is gone.
+    #[test]
+    fn a_staging_that_fails_part_way_keeps_no_series_and_the_next_one_stages() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Writer::open(dir.path(), 1000, Synchronous::Full).unwrap();
+        let other = rusqlite::Connection::open(dir.path().join("edgewatch.db")).unwrap();
+        let series = |field: &str| -> i64 {
+            other
+                .query_row(
+                    "SELECT COUNT(*) FROM series WHERE field = ?1",
+                    [field],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        let known = batch("known", 2);
+        w.stage(&[&known]).unwrap();
+        assert_eq!(series("f"), 1, "a new series is committed at once");
+        other
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON series WHEN NEW.field = 'bad' \
+                 BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+            )
+            .unwrap();
+        let mut mixed = batch("new", 1);
+        mixed.lines[0].fields.push(("ok".into(), Value::F64(1.0)));
+        mixed.lines[0].fields.push(("bad".into(), Value::F64(2.0)));
+        let e = w.stage(&[&known, &mixed]).err().unwrap();
+        assert!(e.to_string().contains("refused by the test"), "{e}");
+        assert_eq!((series("ok"), series("bad")), (0, 0), "rolled back");
+        // Known series still stage with the trigger in place.
+        let (sum, _) = w.stage(&[&known]).unwrap().remove(0);
+        assert_eq!(sum.points, 2);
+        other.execute_batch("DROP TRIGGER refuse").unwrap();
+        let staged = w.stage(&[&mixed]).unwrap();
+        assert_eq!(staged[0].0.points, 1);
+        assert_eq!((series("f"), series("ok"), series("bad")), (2, 1, 1));
+    }
+
     #[test]
     fn held_points_are_committed_after_the_interval_and_at_the_end() {
         let dir = tempfile::tempdir().unwrap();

@@ -401,26 +401,51 @@ pub fn series_count(conn: &Connection, path: &Path) -> Result<i64, StoreError> {
         .ctx(path)
 }
 
-/// The writer's inserts, prepared once per transaction.
+/// The writer's inserts into the dictionary: inside a transaction the caller holds
+/// ([`Inserts::within`]), or in one of their own begun at the first insert
+/// ([`Inserts::begin_on_first`]: staging lines of known series, nearly every batch, then
+/// costs no transaction, whose BEGIN and COMMIT SQLite would parse again each time). One
+/// begun here is rolled back if dropped before [`Inserts::commit`].
 pub(super) struct Inserts<'c> {
-    tagset: rusqlite::CachedStatement<'c>,
-    series: rusqlite::CachedStatement<'c>,
     conn: &'c Connection,
+    own: bool,
+    begun: bool,
 }
 
 impl<'c> Inserts<'c> {
-    pub(super) fn prepare(conn: &'c Connection, path: &Path) -> Result<Self, StoreError> {
-        Ok(Inserts {
-            tagset: conn
-                .prepare_cached("INSERT INTO tagsets (key, measurement, tags) VALUES (?1, ?2, ?3)")
-                .ctx(path)?,
-            series: conn
-                .prepare_cached(
-                    "INSERT INTO series (tagset_id, field, kind, created_ns) VALUES (?1, ?2, ?3, ?4)",
-                )
-                .ctx(path)?,
+    /// Inserts inside the caller's transaction.
+    pub(super) fn within(conn: &'c Connection) -> Self {
+        Inserts {
             conn,
-        })
+            own: false,
+            begun: false,
+        }
+    }
+
+    /// Inserts that begin a transaction of their own when the first one comes.
+    pub(super) fn begin_on_first(conn: &'c Connection) -> Self {
+        Inserts {
+            conn,
+            own: true,
+            begun: false,
+        }
+    }
+
+    fn begin(&mut self) -> rusqlite::Result<()> {
+        if self.own && !self.begun {
+            self.conn.execute_batch("BEGIN")?;
+            self.begun = true;
+        }
+        Ok(())
+    }
+
+    /// Commits the transaction begun here, if one was.
+    pub(super) fn commit(mut self) -> rusqlite::Result<()> {
+        if self.begun {
+            self.conn.execute_batch("COMMIT")?;
+            self.begun = false;
+        }
+        Ok(())
     }
 
     /// A new tag set; returns its id.
@@ -430,7 +455,10 @@ impl<'c> Inserts<'c> {
         measurement: &str,
         tags_json: &str,
     ) -> rusqlite::Result<i64> {
-        self.tagset.execute(params![key, measurement, tags_json])?;
+        self.begin()?;
+        self.conn
+            .prepare_cached("INSERT INTO tagsets (key, measurement, tags) VALUES (?1, ?2, ?3)")?
+            .execute(params![key, measurement, tags_json])?;
         Ok(self.conn.last_insert_rowid())
     }
 
@@ -442,8 +470,24 @@ impl<'c> Inserts<'c> {
         kind: Kind,
         now: i64,
     ) -> rusqlite::Result<i64> {
-        self.series
+        self.begin()?;
+        self.conn
+            .prepare_cached(
+                "INSERT INTO series (tagset_id, field, kind, created_ns) VALUES (?1, ?2, ?3, ?4)",
+            )?
             .execute(params![tagset, field, kind.code(), now])?;
         Ok(self.conn.last_insert_rowid())
+    }
+}
+
+impl Drop for Inserts<'_> {
+    fn drop(&mut self) {
+        if self.begun {
+            // An error before the commit: nothing of the staging is kept (the writer then
+            // reloads its dictionary from the store).
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                tracing::warn!(error = %e, "cannot roll back a failed staging");
+            }
+        }
     }
 }

@@ -148,12 +148,13 @@ pub fn add_tagset(
     fields: &[&str],
 ) -> (i64, Vec<i64>) {
     let c = conn(dir);
-    let mut ins = super::dict::Inserts::prepare(&c, &db_path(dir)).unwrap();
+    let mut ins = super::dict::Inserts::begin_on_first(&c);
     let tagset = ins.tagset(key, measurement, tags_json).unwrap();
     let series = fields
         .iter()
         .map(|f| ins.series(tagset, f, crate::model::Kind::Float, 0).unwrap())
         .collect();
+    ins.commit().unwrap();
     (tagset, series)
 }
 

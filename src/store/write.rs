@@ -33,26 +33,6 @@ struct Dictionary {
     series_count: usize,
 }
 
-impl Dictionary {
-    /// Whether a line of `batch` names a tag set or a field not held yet (staging it would
-    /// add a series, or refuse the line at the series cap).
-    fn adds_series(&self, batch: &Batch) -> bool {
-        batch.lines.iter().any(|l| {
-            match self
-                .tagsets
-                .get(l.key.as_str())
-                .and_then(|t| self.series.get(t))
-            {
-                Some(fields) => l
-                    .fields
-                    .iter()
-                    .any(|(f, _)| !fields.contains_key(f.as_str())),
-                None => true,
-            }
-        })
-    }
-}
-
 /// The single writer of a database.
 pub struct Writer {
     conn: Connection,
@@ -277,7 +257,7 @@ impl Writer {
         let path = self.path.clone();
         let tx = self.conn.transaction().ctx(&path)?;
         let staged = resolve_all(
-            &tx,
+            &mut dict::Inserts::within(&tx),
             &path,
             &mut self.dict,
             self.max_series,
@@ -324,30 +304,16 @@ impl Writer {
         batches: &[&Batch],
     ) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
         let path = self.path.clone();
-        // Lines of known series only (nearly every batch) read nothing and write nothing:
-        // no transaction, whose BEGIN and COMMIT SQLite would parse again for every batch.
-        let out = if batches.iter().any(|b| self.dict.adds_series(b)) {
-            let tx = self.conn.transaction().ctx(&path)?;
-            let out = resolve_all(
-                &tx,
-                &path,
-                &mut self.dict,
-                self.max_series,
-                &mut self.sids,
-                batches,
-            )?;
-            tx.commit().ctx(&path)?;
-            out
-        } else {
-            resolve_all(
-                &self.conn,
-                &path,
-                &mut self.dict,
-                self.max_series,
-                &mut self.sids,
-                batches,
-            )?
-        };
+        let mut ins = dict::Inserts::begin_on_first(&self.conn);
+        let out = resolve_all(
+            &mut ins,
+            &path,
+            &mut self.dict,
+            self.max_series,
+            &mut self.sids,
+            batches,
+        )?;
+        ins.commit().ctx(&path)?;
         if let Some(latest) = &self.latest {
             latest.record_staged(out.iter().map(|(_, s)| s));
         }
@@ -538,20 +504,17 @@ impl Writer {
 /// series they bring (in `tx`) and returns each batch's summary and accepted lines. A line
 /// is accepted entirely or refused entirely (InfluxDB semantics).
 fn resolve_all(
-    tx: &Connection,
+    ins: &mut dict::Inserts<'_>,
     path: &Path,
     dict: &mut Dictionary,
     max_series: usize,
     values: &mut Vec<i64>,
     batches: &[&Batch],
 ) -> Result<Vec<(WriteSummary, Staged)>, StoreError> {
-    let mut ins = dict::Inserts::prepare(tx, path)?;
     let now = crate::now_ns();
     let mut out = Vec::with_capacity(batches.len());
     for batch in batches {
-        out.push(resolve(
-            &mut ins, path, dict, max_series, values, now, batch,
-        )?);
+        out.push(resolve(ins, path, dict, max_series, values, now, batch)?);
     }
     Ok(out)
 }
