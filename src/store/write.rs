@@ -501,7 +501,7 @@ impl Writer {
 }
 
 /// Checks each batch's lines against the dictionary (types, the series cap), adds the
-/// series they bring (in `tx`) and returns each batch's summary and accepted lines. A line
+/// series they bring (through `ins`) and returns each batch's summary and accepted lines. A line
 /// is accepted entirely or refused entirely (InfluxDB semantics).
 fn resolve_all(
     ins: &mut dict::Inserts<'_>,
