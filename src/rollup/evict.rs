@@ -31,7 +31,56 @@ const FREE_SHRINK_BYTES: u64 = 4 << 20;
 /// go back whatever their size.
 const FREE_KEEP_SHARE: u64 = 16;
 
+/// What the budget keeps free for the WAL, at most: its file grows to about
+/// `WAL_CHECKPOINT_BYTES` between checkpoints, and the budget counts it. A small budget keeps
+/// an eighth of itself.
+const WAL_ROOM_BYTES: u64 = WAL_SHRINK_BYTES;
+
+/// The share of the budget (1/32: 32 MiB of 1 GiB) one eviction takes at once, below the
+/// line that starts it. A store at its budget (every device after its first days: the
+/// default 1 GiB holds about ten days of the reference workload) used to evict what a run
+/// had just written at every run, and give it back and checkpoint each time; with this much
+/// taken at once the next eviction waits until the next writes have refilled it (hours),
+/// and the pages it frees are reused in place, never moved or given back.
+const EVICT_SHARE: u64 = 32;
+
+/// The budget's lines, in bytes, for a budget of `max` bytes (not 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Lines {
+    /// Room kept for the WAL: the file's pages stay at most `max - wal_room`.
+    pub wal_room: u64,
+    /// Pages in use at most this many bytes after an eviction: `max - wal_room - max / 32`.
+    pub low: u64,
+    /// The budget itself.
+    pub max: u64,
+}
+
+impl Lines {
+    pub(super) fn of(max: u64) -> Lines {
+        let wal_room = WAL_ROOM_BYTES.min(max / 8);
+        Lines {
+            wal_room,
+            low: max
+                .saturating_sub(wal_room)
+                .saturating_sub(max / EVICT_SHARE),
+            max,
+        }
+    }
+}
+
 impl Job {
+    /// Whether this run's budget step evicts: the file and the WAL are over `max_bytes`, or
+    /// the pages in use have eaten into the WAL's room (the free pages are all reused).
+    pub(super) fn over_budget(&self) -> Result<bool, RollupError> {
+        let max = self.plan.max_bytes;
+        if max == 0 {
+            return Ok(false);
+        }
+        let lines = Lines::of(max);
+        Ok(self.db_bytes()? > max
+            || space::used_bytes(&self.conn, &self.path)? + lines.wal_room > max)
+    }
+
     /// Deletes raw chunks (rolled up by every tier) and tier rows past their retention.
     pub fn enforce_retention(&mut self, now: i64, report: &mut Report) -> Result<(), RollupError> {
         let min_cursor = self.min_cursor()?;
@@ -140,8 +189,12 @@ impl Job {
         Ok(())
     }
 
-    /// Evicts oldest-first (raw, then each tier, finest first) until the store fits
-    /// `max_bytes`. Never touches raw chunks some tier has not rolled up.
+    /// Evicts oldest-first (raw, then each tier, finest first) once the store is over its
+    /// budget ([`Job::over_budget`]), down to [`Lines::low`] bytes of pages in use at once,
+    /// then gives back only the free pages that keep the file over `max - wal_room` (none
+    /// at a store that was at its budget before: the freed pages are reused in place) and
+    /// truncates the WAL if the two together are still over `max`. Never touches raw chunks
+    /// some tier has not rolled up.
     pub fn enforce_budget(
         &mut self,
         stop: &dyn Fn() -> bool,
@@ -157,21 +210,25 @@ impl Job {
                  the file will not shrink until the agent of this version reopens it"
             );
         }
-        // Shrinking holds the write lock while the checkpoint copies the WAL into the
-        // database and syncs both: on a slow disk that is time ingest waits. So only when it
-        // gives something back: a store over its budget, free pages past its keep share
-        // or a WAL grown past WAL_SHRINK_BYTES (the connections' own checkpoints restart it
-        // at ~16 MB otherwise). `benches/slow_disk.py` measures the difference.
-        if self.worth_shrinking()? || self.db_bytes()? > max {
-            self.shrink()?;
+        if !self.over_budget()? {
+            // Giving space back holds the write lock while the checkpoint copies the WAL into
+            // the database and syncs both: on a slow disk that is time ingest waits. So only
+            // when it gives something back: free pages past their keep share or a WAL grown
+            // past WAL_SHRINK_BYTES (the connections' own checkpoints restart it otherwise).
+            // `benches/slow_disk.py` measures the difference.
+            if self.worth_shrinking()? {
+                self.shrink()?;
+            }
+            return Ok(());
         }
+        let lines = Lines::of(max);
         let mut tier_idx = 0usize;
         loop {
-            let size = self.db_bytes()?;
-            if size <= max || stop() {
-                return Ok(());
+            let used = space::used_bytes(&self.conn, &self.path)? + lines.wal_room;
+            if used <= lines.low + lines.wal_room || stop() {
+                break;
             }
-            let over = (size - max) as i64;
+            let over = (used - lines.low - lines.wal_room) as i64;
             let min_cursor = self.min_cursor()?;
             let candidates = chunks::sizes(
                 &self.conn,
@@ -201,14 +258,17 @@ impl Job {
                 }
             } else {
                 tracing::warn!(
-                    db_bytes = size,
+                    used_bytes = used - lines.wal_room,
                     max_bytes = max,
                     "store is over its disk budget with nothing left that may be evicted \
                      (raw data not rolled up yet is kept); raise [retention] max_bytes"
                 );
-                return Ok(());
+                break;
             }
-            self.shrink()?;
         }
+        if !space::shrink_to(&self.conn, &self.path, max - lines.wal_room, lines.wal_room)? {
+            tracing::debug!("wal checkpoint could not truncate (readers busy); retried next run");
+        }
+        Ok(())
     }
 }

@@ -29,10 +29,12 @@
 //!   every row twice.
 //! - **Eviction** never deletes a raw chunk that some tier has not rolled up (id above the
 //!   lowest cursor). Retention deletes raw chunks whose newest point is older than `raw`, and
-//!   tier rows whose bucket ended before the tier's retention. The budget evicts the oldest
-//!   raw chunks (by id, i.e. write order) first, then the oldest rows of the finest tier, then
-//!   the next tier, until `page_count * page_size + WAL` fits `max_bytes`, running
-//!   `PRAGMA incremental_vacuum` and `wal_checkpoint(TRUNCATE)` so the files really shrink.
+//!   tier rows whose bucket ended before the tier's retention. The budget keeps the file's
+//!   pages under `max_bytes` less room for the WAL: once the pages in use reach that line
+//!   it evicts the oldest raw chunks (by id, i.e. write order) first, then the oldest rows of
+//!   the finest tier, then the next tier, a 32nd of the budget below the line at once, and
+//!   the next writes reuse the freed pages; a file over the line is shrunk by what it is
+//!   over (`PRAGMA incremental_vacuum(N)`, then `wal_checkpoint(TRUNCATE)`).
 //!   Raw chunks a sink had not forwarded yet are counted per sink (`sinks`).
 //!
 //! It never reads the ingest queue, never serves HTTP and issues no SQL itself: every
@@ -175,12 +177,12 @@ impl Job {
         if report.clock_held {
             self.enforce_budget(stop, &mut report)?;
         } else {
-            // Near the budget every tier folds now: raw chunks are evicted only once every
+            // A run that evicts folds every tier first: raw chunks are evicted only once every
             // tier has them, and a tier on a long cadence would otherwise leave the budget
-            // nothing but tier rows to take.
-            let max = self.plan.max_bytes;
-            let near_budget = max > 0 && self.db_bytes()? >= max / 10 * 9;
-            self.rollup(now, near_budget, stop, &mut report)?;
+            // nothing but tier rows to take. (Only such a run: a fold of every tier's open
+            // bucket at every run wrote a store at its budget's tiers twice.)
+            let over_budget = self.over_budget()?;
+            self.rollup(now, over_budget, stop, &mut report)?;
             if !report.interrupted {
                 self.settle(stop, &mut report)?;
             }

@@ -441,6 +441,76 @@ fn free_pages_stay_for_reuse_up_to_a_sixteenth_of_the_budget() {
     }
 }
 
+/// A store at its disk budget (every device after its first days) evicts a thirty-second of
+/// the budget at once and reuses the pages it freed in place: the writes that follow fill
+/// them without an eviction, the file does not grow or shrink, and only when they are used
+/// up does the next eviction come. (It used to evict what each run had just written, give
+/// the pages back and checkpoint, at every run.)
+#[test]
+fn a_store_at_its_budget_evicts_a_share_at_once_and_reuses_the_pages_in_place() {
+    use crate::store::open::space;
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Full).unwrap();
+    let mut r = rng(11);
+    let mut t = 0i64;
+    let mut write_for = |w: &mut Writer, secs: i64| {
+        for s in 0..10 {
+            let pts: Vec<(i64, f64)> = (t..t + secs).map(|i| (i * NS, r() * 1e6)).collect();
+            write(w, &format!("m,s={s}"), &pts);
+        }
+        t += secs;
+        t * NS
+    };
+    let now = write_for(&mut w, 80_000);
+    let max: u64 = 6 << 20;
+    let lines = super::evict::Lines::of(max);
+    let mut plan = plan_with(&["1m", "1h"], 100_000, max);
+    plan.raw_retention_ns = i64::MAX;
+    let mut job = Job::open(dir.path(), plan).unwrap();
+    let pages = |job: &Job| {
+        (
+            space::used_bytes(&job.conn, &job.path).unwrap(),
+            space::file_bytes(&job.conn, &job.path).unwrap(),
+            space::free_bytes(&job.conn, &job.path).unwrap(),
+        )
+    };
+    let rep = job.run_once(now, &|| false).unwrap();
+    let (used, file, free) = pages(&job);
+    assert!(rep.evicted_chunks > 0, "{rep:?}");
+    assert!(rep.db_bytes <= max, "{} > {max}", rep.db_bytes);
+    assert!(used <= lines.low, "{used} > {}", lines.low);
+    assert!(file <= max - lines.wal_room, "{file}");
+    assert!(
+        free >= max / 64,
+        "{free}: what was evicted stays free for the next writes"
+    );
+    // The next writes fill the free pages: no eviction, the file keeps its size. Only when
+    // they are used up does the next eviction come, and the store stays in its budget.
+    let mut runs = 0;
+    loop {
+        let (_, _, free_before) = pages(&job);
+        let now = write_for(&mut w, 600);
+        let rep = job.run_once(now, &|| false).unwrap();
+        assert!(rep.db_bytes <= max, "{} > {max}", rep.db_bytes);
+        if rep.evicted_chunks > 0 {
+            assert!(
+                free_before < free / 2,
+                "{free_before} of {free} free before it"
+            );
+            break;
+        }
+        runs += 1;
+        assert!(runs < 100);
+        assert_eq!(
+            pages(&job).1,
+            file,
+            "run {runs}: the freed pages were reused in place"
+        );
+    }
+    assert!(runs >= 2, "{runs} runs reused the freed pages");
+    assert!(pages(&job).1 <= max - lines.wal_room);
+}
+
 #[test]
 fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data() {
     let dir = tempfile::tempdir().unwrap();
@@ -710,10 +780,12 @@ fn the_periodic_job_folds_each_tier_at_its_cadence_to_the_same_rows() {
     assert_eq!(dump(paced.path()), dump(each.path()));
 }
 
-/// A store near its disk budget folds every tier at every run, whatever the cadence: raw
-/// chunks may be evicted only once every tier has them.
+/// A run that evicts for the disk budget folds every tier first, whatever the cadence: raw
+/// chunks may be evicted only once every tier has them. A store near its budget but not
+/// over it folds at its cadence (folding every tier's open bucket at every run wrote the
+/// tiers of a store at its budget twice).
 #[test]
-fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
+fn a_run_that_evicts_for_the_budget_folds_every_tier_first() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Writer::open(dir.path(), 100, Synchronous::Full).unwrap();
     let t0 = 100 * MIN;
@@ -723,7 +795,20 @@ fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
             .collect()
     };
     let cursors = |d: &Path| tier_cursors(d, [60, 3600]);
-    let mut far = Job::open(dir.path(), plan_with(&["1m", "1h"], 100_000, 1 << 40)).unwrap();
+    let size = |d: &Path| {
+        let (c, p) = crate::store::open(d, crate::store::Mode::ReadOnly).unwrap();
+        crate::store::open::space::db_bytes(&c, &p).unwrap()
+    };
+    // Old points that retention then deletes: their pages stay free in the file.
+    let mut r = rng(3);
+    for s in 0..20 {
+        let old: Vec<(i64, f64)> = (0..10_000).map(|i| (i * NS / 5, r() * 1e6)).collect();
+        write(&mut w, &format!("m,s=old{s}"), &old);
+    }
+    let mut plan = plan_with(&["1m", "1h"], 100_000, 1 << 40);
+    plan.raw_retention_ns = 50 * MIN;
+    let mut far = Job::open(dir.path(), plan).unwrap();
+    far.run_once(t0, &|| false).unwrap();
     far.fold_cadence = true;
     write(&mut w, "m,s=a", &pts(0));
     far.run_once(t0 + 30 * NS, &|| false).unwrap();
@@ -736,22 +821,42 @@ fn near_its_budget_the_periodic_job_folds_every_tier_at_once() {
         "far from the budget the tiers wait"
     );
     drop(far);
-    // A budget the store is at 95 % of: both tiers fold, nothing is evicted.
-    let size = {
+    crate::store::testing::checkpoint_truncate(dir.path());
+    let free = {
         let (c, p) = crate::store::open(dir.path(), crate::store::Mode::ReadOnly).unwrap();
-        crate::store::open::space::db_bytes(&c, &p).unwrap()
+        crate::store::open::space::free_bytes(&c, &p).unwrap()
     };
+    assert!(
+        free * 2 > size(dir.path()),
+        "{free}: the old points' pages are free"
+    );
+    // A budget the file is at 95 % of, but whose pages are half free: the tiers still wait.
     let mut near = Job::open(
         dir.path(),
-        plan_with(&["1m", "1h"], 100_000, size * 100 / 95),
+        plan_with(&["1m", "1h"], 100_000, size(dir.path()) * 100 / 95),
     )
     .unwrap();
     near.fold_cadence = true;
-    near.run_once(t0 + 60 * NS, &|| false).unwrap();
+    let report = near.run_once(t0 + 60 * NS, &|| false).unwrap();
+    assert_eq!(cursors(dir.path()), [m, h], "{report:?}");
+    assert_eq!(report.evicted_chunks, 0, "{report:?}");
+    drop(near);
+    // A budget under the pages the store uses: both tiers fold, then the budget evicts.
     write(&mut w, "m,s=a", &pts(2));
-    let report = near.run_once(t0 + 90 * NS, &|| false).unwrap();
+    let used = {
+        let (c, p) = crate::store::open(dir.path(), crate::store::Mode::ReadOnly).unwrap();
+        crate::store::open::space::used_bytes(&c, &p).unwrap()
+    };
+    let mut over = Job::open(
+        dir.path(),
+        plan_with(&["1m", "1h"], 100_000, used * 100 / 105),
+    )
+    .unwrap();
+    over.fold_cadence = true;
     let newest = *chunk_ids(dir.path()).last().unwrap();
+    let report = over.run_once(t0 + 90 * NS, &|| false).unwrap();
     assert_eq!(cursors(dir.path()), [newest, newest], "{report:?}");
+    assert!(report.evicted_chunks > 0, "{report:?}");
 }
 
 /// Reads every row of `series` in tier `key` through the query engine's read.

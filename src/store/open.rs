@@ -333,6 +333,23 @@ pub mod space {
         Ok(pages_bytes(conn, path, "page_count")? + wal_bytes(path))
     }
 
+    /// Bytes in the pages that hold data: `page_count` less the free pages, × `page_size`
+    /// (the WAL not included).
+    pub fn used_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
+        Ok(
+            pages_bytes(conn, path, "page_count")?.saturating_sub(pages_bytes(
+                conn,
+                path,
+                "freelist_count",
+            )?),
+        )
+    }
+
+    /// Bytes in the database file's pages, free ones included (`page_count` × `page_size`).
+    pub fn file_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
+        pages_bytes(conn, path, "page_count")
+    }
+
     /// Bytes in the database's free pages (`freelist_count` × `page_size`).
     pub fn free_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
         pages_bytes(conn, path, "freelist_count")
@@ -374,6 +391,41 @@ pub mod space {
         while rows.next().ctx(path)?.is_some() {}
         drop(rows);
         drop(st);
+        let (busy, _, _): (i64, i64, i64) = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .ctx(path)?;
+        Ok(busy == 0)
+    }
+
+    /// Gives back free pages until the file holds at most `fit` bytes of pages (none when it
+    /// already does; never more than the free pages), and truncates the WAL when the file
+    /// and the WAL together are over `fit + wal_room`. Free pages below `fit` stay for the
+    /// next writes. `false` when a reader kept the WAL from being truncated (best effort).
+    pub fn shrink_to(
+        conn: &Connection,
+        path: &Path,
+        fit: u64,
+        wal_room: u64,
+    ) -> Result<bool, StoreError> {
+        let page: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .ctx(path)?;
+        let page = page.max(512) as u64;
+        let excess = file_bytes(conn, path)?.saturating_sub(fit).div_ceil(page);
+        let give = excess.min(free_bytes(conn, path)? / page);
+        if give > 0 {
+            // `incremental_vacuum(0)` would give back every free page: `give` is at least 1.
+            let mut st = conn
+                .prepare(&format!("PRAGMA incremental_vacuum({give})"))
+                .ctx(path)?;
+            let mut rows = st.query([]).ctx(path)?;
+            while rows.next().ctx(path)?.is_some() {}
+        }
+        if file_bytes(conn, path)? + wal_bytes(path) <= fit.saturating_add(wal_room) {
+            return Ok(true);
+        }
         let (busy, _, _): (i64, i64, i64) = conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
