@@ -272,3 +272,26 @@ impl Job {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default 1 GiB budget keeps 24 MiB for the WAL and evicts 32 MiB at once; a small
+    /// budget keeps an eighth of itself for the WAL.
+    #[test]
+    fn the_lines_leave_the_wal_its_room_and_evict_a_32nd() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(
+            Lines::of(1 << 30),
+            Lines {
+                wal_room: 24 * MIB,
+                low: 1024 * MIB - 24 * MIB - 32 * MIB,
+                max: 1 << 30,
+            }
+        );
+        let small = Lines::of(64 * MIB);
+        assert_eq!((small.wal_room, small.low), (8 * MIB, 54 * MIB));
+        assert_eq!(Lines::of(100).low, 100 - 12 - 3);
+    }
+}
