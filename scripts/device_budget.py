@@ -74,6 +74,14 @@ MODELS_HTTP = [f"det{i}" for i in range(5)]
 PARTS = ["jetson", "host", "client", "sinks", "scrapes", "alerts", "rollup", "kmsg", "health"]
 
 
+def points_written(base):
+    """The agent's points stored since it started (`ingest.points_written` of the status)."""
+    try:
+        return json.loads(fleet.http_get(base + "/api/v1/status")[1] or "{}").get("ingest", {}).get("points_written")
+    except OSError:
+        return None
+
+
 def need(cmd, package):
     if shutil.which(cmd) is None:
         raise SystemExit(f"{cmd} not found: apt-get install {package}")
@@ -768,6 +776,7 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
     f0 = dir_bytes(data)
     s0 = loopfs.sectors_written() if loopfs else None
     j0, k0 = journal_appends(base), wal_restarts(data)
+    p0 = points_written(base)
     tracer = WalTracer(data) if args.wal_trace else None
     dirty = DirtyTracer(pid) if args.dirty_trace else None
     rss = []
@@ -857,9 +866,15 @@ def measure_phase(name, args, work, ports, peers, off, ui, secs, strace_s, data,
         "wal_trace": wal_trace,
         "dirty_trace": dirty_trace,
         "points_written": st_json.get("ingest", {}).get("points_written"),
+        # Points stored in the window (the counter above is since the agent started).
+        "points_per_h": None,
         "points_dropped": st_json.get("ingest", {}).get("points_dropped"),
         "prometheus_scrapes": scrapes,
     }
+    p1 = r["points_written"]
+    if p0 is not None and p1 is not None and p1 > p0:
+        r["points_per_h"] = (p1 - p0) / hours
+        r["bytes_per_point"] = r["written_mb_per_h"] * 1e6 / r["points_per_h"]
     r["write_amplification"] = (
         r["written_mb_per_h"] / r["store_growth_mb_per_h"] if r["store_growth_mb_per_h"] > 0 else None
     )
@@ -1055,6 +1070,10 @@ def main():
                   f"{r['journal_mb_per_h']:.2f} MB/h; "
                   f"this window {held}: {wf:.2f} MB/h ({wf / g:.1f}x), and it wrote "
                   f"{r['written_mb_per_h'] - wf:.2f} MB/h above that")
+    for r in results:
+        if r.get("bytes_per_point"):
+            print(f"{r['phase']}: {r['points_per_h']:.0f} points stored an hour in the window, "
+                  f"{r['bytes_per_point']:.1f} bytes written a point")
     if full and full["fsyncs_per_s"] is not None:
         print(f"fsync/fdatasync calls per second (full, last {args.strace} s under strace): {full['fsyncs_per_s']:.2f}")
     if full and full.get("io_by_thread"):
