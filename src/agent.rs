@@ -173,12 +173,17 @@ pub async fn run(boot: Boot, shutdown: CancellationToken) -> Result<(), AgentErr
     // What the writer holds for its next commit, read by the alert cycle with the store.
     let held = Arc::new(crate::store::HeldView::new());
     let hold = held.clone();
+    // A small disk budget bounds the WAL to the room it leaves it (the writer makes most
+    // of the commits, so most of the checkpoints).
+    let wal_bytes = crate::rollup::wal_checkpoint_bytes(plan.max_bytes);
     let store = tokio::task::spawn_blocking(move || {
-        Writer::open(&dir, max_series, sync).map(|mut w| {
+        let w = Writer::open(&dir, max_series, sync).map(|mut w| {
             w.keep_latest(keep);
             w.keep_held(hold);
             w
-        })
+        })?;
+        w.checkpoint_every(wal_bytes)?;
+        Ok::<_, StoreError>(w)
     })
     .await
     .map_err(|e| StoreError::Dir {

@@ -8,7 +8,7 @@ use rusqlite::TransactionBehavior;
 
 use super::{Job, Report, RollupError, Tier};
 use crate::store::chunks::{self, ChunkSize, Scan};
-use crate::store::open::space;
+use crate::store::open::{space, WAL_CHECKPOINT_BYTES};
 use crate::store::{counters, sinks, tiers, Ctx};
 
 /// WAL size above which a rollup run truncates it even when nothing was evicted: past what
@@ -53,6 +53,18 @@ pub(super) struct Lines {
     pub low: u64,
     /// The budget itself.
     pub max: u64,
+}
+
+/// How much WAL the store's connections let grow before they checkpoint under a budget of
+/// `max_bytes` (0: none): [`WAL_CHECKPOINT_BYTES`], or three quarters of the budget's room
+/// for the WAL when that is less (a budget under about 170 MiB), so that the WAL's file, which keeps
+/// its longest length, fits the room and the budget never has to truncate it.
+pub fn wal_checkpoint_bytes(max_bytes: u64) -> u64 {
+    let default = WAL_CHECKPOINT_BYTES as u64;
+    if max_bytes == 0 {
+        return default;
+    }
+    default.min(Lines::of(max_bytes).wal_room / 4 * 3)
 }
 
 impl Lines {

@@ -64,6 +64,7 @@ use crate::store::open::space;
 use crate::store::{Mode, StoreError};
 
 pub use config::{RetentionConfig, RollupConfig};
+pub use evict::wal_checkpoint_bytes;
 pub use plan::{Plan, Tier};
 pub use status::status;
 
@@ -153,6 +154,11 @@ impl Job {
     /// Opens the job on the store in `dir`.
     pub fn open(dir: &Path, plan: Plan) -> Result<Job, RollupError> {
         let (conn, path) = open_conn(dir)?;
+        crate::store::open::space::checkpoint_every(
+            &conn,
+            &path,
+            wal_checkpoint_bytes(plan.max_bytes),
+        )?;
         Ok(Job {
             conn,
             path,

@@ -511,6 +511,36 @@ fn a_store_at_its_budget_evicts_a_share_at_once_and_reuses_the_pages_in_place() 
     assert!(pages(&job).1 <= max - lines.wal_room);
 }
 
+/// The WAL checkpoints every 16 MiB unless the budget's room for it is smaller, then at
+/// three quarters of that room: the job's connection and the writer (which the agent sets)
+/// keep the WAL's file within it.
+#[test]
+fn a_small_budget_bounds_the_wal_to_its_room() {
+    const MIB: u64 = 1 << 20;
+    assert_eq!(wal_checkpoint_bytes(0), 16 * MIB);
+    assert_eq!(wal_checkpoint_bytes(1 << 30), 16 * MIB);
+    assert_eq!(wal_checkpoint_bytes(64 * MIB), 6 * MIB);
+    assert_eq!(wal_checkpoint_bytes(8 * MIB), 3 * MIB / 4);
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = Writer::open(dir.path(), 100, Synchronous::Full).unwrap();
+    w.checkpoint_every(wal_checkpoint_bytes(8 * MIB)).unwrap();
+    let job = Job::open(dir.path(), plan_with(&["1m"], 100_000, 8 * MIB)).unwrap();
+    let pages: i64 = job
+        .conn
+        .query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(pages, (3 * MIB / 4 / 4096) as i64);
+    let mut r = rng(7);
+    let mut longest = 0;
+    for s in 0..40 {
+        let pts: Vec<(i64, f64)> = (0..20_000).map(|i| (i * NS, r() * 1e6)).collect();
+        write(&mut w, &format!("m,s={s}"), &pts);
+        longest = longest.max(crate::store::open::space::wal_bytes(&db_path(dir.path())));
+    }
+    // About 6 MB of points went through a WAL that never grew past its bound and a commit.
+    assert!(longest < 2 * MIB, "the WAL grew to {longest} bytes");
+}
+
 #[test]
 fn the_budget_evicts_oldest_first_shrinks_the_file_and_counts_unforwarded_data() {
     let dir = tempfile::tempdir().unwrap();

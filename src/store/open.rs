@@ -17,7 +17,8 @@ use super::{db_path, latest_version, StoreError, MIGRATIONS};
 use crate::config::Synchronous;
 
 /// WAL bytes past which a commit checkpoints (SQLite's default is 1,000 pages): 16 MiB,
-/// whatever the page size. Measured by `scripts/device_budget.py --io-trace`
+/// whatever the page size; less under a disk budget too small for it
+/// (`rollup::wal_checkpoint_bytes`, [`space::checkpoint_every`]). Measured by `scripts/device_budget.py --io-trace`
 /// (docs/performance.md).
 pub const WAL_CHECKPOINT_BYTES: i64 = 16 << 20;
 
@@ -432,6 +433,17 @@ pub mod space {
             })
             .ctx(path)?;
         Ok(busy == 0)
+    }
+
+    /// Has this connection checkpoint past `bytes` of WAL instead of [`WAL_CHECKPOINT_BYTES`]
+    /// (a disk budget too small for a WAL that long: see `rollup::wal_checkpoint_bytes`).
+    pub fn checkpoint_every(conn: &Connection, path: &Path, bytes: u64) -> Result<(), StoreError> {
+        let page: i64 = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .ctx(path)?;
+        let pages = (bytes / page.max(512) as u64).max(16);
+        conn.pragma_update(None, "wal_autocheckpoint", pages as i64)
+            .ctx(path)
     }
 
     /// Gives SQLite's page cache back (between rollup runs).

@@ -126,6 +126,13 @@ impl Writer {
         Ok(w)
     }
 
+    /// Has the writer's connection checkpoint past `bytes` of WAL (see
+    /// [`super::open::space::checkpoint_every`]): the agent bounds the WAL to what a small
+    /// disk budget leaves it.
+    pub fn checkpoint_every(&self, bytes: u64) -> Result<(), StoreError> {
+        super::open::space::checkpoint_every(&self.conn, &self.path, bytes)
+    }
+
     /// Opens the database without its journal: for a process that writes no points beside
     /// a running agent (`edgewatch maintain` migrating the schema). [`Writer::journal`]
     /// refuses on it, and records in the journal stay for the next [`Writer::open`].
