@@ -202,7 +202,7 @@ impl Job {
     }
 
     /// Evicts oldest-first (raw, then each tier, finest first) once the store is over its
-    /// budget ([`Job::over_budget`]), down to [`Lines::low`] bytes of pages in use at once,
+    /// budget (`Job::over_budget`), down to `Lines::low` bytes of pages in use at once,
     /// then gives back only the free pages that keep the file over `max - wal_room` (none
     /// at a store that was at its budget before: the freed pages are reused in place) and
     /// truncates the WAL if the two together are still over `max`. Never touches raw chunks
