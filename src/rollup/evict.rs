@@ -51,14 +51,12 @@ pub(super) struct Lines {
     pub wal_room: u64,
     /// Pages in use at most this many bytes after an eviction: `max - wal_room - max / 32`.
     pub low: u64,
-    /// The budget itself.
-    pub max: u64,
 }
 
 /// How much WAL the store's connections let grow before they checkpoint under a budget of
 /// `max_bytes` (0: none): [`WAL_CHECKPOINT_BYTES`], or three quarters of the budget's room
-/// for the WAL when that is less (a budget under about 170 MiB), so that the WAL's file, which keeps
-/// its longest length, fits the room and the budget never has to truncate it.
+/// for the WAL when that is less (a budget under about 170 MiB), so that the WAL's file,
+/// which keeps its longest length, fits the room and the budget never has to truncate it.
 pub fn wal_checkpoint_bytes(max_bytes: u64) -> u64 {
     let default = WAL_CHECKPOINT_BYTES as u64;
     if max_bytes == 0 {
@@ -75,7 +73,6 @@ impl Lines {
             low: max
                 .saturating_sub(wal_room)
                 .saturating_sub(max / EVICT_SHARE),
-            max,
         }
     }
 }
@@ -236,11 +233,11 @@ impl Job {
         let lines = Lines::of(max);
         let mut tier_idx = 0usize;
         loop {
-            let used = space::used_bytes(&self.conn, &self.path)? + lines.wal_room;
-            if used <= lines.low + lines.wal_room || stop() {
+            let used = space::used_bytes(&self.conn, &self.path)?;
+            if used <= lines.low || stop() {
                 break;
             }
-            let over = (used - lines.low - lines.wal_room) as i64;
+            let over = (used - lines.low) as i64;
             let min_cursor = self.min_cursor()?;
             let candidates = chunks::sizes(
                 &self.conn,
@@ -270,7 +267,7 @@ impl Job {
                 }
             } else {
                 tracing::warn!(
-                    used_bytes = used - lines.wal_room,
+                    used_bytes = used,
                     max_bytes = max,
                     "store is over its disk budget with nothing left that may be evicted \
                      (raw data not rolled up yet is kept); raise [retention] max_bytes"
@@ -299,7 +296,6 @@ mod tests {
             Lines {
                 wal_room: 24 * MIB,
                 low: 1024 * MIB - 24 * MIB - 32 * MIB,
-                max: 1 << 30,
             }
         );
         let small = Lines::of(64 * MIB);

@@ -18,8 +18,8 @@ use crate::config::Synchronous;
 
 /// WAL bytes past which a commit checkpoints (SQLite's default is 1,000 pages): 16 MiB,
 /// whatever the page size; less under a disk budget too small for it
-/// (`rollup::wal_checkpoint_bytes`, [`space::checkpoint_every`]). Measured by `scripts/device_budget.py --io-trace`
-/// (docs/performance.md).
+/// (`rollup::wal_checkpoint_bytes`, [`space::checkpoint_every`]). Measured by
+/// `scripts/device_budget.py --io-trace` (docs/performance.md).
 pub const WAL_CHECKPOINT_BYTES: i64 = 16 << 20;
 
 /// Page size of a new database, set explicitly rather than left to the SQLite build. Every
@@ -142,15 +142,7 @@ pub fn open(dir: &Path, mode: Mode) -> Result<(Connection, PathBuf), StoreError>
         // often it changed: the rarer, the fewer times the hot pages (the chunk tail, the
         // dictionary's last leaf, counters, cursors) are rewritten. Durability does not
         // depend on it (see `Synchronous`); the WAL's size does (WAL_CHECKPOINT_BYTES).
-        let page: i64 = conn
-            .query_row("PRAGMA page_size", [], |r| r.get(0))
-            .ctx(&path)?;
-        conn.pragma_update(
-            None,
-            "wal_autocheckpoint",
-            WAL_CHECKPOINT_BYTES / page.max(512),
-        )
-        .ctx(&path)?;
+        space::checkpoint_every(&conn, &path, WAL_CHECKPOINT_BYTES as u64)?;
     }
     match mode {
         Mode::ReadOnly => {
@@ -337,13 +329,7 @@ pub mod space {
     /// Bytes in the pages that hold data: `page_count` less the free pages, × `page_size`
     /// (the WAL not included).
     pub fn used_bytes(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
-        Ok(
-            pages_bytes(conn, path, "page_count")?.saturating_sub(pages_bytes(
-                conn,
-                path,
-                "freelist_count",
-            )?),
-        )
+        Ok(file_bytes(conn, path)?.saturating_sub(free_bytes(conn, path)?))
     }
 
     /// Bytes in the database file's pages, free ones included (`page_count` × `page_size`).
@@ -361,10 +347,15 @@ pub mod space {
         let pages: i64 = conn
             .query_row(&format!("PRAGMA {count_pragma}"), [], |r| r.get(0))
             .ctx(path)?;
+        Ok(pages.max(0) as u64 * page_size(conn, path)?)
+    }
+
+    /// The database's page size in bytes (at least 512, SQLite's smallest).
+    fn page_size(conn: &Connection, path: &Path) -> Result<u64, StoreError> {
         let size: i64 = conn
             .query_row("PRAGMA page_size", [], |r| r.get(0))
             .ctx(path)?;
-        Ok((pages.max(0) * size.max(0)) as u64)
+        Ok(size.max(512) as u64)
     }
 
     /// Bytes in the WAL file (0 when there is none).
@@ -387,17 +378,7 @@ pub mod space {
     /// Returns free pages to the file system and truncates the WAL; `false` when a reader
     /// holding an old snapshot kept the WAL from being truncated (best effort).
     pub fn shrink(conn: &Connection, path: &Path) -> Result<bool, StoreError> {
-        let mut st = conn.prepare("PRAGMA incremental_vacuum").ctx(path)?;
-        let mut rows = st.query([]).ctx(path)?;
-        while rows.next().ctx(path)?.is_some() {}
-        drop(rows);
-        drop(st);
-        let (busy, _, _): (i64, i64, i64) = conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .ctx(path)?;
-        Ok(busy == 0)
+        shrink_to(conn, path, 0, 0)
     }
 
     /// Gives back free pages until the file holds at most `fit` bytes of pages (none when it
@@ -410,10 +391,7 @@ pub mod space {
         fit: u64,
         wal_room: u64,
     ) -> Result<bool, StoreError> {
-        let page: i64 = conn
-            .query_row("PRAGMA page_size", [], |r| r.get(0))
-            .ctx(path)?;
-        let page = page.max(512) as u64;
+        let page = page_size(conn, path)?;
         let excess = file_bytes(conn, path)?.saturating_sub(fit).div_ceil(page);
         let give = excess.min(free_bytes(conn, path)? / page);
         if give > 0 {
@@ -438,10 +416,7 @@ pub mod space {
     /// Has this connection checkpoint past `bytes` of WAL instead of [`WAL_CHECKPOINT_BYTES`]
     /// (a disk budget too small for a WAL that long: see `rollup::wal_checkpoint_bytes`).
     pub fn checkpoint_every(conn: &Connection, path: &Path, bytes: u64) -> Result<(), StoreError> {
-        let page: i64 = conn
-            .query_row("PRAGMA page_size", [], |r| r.get(0))
-            .ctx(path)?;
-        let pages = (bytes / page.max(512) as u64).max(16);
+        let pages = (bytes / page_size(conn, path)?).max(16);
         conn.pragma_update(None, "wal_autocheckpoint", pages as i64)
             .ctx(path)
     }
